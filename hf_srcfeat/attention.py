@@ -1,0 +1,169 @@
+"""Multi-head attention shared by every model of the zoo, with per-head modification of the scores.
+
+Score modifications are always given in an explicit [batch, heads, query, key] layout. Reference code of
+PASCAL and Deps-SAN flattens batch and heads and slices the last `P * batch` rows, which pairs sentences with
+the wrong heads when only P < H heads are modified; building the full layout here rules that out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+SCORE_MODES = ("mult", "add")
+
+
+@dataclass
+class ScoreModification:
+    """How one attention layer changes its scaled dot-product scores S = QK^T / sqrt(d_k) before the softmax.
+
+    `scale` multiplies S element-wise (Deps-SAN's Eq. 4), `bias` is added to it; both are [B, H, Q, K] (or
+    broadcastable to it). Masked positions are masked after the modification, so padding never gains mass.
+    """
+
+    scale: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+
+    @classmethod
+    def on_heads(
+        cls, values: torch.Tensor, num_heads: int, heads: Sequence[int] | None, mode: str
+    ) -> ScoreModification:
+        """Apply per-sentence `values` [B, Q, K] to the chosen `heads` (all when None) and leave the other heads
+        unchanged (scale 1, bias 0). `mode` is "mult" (a scale) or "add" (a bias)."""
+        if mode not in SCORE_MODES:
+            raise ValueError(f"score modification mode must be one of {list(SCORE_MODES)}, got {mode!r}.")
+        if values.dim() != 3:
+            raise ValueError(f"score modification values must be [batch, query, key], got {tuple(values.shape)}.")
+        if heads is None or len(heads) == num_heads:
+            full = values[:, None].expand(-1, num_heads, -1, -1)
+        else:
+            identity = 1.0 if mode == "mult" else 0.0
+            full = values.new_full((values.shape[0], num_heads, *values.shape[1:]), identity)
+            full[:, list(heads)] = values[:, None]
+        return cls(scale=full) if mode == "mult" else cls(bias=full)
+
+
+def _is_masked_out(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean 'may not attend' tensor from a boolean (True = attend) or additive float mask."""
+    if attention_mask.dtype == torch.bool:
+        return ~attention_mask
+    return attention_mask < torch.finfo(attention_mask.dtype).min / 2
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    score_scale: torch.Tensor | None = None,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(S * scale + bias, masked) V with S = QK^T * scaling; returns ([B, Q, H, d], [B, H, Q, K])."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if score_scale is not None:
+        scores = scores * score_scale
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        scores = scores.masked_fill(_is_masked_out(attention_mask), torch.finfo(scores.dtype).min)
+    elif module.is_causal and query.shape[2] > 1:
+        # The SDPA mask helpers return None for a plain causal mask; apply it here (bottom-right aligned).
+        q_len, k_len = query.shape[2], key.shape[2]
+        future = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).triu(k_len - q_len + 1)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class SrcFeatAttention(nn.Module):
+    """Multi-head attention (Vaswani et al. 2017) for encoder self-, decoder self- and cross-attention.
+
+    `config._attn_implementation` picks SDPA or eager. A multiplicative score scale cannot be expressed as an
+    SDPA mask, so calls with `score_modification.scale` (or `output_attentions`) always take the eager path;
+    an additive bias goes through SDPA as a float mask.
+    """
+
+    def __init__(
+        self,
+        config,
+        num_heads: int,
+        is_causal: bool = False,
+        layer_idx: int | None = None,
+        is_cross_attention: bool = False,
+    ):
+        super().__init__()
+        self.config = config
+        self.embed_dim = config.d_model
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.k_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.v_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.out_proj = nn.Linear(self.embed_dim, self.embed_dim)
+
+    def _project(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
+        return projection(states).view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        score_modification: ScoreModification | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self._project(self.q_proj, hidden_states)
+        memory = key_value_states if key_value_states is not None else hidden_states
+
+        cache, reuse_cross = None, False
+        if past_key_values is not None and self.layer_idx is not None:
+            if isinstance(past_key_values, EncoderDecoderCache):
+                reuse_cross = self.is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
+                cache = (past_key_values.cross_attention_cache if self.is_cross_attention
+                         else past_key_values.self_attention_cache)
+            else:
+                cache = past_key_values
+        if reuse_cross:
+            # Cross-attention keys/values depend only on the encoder output: computed once per generation.
+            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        else:
+            key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
+                if self.is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        score_scale = score_modification.scale if score_modification is not None else None
+        position_bias = score_modification.bias if score_modification is not None else None
+        if score_scale is not None or output_attentions:
+            attention_function = eager_attention_forward
+        else:
+            attention_function = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        extra = {"score_scale": score_scale} if score_scale is not None else {}
+        if position_bias is not None:
+            extra["position_bias"] = position_bias
+        output, weights = attention_function(
+            self, query, key, value, attention_mask,
+            scaling=self.scaling, dropout=self.dropout if self.training else 0.0, **extra,
+        )
+        output = self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim))
+        return output, (weights if output_attentions else None)

@@ -1,0 +1,183 @@
+"""Configuration of the baseline Transformer, the config every method's config extends."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+LAYERNORM_POSITIONS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+
+
+def check_positive_int(name: str, value: object, allow_zero: bool = False) -> None:
+    """Raise a ValueError naming `name` unless `value` is a positive (or non-negative) integer."""
+    smallest = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"`{name}` must be {kind} integer, got {value!r}.")
+
+
+def check_probability(name: str, value: object) -> None:
+    """Raise a ValueError naming `name` unless `value` lies in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """Raise a ValueError naming `name` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}.")
+
+
+class SrcFeatTransformerConfig(PretrainedConfig):
+    r"""
+    Configuration of [`SrcFeatTransformerForConditionalGeneration`], a standard Transformer encoder-decoder
+    (Vaswani et al., 2017). The defaults reproduce Transformer-base. Every method of the zoo extends this config.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 8000):
+            Size of the subword vocabulary (source and target share one vocabulary by default).
+        d_model (`int`, *optional*, defaults to 512):
+            Width of embeddings and hidden states.
+        encoder_layers (`int`, *optional*, defaults to 6):
+            Number of encoder layers.
+        decoder_layers (`int`, *optional*, defaults to 6):
+            Number of decoder layers.
+        encoder_attention_heads (`int`, *optional*, defaults to 8):
+            Attention heads per encoder layer; must divide `d_model`.
+        decoder_attention_heads (`int`, *optional*, defaults to 8):
+            Attention heads per decoder layer; must divide `d_model`.
+        encoder_ffn_dim (`int`, *optional*, defaults to 2048):
+            Inner width of the encoder feed-forward sublayers.
+        decoder_ffn_dim (`int`, *optional*, defaults to 2048):
+            Inner width of the decoder feed-forward sublayers.
+        activation_function (`str`, *optional*, defaults to `"relu"`):
+            Feed-forward non-linearity, `"relu"` or `"gelu"`.
+        dropout (`float`, *optional*, defaults to 0.1):
+            Dropout on embeddings and on every sublayer output before the residual addition.
+        attention_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout on attention probabilities.
+        activation_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout after the feed-forward non-linearity.
+        max_position_embeddings (`int`, *optional*, defaults to 1024):
+            Longest sequence the sinusoidal position table covers; longer inputs raise an error.
+        layernorm_position (`str`, *optional*, defaults to `"post"`):
+            `"post"`: LayerNorm after each residual addition (the original Transformer); `"pre"`: LayerNorm on
+            each sublayer input plus a final LayerNorm on each stack output (more stable for deep models).
+        scale_embedding (`bool`, *optional*, defaults to `True`):
+            Multiply token embeddings by sqrt(d_model) before adding positions (Vaswani et al., Section 3.4).
+        share_embeddings (`bool`, *optional*, defaults to `True`):
+            Share one embedding matrix between source and target (needs a joint vocabulary).
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+            Tie the output projection to the target embedding matrix.
+        label_smoothing (`float`, *optional*, defaults to 0.1):
+            Label smoothing of the cross-entropy loss computed when `labels` are given.
+        init_std (`float`, *optional*, defaults to `None`):
+            Standard deviation of the embedding initialisation; `None` means d_model ** -0.5. Linear layers use
+            Xavier-uniform initialisation, as in the original Transformer implementations.
+        pad_token_id (`int`, *optional*, defaults to 0):
+            Padding token id.
+        bos_token_id (`int`, *optional*, defaults to 1):
+            Beginning-of-sequence token id.
+        eos_token_id (`int`, *optional*, defaults to 2):
+            End-of-sequence token id.
+        decoder_start_token_id (`int`, *optional*, defaults to 1):
+            First token fed to the decoder.
+        use_cache (`bool`, *optional*, defaults to `True`):
+            Whether the decoder returns its key/value cache for fast generation.
+        is_encoder_decoder (`bool`, *optional*, defaults to `True`):
+            Always `True`; kept as an argument for Transformers compatibility.
+    """
+
+    model_type = "srcfeat_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        d_model: int = 512,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        encoder_attention_heads: int = 8,
+        decoder_attention_heads: int = 8,
+        encoder_ffn_dim: int = 2048,
+        decoder_ffn_dim: int = 2048,
+        activation_function: str = "relu",
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        max_position_embeddings: int = 1024,
+        layernorm_position: str = "post",
+        scale_embedding: bool = True,
+        share_embeddings: bool = True,
+        tie_word_embeddings: bool = True,
+        label_smoothing: float = 0.1,
+        init_std: float | None = None,
+        pad_token_id: int = 0,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        decoder_start_token_id: int = 1,
+        use_cache: bool = True,
+        is_encoder_decoder: bool = True,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.encoder_attention_heads = encoder_attention_heads
+        self.decoder_attention_heads = decoder_attention_heads
+        self.encoder_ffn_dim = encoder_ffn_dim
+        self.decoder_ffn_dim = decoder_ffn_dim
+        self.activation_function = activation_function
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.max_position_embeddings = max_position_embeddings
+        self.layernorm_position = layernorm_position
+        self.scale_embedding = scale_embedding
+        self.share_embeddings = share_embeddings
+        self.tie_word_embeddings = tie_word_embeddings
+        self.label_smoothing = label_smoothing
+        self.init_std = init_std
+        self.pad_token_id = pad_token_id
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        self.use_cache = use_cache
+        # `is_encoder_decoder` is a base dataclass field: it must go through super().__init__ or it is reset.
+        super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
+        self.check_arguments()
+
+    def check_arguments(self) -> None:
+        """Fail early, naming the argument, instead of with a shape error inside a forward pass.
+
+        Method configs extend this (call `super().check_arguments()` first)."""
+        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                     "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
+            check_positive_int(name, getattr(self, name))
+        for side in ("encoder", "decoder"):
+            heads = getattr(self, f"{side}_attention_heads")
+            if self.d_model % heads:
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must be divisible by `{side}_attention_heads` ({heads})."
+                )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            check_probability(name, getattr(self, name))
+        check_choice("activation_function", self.activation_function, ACTIVATIONS)
+        check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
+        if self.init_std is not None and not (isinstance(self.init_std, (int, float)) and self.init_std > 0):
+            raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None:
+                check_positive_int(name, value, allow_zero=True)
+                if value >= self.vocab_size:
+                    raise ValueError(f"`{name}` ({value}) must be smaller than `vocab_size` ({self.vocab_size}).")
+
+
+__all__ = ["SrcFeatTransformerConfig"]

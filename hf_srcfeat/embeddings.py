@@ -1,0 +1,90 @@
+"""Token embeddings with sinusoidal positions: the baseline's source and target input representations.
+
+A method that changes the source input representation (feature groups, factor embeddings) subclasses
+`SrcFeatSourceEmbedding` and sets it as its encoder's `source_embedding_class`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .source_features import SourceFeatures
+
+
+def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al. 2017, Section 3.5).
+
+    `positions` is any integer tensor; the result has one more trailing dimension of size `d_model`.
+    Computed on the fly (cheap) so nothing depends on buffers surviving meta-device loading.
+    """
+    half = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    inverse_frequency = torch.exp(half * (-math.log(10000.0) / d_model))
+    angles = positions.to(torch.float32)[..., None] * inverse_frequency
+    encoding = torch.zeros(*positions.shape, d_model, device=positions.device)
+    encoding[..., 0::2] = torch.sin(angles)
+    encoding[..., 1::2] = torch.cos(angles[..., : d_model // 2])
+    return encoding
+
+
+def source_positions(attention_mask: torch.Tensor | None, batch_size: int, seq_len: int,
+                     device: torch.device) -> torch.Tensor:
+    """Position of every source token, counting only real tokens, so left padding does not shift positions."""
+    if attention_mask is None:
+        return torch.arange(seq_len, device=device).expand(batch_size, seq_len)
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class SinusoidalTokenEmbedding(nn.Module):
+    """Dropout(sqrt(d) * E[token] + PE(position)): the Transformer's input representation."""
+
+    def __init__(self, config, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.d_model = config.d_model
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.max_positions = config.max_position_embeddings
+        self.dropout = nn.Dropout(config.dropout)
+
+    def positional(self, positions: torch.Tensor) -> torch.Tensor:
+        longest = int(positions.max()) + 1 if positions.numel() else 0
+        if longest > self.max_positions:
+            raise ValueError(
+                f"sequence of {longest} tokens is longer than max_position_embeddings ({self.max_positions}); "
+                "truncate the input (tokenizer(..., truncation=True)) or raise max_position_embeddings."
+            )
+        return sinusoidal_position_encoding(positions, self.d_model)
+
+    def token_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids) * self.embed_scale
+
+
+class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
+    """Baseline source representation: token embedding + positions; the source features are not used.
+
+    Subclasses may read `features` (e.g. `features.pos_ids`) to build a feature-aware representation.
+    """
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        features: SourceFeatures,
+        attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        batch_size, seq_len = embeddings.shape[:2]
+        positions = source_positions(attention_mask, batch_size, seq_len, embeddings.device)
+        return self.dropout(embeddings + self.positional(positions))
+
+
+class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
+    """Target representation: token embedding + positions continuing after `past_length` cached tokens."""
+
+    def forward(self, input_ids: torch.Tensor | None, past_length: int = 0,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        positions = torch.arange(past_length, past_length + embeddings.shape[1], device=embeddings.device)
+        return self.dropout(embeddings + self.positional(positions))

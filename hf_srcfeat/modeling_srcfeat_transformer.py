@@ -1,0 +1,584 @@
+"""The baseline Transformer encoder-decoder, written as the backbone every method of the zoo extends.
+
+Extension points (each a small overridable piece, so a method's file holds only what its paper adds):
+
+* source input representation: `SrcFeatEncoder.source_embedding_class` (see `embeddings.py`);
+* per-layer encoder context: `SrcFeatEncoder.layer_contexts` returns one `EncoderLayerContext` per layer,
+  carrying a `ScoreModification` (per-head scale/bias of the self-attention scores) and anything a method
+  adds by subclassing the context (e.g. feedback from an auxiliary encoder);
+* sublayers: `SrcFeatEncoderLayer.before_self_attention` / `self_attention_input` and
+  `SrcFeatDecoderLayer.before_cross_attention` (e.g. cross-attention to a second memory);
+* encoder outputs: `SrcFeatEncoder.output_class` / `build_output` add fields (stack per-layer tensors into
+  one tensor so that beam search expands them); `SrcFeatDecoder.layer_contexts` reads them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPastAndCrossAttentions,
+    ModelOutput,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+
+from .attention import ScoreModification, SrcFeatAttention
+from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding
+from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
+
+
+@dataclass
+class SrcFeatEncoderOutput(ModelOutput):
+    """Encoder output. `last_hidden_state` must stay the first field (static caches size themselves from it).
+
+    Methods subclass this to carry extra tensors to the decoder; every extra field must be a single tensor
+    with the batch first, because `generate` beam-expands tensor fields only (tuples are left as they are).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class EncoderLayerContext:
+    """What one encoder layer receives besides its input. Methods subclass it to add fields."""
+
+    score_modification: ScoreModification | None = None
+
+
+@dataclass
+class DecoderLayerContext:
+    """What one decoder layer receives besides its input and the encoder memory. Methods subclass it."""
+
+
+class ResidualSublayer(nn.Module):
+    """x + Dropout(f(x)), with LayerNorm on the sublayer input ("pre") or after the sum ("post")."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.layernorm_position == "pre"
+
+    def forward(self, hidden_states: torch.Tensor, sublayer: Callable) -> tuple[torch.Tensor, object]:
+        """`sublayer` maps the (normalised) input to an output tensor or to (output, extra); returns (x, extra)."""
+        result = sublayer(self.layer_norm(hidden_states) if self.pre_norm else hidden_states)
+        output, extra = result if isinstance(result, tuple) else (result, None)
+        hidden_states = hidden_states + self.dropout(output)
+        return (hidden_states if self.pre_norm else self.layer_norm(hidden_states)), extra
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W_2 Dropout(act(W_1 x + b_1)) + b_2."""
+
+    def __init__(self, config, inner_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, inner_dim)
+        self.fc2 = nn.Linear(inner_dim, config.d_model)
+        self.activation = ACT2FN[config.activation_function]
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
+
+
+class SrcFeatEncoderLayer(nn.Module):
+    """[extra sublayers] -> self-attention -> feed-forward, each a residual sublayer."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.self_attn = SrcFeatAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
+        self.self_attn_sublayer = ResidualSublayer(config)
+        self.ffn = FeedForward(config, config.encoder_ffn_dim)
+        self.ffn_sublayer = ResidualSublayer(config)
+
+    def before_self_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                              context: EncoderLayerContext) -> torch.Tensor:
+        """Hook for sublayers that run before self-attention (e.g. cross-attention to phrases). Identity here."""
+        return hidden_states
+
+    def self_attention_input(self, hidden_states: torch.Tensor, context: EncoderLayerContext) -> torch.Tensor:
+        """Hook: what queries, keys and values are computed from; the residual still adds the layer input."""
+        return hidden_states
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                context: EncoderLayerContext, output_attentions: bool = False):
+        hidden_states = self.before_self_attention(hidden_states, attention_mask, context)
+        hidden_states, attention_weights = self.self_attn_sublayer(
+            hidden_states,
+            lambda x: self.self_attn(
+                self.self_attention_input(x, context),
+                attention_mask=attention_mask,
+                score_modification=context.score_modification,
+                output_attentions=output_attentions,
+            ),
+        )
+        hidden_states, _ = self.ffn_sublayer(hidden_states, self.ffn)
+        return hidden_states, attention_weights
+
+
+class SrcFeatDecoderLayer(nn.Module):
+    """self-attention -> [extra sublayers] -> cross-attention to the source -> feed-forward."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        heads = config.decoder_attention_heads
+        self.self_attn = SrcFeatAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_sublayer = ResidualSublayer(config)
+        self.encoder_attn = SrcFeatAttention(config, heads, layer_idx=layer_idx, is_cross_attention=True)
+        self.encoder_attn_sublayer = ResidualSublayer(config)
+        self.ffn = FeedForward(config, config.decoder_ffn_dim)
+        self.ffn_sublayer = ResidualSublayer(config)
+
+    def before_cross_attention(self, hidden_states: torch.Tensor, context: DecoderLayerContext) -> torch.Tensor:
+        """Hook for sublayers between self- and cross-attention (e.g. attention to phrases). Identity here."""
+        return hidden_states
+
+    def forward(self, hidden_states, self_attention_mask, encoder_hidden_states, cross_attention_mask,
+                context: DecoderLayerContext, past_key_values: Cache | None = None,
+                output_attentions: bool = False):
+        hidden_states, self_weights = self.self_attn_sublayer(
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=self_attention_mask, past_key_values=past_key_values,
+                                     output_attentions=output_attentions),
+        )
+        hidden_states = self.before_cross_attention(hidden_states, context)
+        hidden_states, cross_weights = self.encoder_attn_sublayer(
+            hidden_states,
+            lambda x: self.encoder_attn(x, key_value_states=encoder_hidden_states,
+                                        attention_mask=cross_attention_mask, past_key_values=past_key_values,
+                                        output_attentions=output_attentions),
+        )
+        hidden_states, _ = self.ffn_sublayer(hidden_states, self.ffn)
+        return hidden_states, self_weights, cross_weights
+
+
+class SrcFeatEncoder(nn.Module):
+    """Transformer encoder. Subclasses swap the class attributes or override the hooks, not `forward`."""
+
+    source_embedding_class = SrcFeatSourceEmbedding
+    layer_class = SrcFeatEncoderLayer
+    output_class = SrcFeatEncoderOutput
+
+    def __init__(self, config, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed_source = self.source_embedding_class(config, embed_tokens)
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.encoder_layers))
+        self.layer_norm = nn.LayerNorm(config.d_model) if config.layernorm_position == "pre" else None
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embed_source.embed_tokens
+
+    def layer_contexts(self, input_ids: torch.Tensor | None, embeddings: torch.Tensor, features: SourceFeatures,
+                       attention_mask: torch.Tensor | None) -> list[EncoderLayerContext]:
+        """One context per layer, from the source tokens, their embeddings and features (e.g. a score scale
+        from `features.dep_distance`, or the layers of an auxiliary encoder run on `input_ids`).
+        The baseline modifies nothing."""
+        return [EncoderLayerContext() for _ in self.layers]
+
+    def build_output(self, last_hidden_state, hidden_states, attentions, contexts, features,
+                     attention_mask) -> SrcFeatEncoderOutput:
+        """Assemble the output; methods add their extra fields here (e.g. stacked per-layer tensors)."""
+        return self.output_class(last_hidden_state=last_hidden_state, hidden_states=hidden_states,
+                                 attentions=attentions)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        pos_ids: torch.LongTensor | None = None,
+        lemma_ids: torch.LongTensor | None = None,
+        deprel_ids: torch.LongTensor | None = None,
+        subword_tag_ids: torch.LongTensor | None = None,
+        word_ids: torch.LongTensor | None = None,
+        phrase_ids: torch.LongTensor | None = None,
+        dep_distance: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SrcFeatEncoderOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        if seq_len == 0:
+            raise ValueError("The source sequence is empty (0 tokens); the encoder needs at least one token.")
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
+            raise ValueError(f"`attention_mask` has shape {tuple(attention_mask.shape)}, expected "
+                             f"{(batch_size, seq_len)} like the source tokens.")
+        features = SourceFeatures(pos_ids=pos_ids, lemma_ids=lemma_ids, deprel_ids=deprel_ids,
+                                  subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
+                                  dep_distance=dep_distance)
+        features.check_shapes(batch_size, seq_len)
+
+        hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=attention_mask)
+        contexts = self.layer_contexts(input_ids, hidden_states, features, attention_mask)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer, context in zip(self.layers, contexts, strict=True):
+            hidden_states, weights = layer(hidden_states, mask, context, output_attentions=bool(output_attentions))
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return self.build_output(hidden_states, all_hidden_states, all_attentions, contexts, features,
+                                 attention_mask)
+
+
+class SrcFeatDecoder(nn.Module):
+    """Transformer decoder with an `EncoderDecoderCache` KV cache."""
+
+    layer_class = SrcFeatDecoderLayer
+
+    def __init__(self, config, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed_target = SrcFeatTargetEmbedding(config, embed_tokens)
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.decoder_layers))
+        self.layer_norm = nn.LayerNorm(config.d_model) if config.layernorm_position == "pre" else None
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embed_target.embed_tokens
+
+    def layer_contexts(self, encoder_outputs: SrcFeatEncoderOutput | None,
+                       encoder_attention_mask: torch.Tensor | None) -> list[DecoderLayerContext]:
+        """One context per layer, built from the encoder outputs; empty in the baseline."""
+        return [DecoderLayerContext() for _ in self.layers]
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        encoder_hidden_states: torch.FloatTensor | None = None,
+        encoder_attention_mask: torch.LongTensor | None = None,
+        encoder_outputs: SrcFeatEncoderOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the decoder.")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embed_target(input_ids, past_length, inputs_embeds=inputs_embeds)
+
+        self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+                      else past_key_values)
+        self_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
+                                       attention_mask=attention_mask, past_key_values=self_cache)
+        cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                               attention_mask=encoder_attention_mask,
+                                               encoder_hidden_states=encoder_hidden_states)
+        contexts = self.layer_contexts(encoder_outputs, encoder_attention_mask)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self, all_cross = ((), ()) if output_attentions else (None, None)
+        for layer, context in zip(self.layers, contexts, strict=True):
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states, self_mask, encoder_hidden_states, cross_mask, context,
+                past_key_values=past_key_values, output_attentions=bool(output_attentions),
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self += (self_weights,)
+                all_cross += (cross_weights,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states, attentions=all_self, cross_attentions=all_cross,
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: [start, y_1, ..., y_{n-1}], with -100 (ignored labels) as padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
+    config_class = SrcFeatTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["SrcFeatEncoderLayer", "SrcFeatDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # Xavier-uniform linear layers and N(0, d^-1/2) embeddings, as in the original Transformer code
+        # (tensor2tensor, fairseq); they train better than BERT's N(0, 0.02) at these sizes.
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            std = self.config.init_std or self.config.d_model**-0.5
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        else:
+            super()._init_weights(module)
+
+
+class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
+    """Encoder-decoder without the output projection. Methods set `encoder_class`/`decoder_class`."""
+
+    encoder_class = SrcFeatEncoder
+    decoder_class = SrcFeatDecoder
+
+    def __init__(self, config: SrcFeatTransformerConfig):
+        super().__init__(config)
+        if config.share_embeddings:
+            self.shared = self._new_token_embedding()
+            self.encoder = self.encoder_class(config, self.shared)
+            self.decoder = self.decoder_class(config, self.shared)
+        else:
+            self.encoder = self.encoder_class(config, self._new_token_embedding())
+            self.decoder = self.decoder_class(config, self._new_token_embedding())
+        self._tied_weights_keys = self._embedding_ties()
+        self.post_init()
+
+    def _new_token_embedding(self) -> nn.Embedding:
+        return nn.Embedding(self.config.vocab_size, self.config.d_model, padding_idx=self.config.pad_token_id)
+
+    def _embedding_ties(self) -> dict[str, str]:
+        if not self.config.share_embeddings:
+            return {}
+        return {"encoder.embed_source.embed_tokens.weight": "shared.weight",
+                "decoder.embed_target.embed_tokens.weight": "shared.weight"}
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # Transformers gates every tie by `tie_word_embeddings`; source/target sharing is a separate switch.
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return self._embedding_ties()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared if self.config.share_embeddings else self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_embeddings:
+            self.shared = value
+            self.decoder.embed_target.embed_tokens = value
+        self.encoder.embed_source.embed_tokens = value
+
+    def get_encoder(self):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        pos_ids: torch.LongTensor | None = None,
+        lemma_ids: torch.LongTensor | None = None,
+        deprel_ids: torch.LongTensor | None = None,
+        subword_tag_ids: torch.LongTensor | None = None,
+        word_ids: torch.LongTensor | None = None,
+        phrase_ids: torch.LongTensor | None = None,
+        dep_distance: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.LongTensor | None = None,
+        encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        decoder_inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
+                deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids,
+                phrase_ids=phrase_ids, dep_distance=dep_distance, inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, ModelOutput):
+            encoder_outputs = self.encoder.output_class(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            encoder_outputs=encoder_outputs, past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache if use_cache is not None else self.config.use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedModel, GenerationMixin):
+    """Encoder-decoder with a (tied) output projection, label-smoothed loss and `generate`.
+
+    Methods subclass it and set `model_class` to their `...Model`.
+    """
+
+    model_class = SrcFeatTransformerModel
+
+    def __init__(self, config: SrcFeatTransformerConfig):
+        super().__init__(config)
+        self.model = self.model_class(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._tied_weights_keys = self._lm_head_ties()
+        self.post_init()
+
+    def _lm_head_ties(self) -> dict[str, str]:
+        if not self.config.tie_word_embeddings:
+            return {}
+        source = "model.shared.weight" if self.config.share_embeddings else \
+            "model.decoder.embed_target.embed_tokens.weight"
+        return {"lm_head.weight": source}
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return self._lm_head_ties()
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        pos_ids: torch.LongTensor | None = None,
+        lemma_ids: torch.LongTensor | None = None,
+        deprel_ids: torch.LongTensor | None = None,
+        subword_tag_ids: torch.LongTensor | None = None,
+        word_ids: torch.LongTensor | None = None,
+        phrase_ids: torch.LongTensor | None = None,
+        dep_distance: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.LongTensor | None = None,
+        encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        decoder_inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+            Target token ids; -100 marks positions ignored by the loss. When given without `decoder_input_ids`,
+            the decoder inputs are the labels shifted right, and the label-smoothed cross-entropy is returned.
+        num_items_in_batch (`int`, *optional*):
+            Number of target tokens in the whole (gradient-accumulated) batch, passed by the Trainer so that the
+            loss is normalised per token across accumulation steps.
+
+        The source features (`pos_ids` ... `dep_distance`, see `hf_srcfeat.source_features`) are accepted by
+        every model of the zoo; the baseline ignores them.
+        """
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
+            deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
+            dep_distance=dep_distance, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss, logits=logits, past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states, decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor,
+                            num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
+        """Cross-entropy with label smoothing (Szegedy et al. 2016; Vaswani et al. use 0.1), per target token."""
+        if labels.shape != logits.shape[:2]:
+            raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
+                             f"{tuple(logits.shape[:2])} positions.")
+        total = nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1).to(logits.device),
+            ignore_index=-100, label_smoothing=self.config.label_smoothing, reduction="sum",
+        )
+        count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
+        if isinstance(count, torch.Tensor):
+            count = count.to(total.device)
+        return total / count
+
+    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name,
+                                                     generation_config):
+        # Transformers 5.x hook that runs the encoder once before decoding. The source features are only
+        # needed there: dropping them afterwards avoids beam-expanding [B*beams, S, S] tensors every step.
+        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
+            inputs_tensor, model_kwargs, model_input_name, generation_config
+        )
+        for name in SOURCE_FEATURE_NAMES:
+            model_kwargs.pop(name, None)
+        return model_kwargs
+
+
+__all__ = [
+    "SrcFeatTransformerPreTrainedModel",
+    "SrcFeatTransformerModel",
+    "SrcFeatTransformerForConditionalGeneration",
+    "SrcFeatEncoder",
+    "SrcFeatDecoder",
+    "SrcFeatEncoderLayer",
+    "SrcFeatDecoderLayer",
+    "SrcFeatEncoderOutput",
+    "EncoderLayerContext",
+    "DecoderLayerContext",
+]

@@ -1,0 +1,60 @@
+"""The source-feature contract between the feature-aware tokenizer and the models.
+
+Every model of the zoo accepts these tensors by name (explicitly, so that `generate` forwards them to the
+encoder and `Seq2SeqTrainer` does not drop them as unused columns); each method reads the ones it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+#: Names of the per-token feature tensors, all [batch, seq] except `dep_distance` [batch, seq, seq].
+SOURCE_FEATURE_NAMES: tuple[str, ...] = (
+    "pos_ids",  # UPOS tag id of the word the token belongs to
+    "lemma_ids",  # lemma id of that word
+    "deprel_ids",  # dependency relation of that word to its head
+    "subword_tag_ids",  # B/I/E/S position of the token inside its word (Sennrich & Haddow 2016)
+    "word_ids",  # index of the word the token belongs to
+    "phrase_ids",  # index of the parse phrase the token belongs to
+    "dep_distance",  # edges on the dependency-tree path between the words of two tokens
+)
+
+PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
+
+
+@dataclass
+class SourceFeatures:
+    """Source-side linguistic features aligned to subword tokens; any of them may be absent (None)."""
+
+    pos_ids: torch.LongTensor | None = None
+    lemma_ids: torch.LongTensor | None = None
+    deprel_ids: torch.LongTensor | None = None
+    subword_tag_ids: torch.LongTensor | None = None
+    word_ids: torch.LongTensor | None = None
+    phrase_ids: torch.LongTensor | None = None
+    dep_distance: torch.Tensor | None = None
+
+    def check_shapes(self, batch_size: int, seq_len: int) -> None:
+        """Raise a ValueError naming the feature whose shape does not match the tokens [batch, seq]."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            expected = (batch_size, seq_len, seq_len) if field.name in PAIRWISE_FEATURE_NAMES else (batch_size, seq_len)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"`{field.name}` has shape {tuple(value.shape)} but the source tokens need {expected} "
+                    "(features must be aligned to the subword tokens, padded like `input_ids`)."
+                )
+
+    def require(self, name: str, method: str) -> torch.Tensor:
+        """Return feature `name`, or raise a ValueError saying which method needs it and where it comes from."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(
+                f"{method} needs `{name}`, but it was not given. Encode the source with "
+                "hf_srcfeat.SourceFeatureTokenizer, which computes it from the parse, and pass it to the model."
+            )
+        return value

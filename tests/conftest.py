@@ -1,0 +1,86 @@
+"""Shared fixtures: real Multi30k sentences, a subword tokenizer trained on them, tiny model configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from .helpers import REPO, train_briefly
+
+SHARED = Path(os.environ.get("HF_SRCFEAT_SHARED", REPO.parent / "shared"))
+MULTI30K = Path(os.environ.get("HF_SRCFEAT_MULTI30K_DIR", SHARED / "data" / "multi30k"))
+
+# Nothing in the tests may reach the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ["HF_SRCFEAT_MULTI30K_DIR"] = str(MULTI30K)
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    if not (MULTI30K / "train.en.gz").exists():
+        pytest.fail(f"Multi30k not found in {MULTI30K}; set HF_SRCFEAT_SHARED or HF_SRCFEAT_MULTI30K_DIR.")
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def train_pairs(multi30k_dir):
+    from hf_srcfeat.multi30k import load_multi30k
+
+    return load_multi30k("train", data_dir=multi30k_dir, limit=2000)
+
+
+@pytest.fixture(scope="session")
+def test_sentences(multi30k_dir) -> list[str]:
+    from hf_srcfeat.multi30k import load_multi30k
+
+    return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=8)["source"])
+
+
+@pytest.fixture(scope="session")
+def subword_tokenizer(train_pairs):
+    """A joint en/de BPE tokenizer trained on 2,000 real Multi30k pairs."""
+    from hf_srcfeat.subword_training import train_subword_tokenizer
+
+    return train_subword_tokenizer(list(train_pairs["source"]) + list(train_pairs["target"]), vocab_size=1000)
+
+
+@pytest.fixture
+def tiny_config(subword_tokenizer):
+    """Factory of 2-layer configs over the real tokenizer's vocabulary."""
+    from hf_srcfeat import SrcFeatTransformerConfig
+
+    def make(**overrides) -> SrcFeatTransformerConfig:
+        arguments = dict(
+            vocab_size=len(subword_tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            dropout=0.0, pad_token_id=subword_tokenizer.pad_token_id, bos_token_id=subword_tokenizer.bos_token_id,
+            eos_token_id=subword_tokenizer.eos_token_id, decoder_start_token_id=subword_tokenizer.bos_token_id,
+        )
+        arguments.update(overrides)
+        return SrcFeatTransformerConfig(**arguments)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def trained_baseline(subword_tokenizer, train_pairs):
+    """A 2-layer baseline trained for 250 steps on real Multi30k pairs (a few seconds), in eval mode."""
+    from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration
+
+    tokenizer = subword_tokenizer
+    config = SrcFeatTransformerConfig(
+        vocab_size=len(tokenizer), d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, dropout=0.1,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    torch.manual_seed(0)
+    model = SrcFeatTransformerForConditionalGeneration(config)
+    losses = train_briefly(model, tokenizer, train_pairs, steps=250)
+    model.generation_config.max_new_tokens = 24
+    return model, losses

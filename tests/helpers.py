@@ -1,0 +1,42 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def random_model(model_class, config, seed: int = 0, scale: float = 3.0):
+    """A model with large random weights, so that its outputs differ between tokens and beams differ."""
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() > 1 and "embed" not in name and "shared" not in name:
+                parameter.mul_(scale)
+    return model
+
+
+def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 32, learning_rate: float = 3e-3,
+                  seed: int = 0) -> list[float]:
+    """A few optimiser steps of teacher-forced training on real pairs; returns the loss of every step."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    sources, targets = list(pairs["source"]), list(pairs["target"])
+    losses = []
+    model.train()
+    for step in range(steps):
+        start = (step * batch_size) % (len(sources) - batch_size)
+        batch = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
+                          padding=True, return_tensors="pt")
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    model.eval()
+    return losses
