@@ -62,7 +62,7 @@ def main() -> None:
     pairs = load_multi30k("test_2016_flickr", data_dir=args.data_dir, limit=args.examples)
     inputs = tokenizer(list(pairs["source"]), padding=True, return_tensors="pt")
     with torch.no_grad():
-        outputs = model.generate(**inputs, num_beams=4, max_new_tokens=64)
+        outputs = model.generate(**inputs, num_beams=4)
     for source, reference, output in zip(pairs["source"], pairs["target"],
                                          tokenizer.batch_decode(outputs, skip_special_tokens=True), strict=True):
         print(json.dumps({"source": source, "reference": reference, "output": output.strip()},
