@@ -183,3 +183,34 @@ def test_the_baseline_ignores_source_features(trained_baseline, subword_tokenize
     with_features = model.generate(**batch, num_beams=4, pos_ids=torch.randint(0, 9, (2, length)),
                                    dep_distance=torch.randint(0, 5, (2, length, length)))
     assert torch.equal(with_features, model.generate(**batch, num_beams=4))
+
+
+def test_saved_code_loads_with_trust_remote_code_where_the_package_is_not_importable(tmp_path):
+    save = (
+        "import sys, torch\n"
+        "from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration as M\n"
+        "config = SrcFeatTransformerConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,\n"
+        "    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16)\n"
+        "torch.manual_seed(0)\n"
+        "SrcFeatTransformerConfig.register_for_auto_class()\n"
+        "M.register_for_auto_class('AutoModelForSeq2SeqLM')\n"
+        "M(config).save_pretrained(sys.argv[1])\n"
+    )
+    load = (
+        "import sys, torch\n"
+        "sys.modules['hf_srcfeat'] = None  # the package is not importable: only the copied code can serve\n"
+        "from transformers import AutoModelForSeq2SeqLM\n"
+        "m = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+        "assert type(m).__module__.startswith('transformers_modules'), type(m).__module__\n"
+        "ids = torch.tensor([[5, 6, 7, 2]])\n"
+        "print(m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=2, max_new_tokens=5).tolist())\n"
+    )
+    folder = str(tmp_path / "remote")
+    environment = {**os.environ, "HF_HOME": str(tmp_path / "hf_home")}
+    subprocess.run([sys.executable, "-c", save, folder], check=True, cwd=tmp_path, env=environment)
+    assert {"modeling_srcfeat_transformer.py", "attention.py", "embeddings.py", "source_features.py",
+            "configuration_srcfeat_transformer.py"} <= set(os.listdir(folder))
+    loaded = subprocess.run([sys.executable, "-c", load, folder], capture_output=True, text=True, cwd=tmp_path,
+                            env=environment)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert json.loads(loaded.stdout.strip().splitlines()[-1])[0][0] == 1
