@@ -17,6 +17,9 @@ MULTI30K = Path(os.environ.get("HF_SRCFEAT_MULTI30K_DIR", SHARED / "data" / "mul
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ["HF_SRCFEAT_MULTI30K_DIR"] = str(MULTI30K)
+STANZA_DIR = Path(os.environ.get("HF_SRCFEAT_STANZA_DIR", SHARED / "stanza_resources"))
+os.environ["HF_SRCFEAT_STANZA_DIR"] = str(STANZA_DIR)
+EWT = SHARED / "data" / "ud_english_ewt"
 torch.set_num_threads(1)
 
 
@@ -25,6 +28,21 @@ def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en.gz").exists():
         pytest.fail(f"Multi30k not found in {MULTI30K}; set HF_SRCFEAT_SHARED or HF_SRCFEAT_MULTI30K_DIR.")
     return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def ewt_dir() -> Path:
+    if not (EWT / "en_ewt-ud-dev.conllu.gz").exists():
+        pytest.fail(f"UD English-EWT not found in {EWT}; set HF_SRCFEAT_SHARED.")
+    return EWT
+
+
+@pytest.fixture(scope="session")
+def stanza_annotator(tmp_path_factory):
+    """The Stanza English pipeline from the shared resources, with a cache private to this test session."""
+    from hf_srcfeat.annotation import StanzaAnnotator
+
+    return StanzaAnnotator(model_dir=STANZA_DIR, cache_path=tmp_path_factory.mktemp("cache") / "a.sqlite")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,288 @@
+"""Linguistic annotation of source sentences: Stanza (tokens, UPOS, XPOS, lemma, deprel, head) or CoNLL-U.
+
+Where the Stanza models live is settable: the `model_dir` argument, else `$HF_SRCFEAT_STANZA_DIR`, else
+Stanza's own resources folder with its normal download. An explicit folder never triggers a download.
+Annotations are cached on disk (SQLite, JSON values) keyed by the text and the annotator's identity, so a
+corpus is parsed once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
+STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
+
+
+@dataclass(frozen=True)
+class AnnotatedWord:
+    """One syntactic word. `head` is 1-based as in CoNLL-U; 0 marks the root."""
+
+    text: str
+    upos: str
+    xpos: str
+    lemma: str
+    deprel: str
+    head: int
+
+
+@dataclass
+class AnnotatedSentence:
+    """The words of one source segment with their features; `sentence_id` names it in error messages."""
+
+    words: list[AnnotatedWord]
+    sentence_id: str = ""
+    text: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @property
+    def name(self) -> str:
+        return self.sentence_id or repr(self.text[:60] or " ".join(w.text for w in self.words[:8]))
+
+    def check(self) -> None:
+        """Raise a ValueError naming the sentence unless the heads form one tree over its words."""
+        if not self.words:
+            raise ValueError(f"sentence {self.name} has no words.")
+        count = len(self.words)
+        for index, word in enumerate(self.words, start=1):
+            if not 0 <= word.head <= count:
+                raise ValueError(f"sentence {self.name}: word {index} ({word.text!r}) has head {word.head}, "
+                                 f"outside 0..{count}.")
+        roots = [index for index, word in enumerate(self.words, start=1) if word.head == 0]
+        if len(roots) != 1:
+            raise ValueError(f"sentence {self.name} has {len(roots)} roots (words {roots}); a dependency tree "
+                             "needs exactly one.")
+        for start in range(1, count + 1):
+            seen, node = set(), start
+            while node != 0:
+                if node in seen:
+                    raise ValueError(f"sentence {self.name}: the heads of words {sorted(seen)} form a cycle.")
+                seen.add(node)
+                node = self.words[node - 1].head
+
+    @property
+    def heads(self) -> list[int]:
+        return [word.head for word in self.words]
+
+    def to_json(self) -> str:
+        return json.dumps({"sentence_id": self.sentence_id, "text": self.text,
+                           "words": [asdict(word) for word in self.words]}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, payload: str) -> AnnotatedSentence:
+        data = json.loads(payload)
+        return cls(words=[AnnotatedWord(**word) for word in data["words"]], sentence_id=data["sentence_id"],
+                   text=data["text"])
+
+    @classmethod
+    def from_features(cls, words: Sequence[str], upos: Sequence[str], lemmas: Sequence[str],
+                      deprels: Sequence[str], heads: Sequence[int], xpos: Sequence[str] | None = None,
+                      sentence_id: str = "") -> AnnotatedSentence:
+        """Build from parallel per-word lists; lists of different lengths raise an error naming them."""
+        xpos = xpos if xpos is not None else ["_"] * len(words)
+        lengths = {"words": len(words), "upos": len(upos), "lemmas": len(lemmas), "deprels": len(deprels),
+                   "heads": len(heads), "xpos": len(xpos)}
+        if len(set(lengths.values())) != 1:
+            name = sentence_id or repr(" ".join(words[:8]))
+            raise ValueError(f"sentence {name}: features do not match its words: {lengths}.")
+        return cls(words=[AnnotatedWord(*values) for values in zip(words, upos, xpos, lemmas, deprels,
+                                                                    [int(h) for h in heads], strict=True)],
+                   sentence_id=sentence_id, text=" ".join(words))
+
+
+def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[AnnotatedSentence]:
+    """Sentences of a CoNLL-U file (plain or .gz) or of an iterable of its lines.
+
+    Multi-word token lines (`3-4`) and empty nodes (`8.1`) are skipped: features belong to syntactic words.
+    The relation subtype is kept (`obl:tmod`); compare `deprel.split(':')[0]` for coarse LAS.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        opener = gzip.open if str(source).endswith(".gz") else open
+        with opener(source, "rt", encoding="utf-8") as handle:
+            yield from read_conllu(list(handle))
+        return
+    words: list[AnnotatedWord] = []
+    sentence_id, text, line_number = "", "", 0
+    for line_number, raw in enumerate(source, start=1):  # noqa: B007  (line_number used after the loop)
+        line = raw.rstrip("\n")
+        if line.startswith("#"):
+            key, _, value = line[1:].partition("=")
+            if key.strip() == "sent_id":
+                sentence_id = value.strip()
+            elif key.strip() == "text":
+                text = value.strip()
+            continue
+        if not line.strip():
+            if words:
+                yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
+            words, sentence_id, text = [], "", ""
+            continue
+        columns = line.split("\t")
+        if len(columns) != 10:
+            raise ValueError(f"CoNLL-U line {line_number} has {len(columns)} columns, expected 10: {line!r}")
+        if "-" in columns[0] or "." in columns[0]:
+            continue
+        if int(columns[0]) != len(words) + 1:
+            raise ValueError(f"CoNLL-U line {line_number}: word id {columns[0]} out of order in sentence "
+                             f"{sentence_id or line_number}.")
+        words.append(AnnotatedWord(text=columns[1], lemma=columns[2], upos=columns[3], xpos=columns[4],
+                                   head=int(columns[6]), deprel=columns[7]))
+    if words:
+        yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
+
+
+class AnnotationCache:
+    """Persistent map (annotator identity, text) -> AnnotatedSentence in one SQLite file of JSON values."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.connection = sqlite3.connect(self.path)
+        self.connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
+
+    @staticmethod
+    def key(identity: str, text: str) -> str:
+        return hashlib.sha256(f"{identity}\n{text}".encode()).hexdigest()
+
+    def get_many(self, identity: str, texts: Sequence[str]) -> dict[str, AnnotatedSentence]:
+        keys = {self.key(identity, text): text for text in texts}
+        found: dict[str, AnnotatedSentence] = {}
+        key_list = list(keys)
+        for start in range(0, len(key_list), 500):
+            chunk = key_list[start:start + 500]
+            rows = self.connection.execute(
+                f"SELECT key, value FROM annotations WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+            for key, value in rows:
+                found[keys[key]] = AnnotatedSentence.from_json(value)
+        return found
+
+    def put_many(self, identity: str, sentences: dict[str, AnnotatedSentence]) -> None:
+        with self.connection:
+            self.connection.executemany(
+                "INSERT OR REPLACE INTO annotations VALUES (?, ?)",
+                [(self.key(identity, text), sentence.to_json()) for text, sentence in sentences.items()])
+
+    def __len__(self) -> int:
+        return self.connection.execute("SELECT COUNT(*) FROM annotations").fetchone()[0]
+
+
+def default_cache_path() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "hf_srcfeat" / "annotations.sqlite"
+
+
+class StanzaAnnotator:
+    """Stanza pipeline (tokenize, mwt, pos, lemma, depparse) annotating each text as one sentence.
+
+    Args:
+        language: Stanza language code.
+        model_dir: Stanza resources folder; default `$HF_SRCFEAT_STANZA_DIR`, else Stanza's default folder
+            with its normal download. A folder given here or by the variable is used as is, never downloaded.
+        pretokenized: texts are already tokenized (words separated by spaces); Stanza keeps that split.
+        cache_path: SQLite cache file; default `~/.cache/hf_srcfeat/annotations.sqlite`; `None` disables it
+            when `use_cache=False`.
+        batch_size: texts handed to Stanza at once.
+    """
+
+    def __init__(self, language: str = "en", model_dir: str | os.PathLike | None = None,
+                 pretokenized: bool = False, cache_path: str | os.PathLike | None = None,
+                 use_cache: bool = True, batch_size: int = 256, device: str = "cpu"):
+        self.language = language
+        chosen = model_dir or os.environ.get(STANZA_DIR_ENV)
+        self.model_dir = Path(chosen) if chosen else None
+        if self.model_dir is not None and not (self.model_dir / language).is_dir():
+            raise FileNotFoundError(
+                f"No Stanza models for {language!r} in {self.model_dir} (from "
+                f"{'model_dir' if model_dir else STANZA_DIR_ENV}); expected a folder {self.model_dir / language}.")
+        self.pretokenized = pretokenized
+        self.batch_size = batch_size
+        self.device = device
+        self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
+        self._pipeline = None
+
+    @property
+    def processors(self) -> str:
+        return "tokenize,pos,lemma,depparse" if self.pretokenized else STANZA_PROCESSORS
+
+    @property
+    def identity(self) -> str:
+        """Everything that changes the output: Stanza version, language, processors and the model files."""
+        import stanza
+
+        models = []
+        if self.model_dir is not None:
+            for path in sorted((self.model_dir / self.language).rglob("*.pt")):
+                stat = path.stat()
+                models.append(f"{path.relative_to(self.model_dir)}:{stat.st_size}:{int(stat.st_mtime)}")
+        parts = [f"stanza={stanza.__version__}", f"lang={self.language}", f"processors={self.processors}",
+                 f"pretokenized={self.pretokenized}", f"models={self.model_dir}|{';'.join(models)}"]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    @property
+    def pipeline(self):
+        if self._pipeline is None:
+            import stanza
+
+            options = dict(lang=self.language, processors=self.processors, tokenize_no_ssplit=True,
+                           tokenize_pretokenized=self.pretokenized, use_gpu=self.device != "cpu",
+                           logging_level="WARN")
+            if self.model_dir is not None:
+                options.update(dir=str(self.model_dir), download_method=None)
+            self._pipeline = stanza.Pipeline(**options)
+        return self._pipeline
+
+    def __call__(self, texts: str | Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
+        return self.annotate([texts] if isinstance(texts, str) else texts, show_progress=show_progress)
+
+    def annotate(self, texts: Sequence[str], show_progress: bool = True) -> list[AnnotatedSentence]:
+        """One AnnotatedSentence per text (cached texts are not parsed again)."""
+        for index, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"text {index} is empty or whitespace only; there is nothing to annotate.")
+        unique = list(dict.fromkeys(texts))
+        identity = self.identity
+        done = self.cache.get_many(identity, unique) if self.cache is not None else {}
+        missing = [text for text in unique if text not in done]
+        if missing:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=len(missing), desc="stanza", unit="sent", disable=not show_progress)
+            for start in range(0, len(missing), self.batch_size):
+                chunk = missing[start:start + self.batch_size]
+                parsed = {text: self._convert(text, document)
+                          for text, document in zip(chunk, self.pipeline.bulk_process(list(chunk)), strict=True)}
+                if self.cache is not None:
+                    self.cache.put_many(identity, parsed)
+                done.update(parsed)
+                progress.update(len(chunk))
+            progress.close()
+        return [done[text] for text in texts]
+
+    @staticmethod
+    def _convert(text: str, document) -> AnnotatedSentence:
+        words, offset = [], 0
+        # tokenize_no_ssplit keeps one sentence per text; should Stanza still split, later sentences'
+        # roots attach to the first sentence's root so that one tree spans the whole segment.
+        first_root = None
+        for sentence in document.sentences:
+            for word in sentence.words:
+                head = word.head + offset if word.head else 0
+                if head == 0:
+                    if first_root is None:
+                        first_root = word.id + offset
+                    else:
+                        head = first_root
+                words.append(AnnotatedWord(text=word.text, upos=word.upos or "X", xpos=word.xpos or "_",
+                                           lemma=word.lemma if word.lemma is not None else word.text,
+                                           deprel=word.deprel or "dep", head=head))
+            offset += len(sentence.words)
+        return AnnotatedSentence(words=words, text=text)

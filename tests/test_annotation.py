@@ -1,0 +1,94 @@
+"""Annotation: the CoNLL-U reader on gold UD EWT trees, Stanza on real Multi30k text, the on-disk cache,
+and errors that name the bad sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
+
+
+def test_conllu_reader_reads_every_gold_ewt_dev_sentence_as_one_tree(ewt_dir):
+    sentences = list(read_conllu(ewt_dir / "en_ewt-ud-dev.conllu.gz"))
+    assert len(sentences) == 2001
+    first = sentences[0]
+    assert first.sentence_id and first.text
+    assert all(sum(word.head == 0 for word in sentence.words) == 1 for sentence in sentences)
+
+
+def test_conllu_reader_keeps_syntactic_words_and_skips_multiword_token_lines():
+    lines = [
+        "# sent_id = mwt-1", "# text = I don't know.",
+        "1\tI\tI\tPRON\tPRP\t_\t4\tnsubj\t_\t_",
+        "2-3\tdon't\t_\t_\t_\t_\t_\t_\t_\t_",
+        "2\tdo\tdo\tAUX\tVBP\t_\t4\taux\t_\t_",
+        "3\tn't\tnot\tPART\tRB\t_\t4\tadvmod\t_\t_",
+        "4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_\t_",
+        "5\t.\t.\tPUNCT\t.\t_\t4\tpunct\t_\t_", "",
+    ]
+    (sentence,) = read_conllu(lines)
+    assert [word.text for word in sentence.words] == ["I", "do", "n't", "know", "."]
+    assert sentence.heads == [4, 4, 4, 0, 4] and sentence.words[2].lemma == "not"
+
+
+@pytest.mark.parametrize(("heads", "message"), [
+    ([2, 0, 5], "outside 0..3"),
+    ([0, 0, 2], "2 roots"),
+    ([2, 3, 2], "0 roots"),
+    ([0, 3, 2], "cycle"),
+])
+def test_malformed_trees_raise_errors_naming_the_sentence(heads, message):
+    with pytest.raises(ValueError, match=message) as error:
+        AnnotatedSentence.from_features(["a", "b", "c"], ["X"] * 3, ["a", "b", "c"], ["dep"] * 3, heads,
+                                         sentence_id="train-17")
+    assert "train-17" in str(error.value)
+
+
+def test_pre_parsed_features_of_the_wrong_length_raise_an_error_naming_the_sentence():
+    with pytest.raises(ValueError, match=r"train-4: features do not match its words.*'upos': 2"):
+        AnnotatedSentence.from_features(["Dogs", "bark", "."], ["NOUN", "VERB"], ["dog", "bark", "."],
+                                         ["nsubj", "root", "punct"], [2, 0, 2], sentence_id="train-4")
+
+
+def test_stanza_annotates_each_raw_text_as_one_sentence_with_all_features(stanza_annotator, test_sentences):
+    texts = test_sentences[:4] + ["Two dogs play. They don't bite."]
+    sentences = stanza_annotator.annotate(texts, show_progress=False)
+    assert len(sentences) == len(texts)
+    for text, sentence in zip(texts, sentences, strict=True):
+        assert sentence.text == text
+        assert all(word.upos and word.lemma and word.deprel for word in sentence.words)
+    assert [w.text for w in sentences[-1].words][-4:] == ["do", "n't", "bite", "."]
+    dogs = sentences[-1].words[1]
+    assert (dogs.text, dogs.upos, dogs.lemma) == ("dogs", "NOUN", "dog")
+
+
+def test_a_second_annotator_reads_the_cache_instead_of_parsing_again(stanza_annotator, test_sentences, tmp_path):
+    first = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cache.sqlite")
+    expected = first.annotate(test_sentences[:3], show_progress=False)
+    second = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cache.sqlite")
+    assert second.annotate(test_sentences[:3], show_progress=False) == expected
+    assert second._pipeline is None, "the cached corpus must not load Stanza"
+    assert len(second.cache) == 3
+    other = StanzaAnnotator(model_dir=stanza_annotator.model_dir, pretokenized=True,
+                            cache_path=tmp_path / "cache.sqlite")
+    assert other.identity != second.identity, "a different annotator must not reuse these annotations"
+
+
+def test_empty_text_and_missing_models_raise_clear_errors(stanza_annotator, tmp_path):
+    with pytest.raises(ValueError, match="text 1 is empty or whitespace only"):
+        stanza_annotator.annotate(["A dog.", "   "])
+    with pytest.raises(FileNotFoundError, match="No Stanza models for 'en'"):
+        StanzaAnnotator(model_dir=tmp_path, use_cache=False)
+
+
+def test_stanza_tags_gold_tokenized_ewt_test_sentences_mostly_right(ewt_dir, tmp_path):
+    gold = list(read_conllu(ewt_dir / "en_ewt-ud-test.conllu.gz"))[:60]
+    annotator = StanzaAnnotator(pretokenized=True, use_cache=False)
+    predicted = annotator.annotate([" ".join(w.text for w in sentence.words) for sentence in gold],
+                                   show_progress=False)
+    pairs = [(g, p) for sentence_g, sentence_p in zip(gold, predicted, strict=True)
+             for g, p in zip(sentence_g.words, sentence_p.words, strict=True)]
+    upos = sum(g.upos == p.upos for g, p in pairs) / len(pairs)
+    uas = sum(g.head == p.head for g, p in pairs) / len(pairs)
+    # The shared models measure UPOS 90.7 and UAS 79.5 on all of EWT test.
+    assert upos > 0.8 and uas > 0.65, (upos, uas)
