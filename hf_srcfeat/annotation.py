@@ -111,8 +111,8 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
             yield from read_conllu(list(handle))
         return
     words: list[AnnotatedWord] = []
-    sentence_id, text, line_number = "", "", 0
-    for line_number, raw in enumerate(source, start=1):  # noqa: B007  (line_number used after the loop)
+    sentence_id, text = "", ""
+    for line_number, raw in enumerate(source, start=1):
         line = raw.rstrip("\n")
         if line.startswith("#"):
             key, _, value = line[1:].partition("=")
