@@ -93,8 +93,7 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start >= self.seconds:
-            control.should_training_stop = True
-            control.should_save = True
+            control.should_training_stop = True  # train.py then saves the model as after any training
 
 
 def code_version() -> str:
