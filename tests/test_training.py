@@ -64,3 +64,12 @@ def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, t
     results = json.loads((output_dir / "results.json").read_text())
     # 8 steps x 2 processes x 8 sentences = 128 of the 256 sentences: half an epoch.
     assert results["train_metrics"]["epoch"] == pytest.approx(0.5)
+
+
+def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(multi30k_dir, tmp_path):
+    output_dir = tmp_path / "budget"
+    results = train.main(TINY + ["--output_dir", str(output_dir), "--do_train", "--max_train_samples", "200",
+                                 "--max_steps", "500", "--per_device_train_batch_size", "8",
+                                 "--max_train_minutes", "0.0001", "--do_predict_test", "false"])
+    assert results["train_metrics"]["epoch"] < 0.1  # stopped after the first step, not 500
+    assert (output_dir / "model.safetensors").exists()
