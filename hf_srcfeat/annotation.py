@@ -99,6 +99,25 @@ class AnnotatedSentence:
                    sentence_id=sentence_id, text=" ".join(words))
 
 
+def annotation_scores(gold: Sequence[AnnotatedSentence], predicted: Sequence[AnnotatedSentence]) -> dict:
+    """Word-level UPOS, lemma, UAS and LAS (relation without subtype), in percent, of `predicted` against
+    `gold` sentences with the same words (annotate gold-tokenized text with `pretokenized=True`)."""
+    counts = {"upos": 0, "lemma": 0, "uas": 0, "las": 0}
+    words = 0
+    for gold_sentence, predicted_sentence in zip(gold, predicted, strict=True):
+        if len(gold_sentence.words) != len(predicted_sentence.words):
+            raise ValueError(f"sentence {gold_sentence.name}: {len(gold_sentence.words)} gold words but "
+                             f"{len(predicted_sentence.words)} predicted; score gold-tokenized input.")
+        for g, p in zip(gold_sentence.words, predicted_sentence.words, strict=True):
+            words += 1
+            counts["upos"] += g.upos == p.upos
+            counts["lemma"] += g.lemma == p.lemma
+            counts["uas"] += g.head == p.head
+            counts["las"] += g.head == p.head and g.deprel.split(":")[0] == p.deprel.split(":")[0]
+    return {"sentences": len(gold), "words": words,
+            **{name: round(100 * count / words, 2) for name, count in counts.items()}}
+
+
 def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[AnnotatedSentence]:
     """Sentences of a CoNLL-U file (plain or .gz) or of an iterable of its lines.
 
@@ -188,8 +207,8 @@ class StanzaAnnotator:
         model_dir: Stanza resources folder; default `$HF_SRCFEAT_STANZA_DIR`, else Stanza's default folder
             with its normal download. A folder given here or by the variable is used as is, never downloaded.
         pretokenized: texts are already tokenized (words separated by spaces); Stanza keeps that split.
-        cache_path: SQLite cache file; default `~/.cache/hf_srcfeat/annotations.sqlite`; `None` disables it
-            when `use_cache=False`.
+        cache_path: SQLite cache file; default `~/.cache/hf_srcfeat/annotations.sqlite`.
+        use_cache: read and write the cache; `False` parses every text.
         batch_size: texts handed to Stanza at once.
     """
 

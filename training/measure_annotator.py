@@ -19,7 +19,7 @@ from pathlib import Path
 import stanza
 import torch
 
-from hf_srcfeat.annotation import StanzaAnnotator, read_conllu
+from hf_srcfeat.annotation import StanzaAnnotator, annotation_scores, read_conllu
 from hf_srcfeat.multi30k import load_multi30k
 
 
@@ -27,16 +27,7 @@ def accuracy(ewt_file: Path, model_dir: str | None) -> dict:
     gold = list(read_conllu(ewt_file))
     annotator = StanzaAnnotator(model_dir=model_dir, pretokenized=True, use_cache=False)
     predicted = annotator.annotate([" ".join(word.text for word in sentence.words) for sentence in gold])
-    counts = {"words": 0, "upos": 0, "lemma": 0, "uas": 0, "las": 0}
-    for gold_sentence, predicted_sentence in zip(gold, predicted, strict=True):
-        for g, p in zip(gold_sentence.words, predicted_sentence.words, strict=True):
-            counts["words"] += 1
-            counts["upos"] += g.upos == p.upos
-            counts["lemma"] += g.lemma == p.lemma
-            counts["uas"] += g.head == p.head
-            counts["las"] += g.head == p.head and g.deprel.split(":")[0] == p.deprel.split(":")[0]
-    return {"sentences": len(gold), "words": counts["words"],
-            **{name: round(100 * counts[name] / counts["words"], 2) for name in ("upos", "lemma", "uas", "las")}}
+    return annotation_scores(gold, predicted)
 
 
 def throughput(texts: list[str], model_dir: str | None) -> dict:
