@@ -61,13 +61,16 @@ class AnnotatedSentence:
         if len(roots) != 1:
             raise ValueError(f"sentence {self.name} has {len(roots)} roots (words {roots}); a dependency tree "
                              "needs exactly one.")
+        reaches_root = {0}
         for start in range(1, count + 1):
-            seen, node = set(), start
-            while node != 0:
-                if node in seen:
-                    raise ValueError(f"sentence {self.name}: the heads of words {sorted(seen)} form a cycle.")
-                seen.add(node)
+            path, node = set(), start
+            # Each word is walked once: a path stops at the first word already known to reach the root.
+            while node not in reaches_root:
+                if node in path:
+                    raise ValueError(f"sentence {self.name}: the heads of words {sorted(path)} form a cycle.")
+                path.add(node)
                 node = self.words[node - 1].head
+            reaches_root.update(path)
 
     @property
     def heads(self) -> list[int]:
