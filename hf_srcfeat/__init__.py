@@ -1,9 +1,11 @@
 """hf_srcfeat: source-feature neural machine translation models for Hugging Face Transformers."""
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
+from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -16,7 +18,9 @@ from .modeling_srcfeat_transformer import (
     SrcFeatTransformerModel,
     SrcFeatTransformerPreTrainedModel,
 )
+from .pipeline_translation import SourceFeatureTranslationPipeline, pipeline, register_pipeline
 from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
+from .tokenization_source_features import SourceFeatureTokenizer, train_source_feature_tokenizer
 
 __version__ = "0.1.0"
 
@@ -26,12 +30,24 @@ def _register_auto_classes() -> None:
     AutoModel.register(SrcFeatTransformerConfig, SrcFeatTransformerModel, exist_ok=True)
     AutoModelForSeq2SeqLM.register(SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration,
                                    exist_ok=True)
+    AutoTokenizer.register(SrcFeatTransformerConfig, tokenizer_class=SourceFeatureTokenizer, exist_ok=True)
+    register_pipeline()
 
 
 _register_auto_classes()
 
 __all__ = [
     "SOURCE_FEATURE_NAMES",
+    "AnnotatedSentence",
+    "AnnotatedWord",
+    "FeatureVocabularies",
+    "FeatureVocabulary",
+    "SourceFeatureTokenizer",
+    "SourceFeatureTranslationPipeline",
+    "StanzaAnnotator",
+    "pipeline",
+    "read_conllu",
+    "train_source_feature_tokenizer",
     "DecoderLayerContext",
     "EncoderLayerContext",
     "ScoreModification",

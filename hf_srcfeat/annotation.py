@@ -8,22 +8,27 @@ corpus is parsed once.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import hashlib
 import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
+ANNOTATION_CACHE_ENV = "HF_SRCFEAT_ANNOTATION_CACHE"
 STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
+#: Part of the cache key: raise it when AnnotatedWord changes, so older cache entries are not reused.
+ANNOTATION_FORMAT = 2
 
 
 @dataclass(frozen=True)
 class AnnotatedWord:
-    """One syntactic word. `head` is 1-based as in CoNLL-U; 0 marks the root."""
+    """One syntactic word. `head` is 1-based as in CoNLL-U; 0 marks the root. `space_after` says whether
+    whitespace followed the word in the raw text (CoNLL-U `SpaceAfter=No`); the tokenizer keeps that spacing."""
 
     text: str
     upos: str
@@ -31,6 +36,7 @@ class AnnotatedWord:
     lemma: str
     deprel: str
     head: int
+    space_after: bool = True
 
 
 @dataclass
@@ -121,6 +127,14 @@ def annotation_scores(gold: Sequence[AnnotatedSentence], predicted: Sequence[Ann
             **{name: round(100 * count / words, 2) for name, count in counts.items()}}
 
 
+def multiword_spacing(words: list[AnnotatedWord], form: str, space_after: bool) -> list[AnnotatedWord]:
+    """The words of one multi-word token with its spacing: they touch when they spell its form ("does" +
+    "n't" = "doesn't"), else ("du" = "de" + "le") they are kept apart; the last takes the token's spacing."""
+    touching = "".join(word.text for word in words) == form
+    return [replace(word, space_after=space_after if index == len(words) - 1 else not touching)
+            for index, word in enumerate(words)]
+
+
 def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[AnnotatedSentence]:
     """Sentences of a CoNLL-U file (plain or .gz) or of an iterable of its lines.
 
@@ -134,6 +148,7 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
         return
     words: list[AnnotatedWord] = []
     sentence_id, text = "", ""
+    multiword: tuple[int, int, str, bool] | None = None  # (first id, last id, form, space after) of a range
     for line_number, raw in enumerate(source, start=1):
         line = raw.rstrip("\n")
         if line.startswith("#"):
@@ -151,13 +166,22 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
         columns = line.split("\t")
         if len(columns) != 10:
             raise ValueError(f"CoNLL-U line {line_number} has {len(columns)} columns, expected 10: {line!r}")
-        if "-" in columns[0] or "." in columns[0]:
+        if "." in columns[0]:
             continue
-        if int(columns[0]) != len(words) + 1:
+        if "-" in columns[0]:
+            first_id, last_id = (int(part) for part in columns[0].split("-"))
+            multiword = (first_id, last_id, columns[1], "SpaceAfter=No" not in columns[9])
+            continue
+        word_id = int(columns[0])
+        if word_id != len(words) + 1:
             raise ValueError(f"CoNLL-U line {line_number}: word id {columns[0]} out of order in sentence "
                              f"{sentence_id or line_number}.")
         words.append(AnnotatedWord(text=columns[1], lemma=columns[2], upos=columns[3], xpos=columns[4],
-                                   head=int(columns[6]), deprel=columns[7]))
+                                   head=int(columns[6]), deprel=columns[7],
+                                   space_after="SpaceAfter=No" not in columns[9]))
+        if multiword is not None and word_id == multiword[1]:
+            words[multiword[0] - 1:] = multiword_spacing(words[multiword[0] - 1:], multiword[2], multiword[3])
+            multiword = None
     if words:
         yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
 
@@ -167,9 +191,19 @@ class AnnotationCache:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.connection = sqlite3.connect(self.path)
-        self.connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
+        self._connection: sqlite3.Connection | None = None
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(self.path)
+            self._connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
+        return self._connection
+
+    def __getstate__(self) -> dict:
+        # Picklable (datasets.map hashes and ships the tokenizer): the connection is reopened where needed.
+        return {"path": self.path, "_connection": None}
 
     @staticmethod
     def key(identity: str, text: str) -> str:
@@ -198,6 +232,9 @@ class AnnotationCache:
 
 
 def default_cache_path() -> Path:
+    """`$HF_SRCFEAT_ANNOTATION_CACHE`, else `annotations.sqlite` in the user's cache folder."""
+    if os.environ.get(ANNOTATION_CACHE_ENV):
+        return Path(os.environ[ANNOTATION_CACHE_ENV])
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return root / "hf_srcfeat" / "annotations.sqlite"
 
@@ -210,7 +247,8 @@ class StanzaAnnotator:
         model_dir: Stanza resources folder; default `$HF_SRCFEAT_STANZA_DIR`, else Stanza's default folder
             with its normal download. A folder given here or by the variable is used as is, never downloaded.
         pretokenized: texts are already tokenized (words separated by spaces); Stanza keeps that split.
-        cache_path: SQLite cache file; default `~/.cache/hf_srcfeat/annotations.sqlite`.
+        cache_path: SQLite cache file; default `$HF_SRCFEAT_ANNOTATION_CACHE`, else
+            `~/.cache/hf_srcfeat/annotations.sqlite`.
         use_cache: read and write the cache; `False` parses every text.
         batch_size: texts handed to Stanza at once.
     """
@@ -231,6 +269,15 @@ class StanzaAnnotator:
         self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
         self._pipeline = None
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pipeline": None}  # the Stanza pipeline is rebuilt on first use
+
+    def with_pretokenized_input(self) -> StanzaAnnotator:
+        """The same annotator for texts whose words are already separated by spaces."""
+        twin = copy.copy(self)
+        twin.pretokenized, twin._pipeline = True, None
+        return twin
+
     @property
     def processors(self) -> str:
         return "tokenize,pos,lemma,depparse" if self.pretokenized else STANZA_PROCESSORS
@@ -245,7 +292,7 @@ class StanzaAnnotator:
             for path in sorted((self.model_dir / self.language).rglob("*.pt")):
                 stat = path.stat()
                 models.append(f"{path.relative_to(self.model_dir)}:{stat.st_size}:{int(stat.st_mtime)}")
-        parts = [f"stanza={stanza.__version__}", f"lang={self.language}", f"processors={self.processors}",
+        parts = [f"format={ANNOTATION_FORMAT}", f"stanza={stanza.__version__}", f"lang={self.language}", f"processors={self.processors}",
                  f"pretokenized={self.pretokenized}", f"models={self.model_dir}|{';'.join(models)}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -291,20 +338,24 @@ class StanzaAnnotator:
 
     @staticmethod
     def _convert(text: str, document) -> AnnotatedSentence:
-        words, offset = [], 0
+        words: list[AnnotatedWord] = []
         # tokenize_no_ssplit keeps one sentence per text; should Stanza still split, later sentences'
         # roots attach to the first sentence's root so that one tree spans the whole segment.
-        first_root = None
+        first_root, offset = None, 0
         for sentence in document.sentences:
-            for word in sentence.words:
-                head = word.head + offset if word.head else 0
-                if head == 0:
-                    if first_root is None:
-                        first_root = word.id + offset
-                    else:
-                        head = first_root
-                words.append(AnnotatedWord(text=word.text, upos=word.upos or "X", xpos=word.xpos or "_",
-                                           lemma=word.lemma if word.lemma is not None else word.text,
-                                           deprel=word.deprel or "dep", head=head))
+            for token in sentence.tokens:
+                token_words = []
+                for word in token.words:
+                    head = word.head + offset if word.head else 0
+                    if head == 0:
+                        if first_root is None:
+                            first_root = word.id + offset
+                        else:
+                            head = first_root
+                    token_words.append(AnnotatedWord(
+                        text=word.text, upos=word.upos or "X", xpos=word.xpos or "_",
+                        lemma=word.lemma if word.lemma is not None else word.text, deprel=word.deprel or "dep",
+                        head=head))
+                words.extend(multiword_spacing(token_words, token.text, bool(token.spaces_after)))
             offset += len(sentence.words)
         return AnnotatedSentence(words=words, text=text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ os.environ["HF_SRCFEAT_MULTI30K_DIR"] = str(MULTI30K)
 STANZA_DIR = Path(os.environ.get("HF_SRCFEAT_STANZA_DIR", SHARED / "stanza_resources"))
 os.environ["HF_SRCFEAT_STANZA_DIR"] = str(STANZA_DIR)
 EWT = SHARED / "data" / "ud_english_ewt"
+# Parses are cached per test session (and shared with the processes the tests start), never in ~/.cache.
+os.environ["HF_SRCFEAT_ANNOTATION_CACHE"] = str(Path(tempfile.mkdtemp(prefix="hf_srcfeat_test_")) / "a.sqlite")
 torch.set_num_threads(1)
 
 

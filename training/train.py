@@ -34,9 +34,10 @@ from transformers import (
 )
 
 import hf_srcfeat
+from hf_srcfeat.annotation import StanzaAnnotator
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.multi30k import load_multi30k, multi30k_file
-from hf_srcfeat.subword_training import train_subword_tokenizer
+from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -76,6 +77,10 @@ class DataArguments:
     max_source_length: int = 128
     max_target_length: int = 128
     do_predict_test: bool = field(default=True, metadata={"help": "Translate and score test_2016_flickr."})
+    stanza_dir: str | None = field(default=None, metadata={
+        "help": "Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's normal download)."})
+    annotation_cache: str | None = field(default=None, metadata={
+        "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
     max_train_minutes: float | None = field(default=None, metadata={
         "help": "Stop training after this many minutes (wall clock), whatever max_steps says."})
     overwrite_output_dir: bool = field(default=False, metadata={
@@ -128,19 +133,29 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         )
 
 
-def build_tokenizer(model_args: ModelArguments, training_args, train_texts: list[str]):
-    """Load the given tokenizer, or train one on the main process and share it through output_dir."""
-    if model_args.tokenizer_name_or_path or model_args.model_name_or_path:
-        return AutoTokenizer.from_pretrained(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
+def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
+                    source_texts: list[str]):
+    """Load the given feature-aware tokenizer, or train one on the main process and share it through
+    output_dir; either way its annotator parses every source sentence once (cached) before tokenization."""
+    annotator = StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
+                                cache_path=data_args.annotation_cache)
     saved = Path(training_args.output_dir) / "tokenizer.json"
-    # The main process trains first; the others then load its files, so all processes share one vocabulary.
-    with training_args.main_process_first(desc="subword tokenizer"):
-        if saved.exists():
-            return AutoTokenizer.from_pretrained(training_args.output_dir)
-        tokenizer = train_subword_tokenizer(train_texts, vocab_size=model_args.vocab_size,
-                                            model=model_args.subword_model)
-        tokenizer.save_pretrained(training_args.output_dir)
-        return tokenizer
+    # The main process annotates and trains first; the others then read its cache and files.
+    with training_args.main_process_first(desc="annotation and tokenizer"):
+        annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
+        if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
+            if not isinstance(tokenizer, hf_srcfeat.SourceFeatureTokenizer):
+                raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
+                                 "source features (train a new one by leaving --tokenizer_name_or_path out).")
+        else:
+            tokenizer = train_source_feature_tokenizer(
+                list(train_data["source"]), list(train_data["target"]), vocab_size=model_args.vocab_size,
+                subword_model=model_args.subword_model, annotator=annotator, language=data_args.source_lang)
+            tokenizer.save_pretrained(training_args.output_dir)
+    tokenizer.annotator = annotator
+    return tokenizer
 
 
 def build_model(model_args: ModelArguments, tokenizer):
@@ -184,14 +199,17 @@ def main(argv: list[str] | None = None) -> dict:
     eval_data = load("val", data_args.max_eval_samples)
     test_data = load("test_2016_flickr", data_args.max_predict_samples)
 
-    tokenizer = build_tokenizer(model_args, training_args, list(train_data["source"]) + list(train_data["target"]))
+    source_texts = [text for split in (train_data, eval_data, test_data) for text in split["source"]]
+    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, source_texts)
     model = build_model(model_args, tokenizer)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
 
     def tokenize(batch):
-        return tokenizer(batch["source"], text_target=batch["target"], truncation=True,
-                         max_length=data_args.max_source_length)
+        encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length)
+        encoded["labels"] = tokenizer(text_target=batch["target"], truncation=True,
+                                      max_length=data_args.max_target_length)["input_ids"]
+        return encoded
 
     with training_args.main_process_first(desc="tokenization"):
         columns = train_data.column_names

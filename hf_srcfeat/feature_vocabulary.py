@@ -1,0 +1,113 @@
+"""Vocabularies of the word-level source features (UPOS, lemma, dependency relation, B/I/E/S subword tag).
+
+Every vocabulary starts with the same three entries, so that id 0 is always padding:
+`<pad>` (0), `<unk>` (1, a label not seen when the vocabulary was built) and `<special>` (2, a special token
+such as `</s>`, which belongs to no word). Saved with the tokenizer as one JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .annotation import AnnotatedSentence
+
+PAD_LABEL, UNK_LABEL, SPECIAL_LABEL = "<pad>", "<unk>", "<special>"
+RESERVED_LABELS = (PAD_LABEL, UNK_LABEL, SPECIAL_LABEL)
+PAD_ID, UNK_ID, SPECIAL_ID = 0, 1, 2
+
+#: The 17 Universal Dependencies part-of-speech tags: the UPOS vocabulary is closed, not learned.
+UNIVERSAL_POS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN",
+                      "PUNCT", "SCONJ", "SYM", "VERB", "X")
+#: Position of a subword token in its word (Sennrich & Haddow 2016): Begin, Inside, End, or Single.
+SUBWORD_TAGS = ("B", "I", "E", "S")
+
+
+class FeatureVocabulary:
+    """A label <-> id map with the reserved entries first."""
+
+    def __init__(self, labels: Iterable[str], fallback_to_base_relation: bool = False):
+        self.labels = list(RESERVED_LABELS) + [label for label in labels if label not in RESERVED_LABELS]
+        self.ids = {label: index for index, label in enumerate(self.labels)}
+        if len(self.ids) != len(self.labels):
+            raise ValueError("feature vocabulary labels must be unique.")
+        # An unseen relation subtype ("obl:npmod") falls back to its relation ("obl") before <unk>.
+        self.fallback_to_base_relation = fallback_to_base_relation
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FeatureVocabulary) and self.labels == other.labels
+
+    def id(self, label: str) -> int:
+        found = self.ids.get(label)
+        if found is None and self.fallback_to_base_relation:
+            found = self.ids.get(label.split(":")[0])
+        return UNK_ID if found is None else found
+
+    @classmethod
+    def from_counts(cls, counts: Counter, min_frequency: int = 1, max_size: int | None = None,
+                    fallback_to_base_relation: bool = False) -> FeatureVocabulary:
+        """Labels seen at least `min_frequency` times, most frequent first, ties alphabetical."""
+        ranked = sorted((label for label, count in counts.items() if count >= min_frequency),
+                        key=lambda label: (-counts[label], label))
+        if max_size is not None:
+            ranked = ranked[:max(0, max_size - len(RESERVED_LABELS))]
+        return cls(ranked, fallback_to_base_relation)
+
+
+@dataclass
+class FeatureVocabularies:
+    """The vocabularies of `pos_ids`, `lemma_ids`, `deprel_ids` and `subword_tag_ids`."""
+
+    pos: FeatureVocabulary
+    lemma: FeatureVocabulary
+    deprel: FeatureVocabulary
+    subword_tag: FeatureVocabulary
+
+    @classmethod
+    def build(cls, sentences: Iterable[AnnotatedSentence], lemma_min_frequency: int = 2,
+              max_lemmas: int | None = 10000) -> FeatureVocabularies:
+        """Lemma and relation vocabularies from annotated training sentences; UPOS and B/I/E/S are fixed."""
+        lemmas, relations = Counter(), Counter()
+        for sentence in sentences:
+            for word in sentence.words:
+                lemmas[word.lemma] += 1
+                relations[word.deprel] += 1
+                relations[word.deprel.split(":")[0]] += 0  # the base relation is always a fallback entry
+        return cls(pos=FeatureVocabulary(UNIVERSAL_POS_TAGS),
+                   lemma=FeatureVocabulary.from_counts(lemmas, lemma_min_frequency, max_lemmas),
+                   deprel=FeatureVocabulary.from_counts(relations, min_frequency=0,
+                                                        fallback_to_base_relation=True),
+                   subword_tag=FeatureVocabulary(SUBWORD_TAGS))
+
+    def sizes(self) -> dict[str, int]:
+        """Embedding table sizes, by the config argument names the models use."""
+        return {"num_pos_tags": len(self.pos), "num_lemmas": len(self.lemma),
+                "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
+
+    def to_dict(self) -> dict:
+        return {"format": 1, "reserved": list(RESERVED_LABELS),
+                **{name: getattr(self, name).labels for name in ("pos", "lemma", "deprel", "subword_tag")}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FeatureVocabularies:
+        if list(data.get("reserved", [])) != list(RESERVED_LABELS):
+            raise ValueError(f"feature vocabulary file has reserved entries {data.get('reserved')}, expected "
+                             f"{list(RESERVED_LABELS)}.")
+        return cls(pos=FeatureVocabulary(data["pos"]), lemma=FeatureVocabulary(data["lemma"]),
+                   deprel=FeatureVocabulary(data["deprel"], fallback_to_base_relation=True),
+                   subword_tag=FeatureVocabulary(data["subword_tag"]))
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, ensure_ascii=False, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> FeatureVocabularies:
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))

@@ -1,0 +1,101 @@
+"""Translation pipeline: raw source sentences in, translations out, the source features computed on the way.
+
+Transformers 5 removed the `translation` task (`transformers.pipeline("translation")` raises KeyError), so
+`hf_srcfeat.pipeline("translation", model=..., tokenizer=...)` provides it, and the same class is registered
+as the task `source-feature-translation` for `transformers.pipeline(...)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers import pipeline as transformers_pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
+
+from .annotation import AnnotatedSentence
+from .source_features import SOURCE_FEATURE_NAMES
+
+TASK = "source-feature-translation"
+MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
+
+
+class SourceFeatureTranslationPipeline(Pipeline):
+    """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.
+
+    Call with one sentence or a list; returns `[{"translation_text": ...}]` per sentence, as the Transformers
+    4 translation pipeline did. Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when
+    the pipeline is created or at each call; the model's generation config supplies the rest.
+    """
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_video_processor = False
+    _pipeline_calls_generate = True
+
+    def _sanitize_parameters(self, skip_special_tokens: bool | None = None, **generate_kwargs):
+        postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
+        return {}, generate_kwargs, postprocess
+
+    def __call__(self, inputs: str | AnnotatedSentence | list, **kwargs):
+        single = isinstance(inputs, (str, AnnotatedSentence))
+        items = [inputs] if single else list(inputs)
+        if not items:
+            raise ValueError("no sentences to translate.")
+        texts = [item for item in items if isinstance(item, str)]
+        if texts:  # one annotator call for all raw sentences: Stanza is much faster on batches
+            parsed = iter(self.tokenizer.annotate(texts))
+            items = [next(parsed) if isinstance(item, str) else item for item in items]
+        results = super().__call__(items, **kwargs)
+        if single:
+            return results[0]
+        return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
+
+    def preprocess(self, sentence: AnnotatedSentence) -> dict[str, torch.Tensor]:
+        return dict(self.tokenizer(annotations=sentence, truncation=True, return_tensors="pt"))
+
+    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
+        batch_size = model_inputs["input_ids"].shape[0]
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        output_ids = self.model.generate(**{name: model_inputs[name] for name in MODEL_INPUTS if name in model_inputs},
+                                         **generate_kwargs)
+        # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True
+                    ) -> list[dict[str, str]]:
+        return [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).strip()}
+                for ids in model_outputs["output_ids"][0]]
+
+    def get_iterator(self, inputs, num_workers: int, batch_size: int, preprocess_params, forward_params,
+                     postprocess_params):
+        if batch_size == 1:
+            return super().get_iterator(inputs, num_workers, batch_size, preprocess_params, forward_params,
+                                        postprocess_params)
+        # The default collate pads only the sequence axis; the tokenizer pads every feature, [S, S] included.
+        def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+            return dict(self.tokenizer.pad([{name: value[0] for name, value in item.items()} for item in items],
+                                           return_tensors="pt"))
+
+        loader = DataLoader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers=num_workers,
+                            batch_size=batch_size, collate_fn=collate)
+        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+
+def register_pipeline() -> None:
+    PIPELINE_REGISTRY.register_pipeline(TASK, pipeline_class=SourceFeatureTranslationPipeline,
+                                        pt_model=AutoModelForSeq2SeqLM, type="text")
+
+
+def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, **kwargs) -> Pipeline:
+    """`transformers.pipeline`, with `translation` (and `translation_xx_to_yy`) mapped to this library's
+    source-feature translation pipeline; every other task goes to Transformers unchanged."""
+    if task is not None and (task == "translation" or task.startswith("translation_")):
+        task = TASK
+    return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)

@@ -1,0 +1,340 @@
+"""`SourceFeatureTokenizer`: raw text -> Stanza words -> subwords, with every word feature aligned to them.
+
+Alignment: the source is segmented into subwords *within* Stanza's words (as in factored NMT, Sennrich &
+Haddow 2016), so every subword belongs to exactly one word and carries that word's features. Each word is
+encoded with the whitespace that preceded it in the raw text (a word that touched its predecessor, like the
+"." in "dog.", gets no word-start marker), so the subwords are those the raw text gives whenever the subword
+model does not merge across a word boundary. Words of a multi-word token that spell it ("does" + "n't")
+touch; words that do not ("du" -> "de" + "le") are encoded apart.
+
+Source tensors, aligned to the subword tokens ([batch, seq], `dep_distance` [batch, seq, seq]):
+
+| name | value at a word's token | special token (`</s>`) | padding |
+|---|---|---|---|
+| `pos_ids`, `lemma_ids`, `deprel_ids`, `subword_tag_ids` | vocabulary id (unseen label: 1 `<unk>`) | 2 | 0 |
+| `word_ids` | index of the word in the annotated sentence | -1 | -1 |
+| `phrase_ids` | index of its parse phrase (`parse_phrases`), from 0 | -1 | -1 |
+| `dep_distance` | tree-path edges between the two tokens' words, 0 within a word | -1 | -1 |
+
+Features are computed on the whole sentence and then cut with the tokens, so a truncated encoding is exactly
+the start of the full one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from transformers import BatchEncoding
+from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+from .annotation import AnnotatedSentence, StanzaAnnotator
+from .dependency_tree import dependency_distances
+from .feature_vocabulary import PAD_ID, SPECIAL_ID, FeatureVocabularies
+from .parse_phrases import parse_phrases, phrase_token_limit
+from .source_features import SOURCE_FEATURE_NAMES
+from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
+
+FEATURE_VOCAB_FILE = "feature_vocab.json"
+#: Value of each per-token feature at padding positions ([S, S] `dep_distance` pads rows and columns with -1).
+FEATURE_PADDING = {"pos_ids": PAD_ID, "lemma_ids": PAD_ID, "deprel_ids": PAD_ID, "subword_tag_ids": PAD_ID,
+                   "word_ids": -1, "phrase_ids": -1}
+NO_WORD = -1
+#: `__call__` options that have no meaning for word-aligned source features.
+UNSUPPORTED_OPTIONS = ("stride", "return_overflowing_tokens", "return_offsets_mapping")
+
+
+class SourceFeatureTokenizer(TokenizersBackend):
+    """A fast subword tokenizer that, for source text, also returns the linguistic features of its words.
+
+    `tokenizer(texts)` annotates the texts with Stanza (cached on disk) and returns `input_ids`,
+    `attention_mask` and the features of `hf_srcfeat.SOURCE_FEATURE_NAMES`; `annotations=` takes pre-parsed
+    sentences (e.g. from `read_conllu`) instead; `text_target=` adds `labels` (plain subwords, no parsing);
+    `source_features=False` gives the plain subword encoding of the raw text.
+
+    Args:
+        feature_vocab_file: JSON file of the feature vocabularies (written by `save_pretrained`).
+        feature_vocabularies: the vocabularies themselves (instead of the file).
+        language: Stanza language of the source.
+        annotator: the annotator to use; by default a `StanzaAnnotator(language)` is made on first use, with
+            its models from `$HF_SRCFEAT_STANZA_DIR` or Stanza's normal download.
+    """
+
+    vocab_files_names = {"tokenizer_file": "tokenizer.json", "feature_vocab_file": FEATURE_VOCAB_FILE}
+    model_input_names = ["input_ids", "attention_mask", *SOURCE_FEATURE_NAMES]
+
+    def __init__(self, *args, feature_vocab_file: str | None = None,
+                 feature_vocabularies: FeatureVocabularies | None = None, language: str = "en",
+                 annotator: StanzaAnnotator | None = None, **kwargs):
+        super().__init__(*args, language=language, **kwargs)
+        self.language = language
+        if feature_vocabularies is None and feature_vocab_file is not None:
+            feature_vocabularies = FeatureVocabularies.load(feature_vocab_file)
+        self.feature_vocabularies = feature_vocabularies
+        self._annotators: dict[bool, StanzaAnnotator] = {}
+        if annotator is not None:
+            self.annotator = annotator
+        self._word_tokenizer: tuple[int, Tokenizer] | None = None
+
+    @classmethod
+    def convert_to_native_format(cls, trust_remote_code: bool = False, **kwargs):
+        # Load tokenizer.json verbatim: with a custom __init__, Transformers 5 would otherwise rebuild a BPE
+        # without merges from the bare vocabulary, silently (../shared/notes/transformers5.md, item 4).
+        return super().convert_to_native_format(trust_remote_code=True, **kwargs)
+
+    def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
+        file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        if self.feature_vocabularies is None:
+            return file_names
+        path = Path(save_directory, (filename_prefix + "-" if filename_prefix else "") + FEATURE_VOCAB_FILE)
+        self.feature_vocabularies.save(path)
+        return (*file_names, str(path))
+
+    # ---------------------------------------------------------------- annotation
+
+    @property
+    def annotator(self) -> StanzaAnnotator:
+        """The annotator of raw text (created on first use)."""
+        if False not in self._annotators:
+            self._annotators[False] = StanzaAnnotator(language=self.language)
+        return self._annotators[False]
+
+    @annotator.setter
+    def annotator(self, annotator: StanzaAnnotator) -> None:
+        if annotator.language != self.language:
+            raise ValueError(f"annotator language {annotator.language!r} differs from the tokenizer's "
+                             f"{self.language!r}.")
+        self._annotators = {False: annotator}
+
+    def _pretokenized_annotator(self) -> StanzaAnnotator:
+        if True not in self._annotators:
+            self._annotators[True] = self.annotator.with_pretokenized_input()
+        return self._annotators[True]
+
+    def annotate(self, texts: Sequence[str] | Sequence[Sequence[str]], is_split_into_words: bool = False,
+                 show_progress: bool = False) -> list[AnnotatedSentence]:
+        """Parse raw texts (or lists of words) with the tokenizer's annotator."""
+        if is_split_into_words:
+            for index, words in enumerate(texts):
+                if not words or any(not isinstance(word, str) or not word.strip() or " " in word.strip()
+                                    for word in words):
+                    raise ValueError(f"text {index}: with is_split_into_words=True each text must be a non-empty "
+                                     f"list of non-empty words without spaces, got {words!r}.")
+            joined = [" ".join(word.strip() for word in words) for words in texts]
+            return self._pretokenized_annotator().annotate(joined, show_progress=show_progress)
+        return self.annotator.annotate(list(texts), show_progress=show_progress)
+
+    # ---------------------------------------------------------------- encoding
+
+    def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *,
+                 annotations: AnnotatedSentence | Sequence[AnnotatedSentence] | None = None,
+                 source_features: bool = True, **kwargs) -> BatchEncoding:
+        if not source_features or (text is None and annotations is None):
+            return super().__call__(text, text_pair, text_target, text_pair_target, **kwargs)
+        if text_pair is not None or text_pair_target is not None:
+            raise ValueError("source features are computed for single sentences; text pairs are not supported.")
+        unsupported = [name for name in UNSUPPORTED_OPTIONS if kwargs.get(name)]
+        if unsupported:
+            raise ValueError(f"{unsupported} are not supported together with source features.")
+        is_split_into_words = kwargs.pop("is_split_into_words", False)
+        return_tensors = kwargs.pop("return_tensors", None)
+        padding = kwargs.pop("padding", False)
+        truncation = kwargs.pop("truncation", None)
+        max_length = kwargs.pop("max_length", None)
+        pad_to_multiple_of = kwargs.pop("pad_to_multiple_of", None)
+        padding_side = kwargs.pop("padding_side", None)
+        add_special_tokens = kwargs.pop("add_special_tokens", True)
+        return_attention_mask = kwargs.pop("return_attention_mask", None)
+        kwargs.pop("verbose", None)
+        if kwargs:
+            raise ValueError(f"unexpected arguments for source encoding: {sorted(kwargs)}.")
+
+        batched, sentences = self._source_sentences(text, annotations, is_split_into_words)
+        if truncation and max_length is None:
+            max_length = self.model_max_length
+        limit = max_length if truncation not in (None, False, "do_not_truncate") else None
+        rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit)
+        columns = {name: [row[name] for row in rows] for name in rows[0]}
+        encoded = self.pad(columns if batched else rows[0], padding=padding, max_length=max_length,
+                           pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
+                           return_attention_mask=return_attention_mask)
+        data = dict(encoded)
+        if text_target is not None:
+            data["labels"] = super().__call__(
+                text_target=text_target, add_special_tokens=add_special_tokens, padding=padding,
+                truncation=truncation, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of,
+                padding_side=padding_side)["input_ids"]
+        return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)
+
+    def _source_sentences(self, text, annotations, is_split_into_words: bool
+                          ) -> tuple[bool, list[AnnotatedSentence]]:
+        """(whether the input was a batch, its annotated sentences)."""
+        if annotations is not None:
+            batched = not isinstance(annotations, AnnotatedSentence)
+            sentences = list(annotations) if batched else [annotations]
+            if text is not None:
+                texts = [text] if isinstance(text, str) or (is_split_into_words and _is_word_list(text)) else text
+                if len(texts) != len(sentences):
+                    raise ValueError(f"{len(texts)} texts but {len(sentences)} annotations.")
+            if not sentences:
+                raise ValueError("no sentences to encode.")
+            return batched, sentences
+        single = isinstance(text, str) or (is_split_into_words and _is_word_list(text))
+        texts = [text] if single else list(text)
+        if not texts:
+            raise ValueError("no sentences to encode.")
+        return not single, self.annotate(texts, is_split_into_words=is_split_into_words)
+
+    def encode_annotated(self, sentences: Sequence[AnnotatedSentence], add_special_tokens: bool = True,
+                         max_length: int | None = None) -> list[dict[str, list]]:
+        """Unpadded encodings (lists) of annotated sentences, one dict per sentence."""
+        vocabularies = self.feature_vocabularies
+        if vocabularies is None:
+            raise ValueError("this tokenizer has no feature vocabularies; create it with "
+                             "train_source_feature_tokenizer() or pass feature_vocabularies=.")
+        word_tokenizer = self.word_tokenizer()
+        pieces = [[(" " if index == 0 or sentence.words[index - 1].space_after else "") + word.text
+                   for index, word in enumerate(sentence.words)] for sentence in sentences]
+        encodings = word_tokenizer.encode_batch(pieces, is_pretokenized=True, add_special_tokens=False)
+        added = self._tokenizer.num_special_tokens_to_add(False) if add_special_tokens else 0
+        if max_length is not None and max_length <= added:
+            raise ValueError(f"max_length={max_length} leaves no room for tokens next to {added} special ones.")
+        rows = []
+        for sentence, encoding in zip(sentences, encodings, strict=True):
+            features = self._word_features(sentence, encoding.word_ids)
+            keep = len(encoding.ids) if max_length is None else min(len(encoding.ids), max_length - added)
+            kept = slice(len(encoding.ids) - keep, None) if self.truncation_side == "left" else slice(0, keep)
+            encoding.truncate(keep, direction=self.truncation_side)
+            final = self._tokenizer.post_process(encoding, None, add_special_tokens)
+            rows.append(self._align(final, features, kept))
+        return rows
+
+    def _word_features(self, sentence: AnnotatedSentence, word_ids: list[int | None]) -> dict[str, np.ndarray]:
+        """Per-token features of the whole (untruncated, special-free) token sequence."""
+        vocabularies = self.feature_vocabularies
+        words = np.asarray(word_ids, dtype=np.int64)
+        pos = np.array([vocabularies.pos.id(w.upos) for w in sentence.words], dtype=np.int64)
+        lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
+        deprel = np.array([vocabularies.deprel.id(w.deprel) for w in sentence.words], dtype=np.int64)
+        starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
+        ends = np.r_[words[1:] != words[:-1], True] if len(words) else np.zeros(0, bool)
+        tags = np.where(starts & ends, "S", np.where(starts, "B", np.where(ends, "E", "I")))
+        token_counts = np.bincount(words, minlength=len(sentence.words)) if len(words) else \
+            np.zeros(len(sentence.words), np.int64)
+        phrases = parse_phrases(sentence.heads, token_counts.tolist(), phrase_token_limit(len(words)))
+        phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
+        for index, phrase in enumerate(phrases):
+            phrase_of_word[phrase] = index
+        distances = dependency_distances(sentence.heads)
+        return {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
+                "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
+                "word_ids": words, "phrase_ids": phrase_of_word[words],
+                "dep_distance": distances[np.ix_(words, words)]}
+
+    @staticmethod
+    def _align(encoding, features: dict[str, np.ndarray], kept: slice) -> dict[str, list]:
+        """Place the kept tokens' features at the non-special positions of the final encoding."""
+        length = len(encoding.ids)
+        is_word = np.array([word is not None for word in encoding.word_ids], dtype=bool)
+        row: dict[str, list] = {"input_ids": list(encoding.ids), "attention_mask": [1] * length}
+        for name in SOURCE_FEATURE_NAMES:
+            values = features[name][kept]
+            if name == "dep_distance":
+                matrix = np.full((length, length), NO_WORD, dtype=np.int64)
+                matrix[np.ix_(is_word, is_word)] = values[:, kept]
+                row[name] = matrix.tolist()
+                continue
+            if name == "phrase_ids" and len(values):
+                values = values - values.min()  # a left-truncated sentence's first kept phrase is phrase 0
+            column = np.full(length, NO_WORD if name in ("word_ids", "phrase_ids") else SPECIAL_ID, dtype=np.int64)
+            column[is_word] = values
+            row[name] = column.tolist()
+        return row
+
+    def word_tokenizer(self) -> Tokenizer:
+        """The backend tokenizer, modified to encode a word with exactly the leading space it is given.
+
+        Word-start markers are normally added by the pre-tokenizer (Metaspace's "always" prepend scheme,
+        ByteLevel's add_prefix_space); here each word brings its own space, so those are switched off.
+        """
+        if self._word_tokenizer is None or self._word_tokenizer[0] != len(self):
+            state = json.loads(self._tokenizer.to_str())
+            state["truncation"], state["padding"] = None, None
+            _no_automatic_prefix(state.get("pre_tokenizer"))
+            self._word_tokenizer = (len(self), Tokenizer.from_str(json.dumps(state)))
+        return self._word_tokenizer[1]
+
+    # ---------------------------------------------------------------- padding
+
+    def _pad(self, encoded_inputs, max_length=None, padding_strategy=None, pad_to_multiple_of=None,
+             padding_side=None, return_attention_mask=None):
+        length = len(encoded_inputs["input_ids"])
+        for name in SOURCE_FEATURE_NAMES:
+            if name in encoded_inputs and len(encoded_inputs[name]) != length:
+                raise ValueError(f"`{name}` has {len(encoded_inputs[name])} entries but input_ids has {length}; "
+                                 "features must be aligned to the tokens.")
+        if padding_strategy is None:
+            encoded_inputs = super()._pad(encoded_inputs, max_length, pad_to_multiple_of=pad_to_multiple_of,
+                                          padding_side=padding_side, return_attention_mask=return_attention_mask)
+        else:
+            encoded_inputs = super()._pad(encoded_inputs, max_length, padding_strategy, pad_to_multiple_of,
+                                          padding_side, return_attention_mask)
+        difference = len(encoded_inputs["input_ids"]) - length
+        if difference <= 0:
+            return encoded_inputs
+        left = (padding_side or self.padding_side) == "left"
+
+        def pad(values: list, fill) -> list:
+            return [fill] * difference + list(values) if left else list(values) + [fill] * difference
+
+        for name, fill in FEATURE_PADDING.items():
+            if name in encoded_inputs:
+                encoded_inputs[name] = pad(encoded_inputs[name], fill)
+        if "dep_distance" in encoded_inputs:
+            rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
+            blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
+            encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+        return encoded_inputs
+
+
+def _is_word_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+
+
+def _no_automatic_prefix(pre_tokenizer: dict | None) -> None:
+    if not pre_tokenizer:
+        return
+    if pre_tokenizer.get("type") == "Sequence":
+        for item in pre_tokenizer["pretokenizers"]:
+            _no_automatic_prefix(item)
+    elif pre_tokenizer.get("type") == "Metaspace":
+        pre_tokenizer["prepend_scheme"] = "never"
+    elif pre_tokenizer.get("type") == "ByteLevel":
+        pre_tokenizer["add_prefix_space"] = False
+
+
+def train_source_feature_tokenizer(
+    source_texts: Sequence[str], target_texts: Sequence[str] = (), *, vocab_size: int = 8000,
+    subword_model: str = "bpe", min_frequency: int = 2, annotator: StanzaAnnotator | None = None,
+    source_annotations: Sequence[AnnotatedSentence] | None = None, language: str = "en",
+    lemma_min_frequency: int = 2, max_lemmas: int | None = 10000, model_max_length: int = 256,
+) -> SourceFeatureTokenizer:
+    """Train the subword model on source and target texts together (one joint vocabulary, as the models
+    share embeddings) and build the feature vocabularies from the annotated source.
+
+    The source is annotated with `annotator` (default: a Stanza annotator for `language`, cached on disk)
+    unless `source_annotations` gives it pre-parsed.
+    """
+    if not source_texts:
+        raise ValueError("source_texts is empty; the tokenizer needs a training corpus.")
+    subwords = build_subword_tokenizer(list(source_texts) + list(target_texts), vocab_size, subword_model,
+                                       min_frequency)
+    if source_annotations is None:
+        annotator = annotator or StanzaAnnotator(language=language)
+        source_annotations = annotator.annotate(list(source_texts), show_progress=True)
+    vocabularies = FeatureVocabularies.build(source_annotations, lemma_min_frequency, max_lemmas)
+    return SourceFeatureTokenizer(tokenizer_object=subwords, feature_vocabularies=vocabularies, language=language,
+                                  annotator=annotator, model_max_length=model_max_length, **SPECIAL_TOKENS)
