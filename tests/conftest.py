@@ -105,3 +105,28 @@ def trained_baseline(subword_tokenizer, train_pairs):
     losses = train_briefly(model, tokenizer, train_pairs, steps=250)
     model.generation_config.max_new_tokens = 24
     return model, losses
+
+
+@pytest.fixture(scope="session")
+def train_annotations(stanza_annotator, train_pairs):
+    """Stanza parses of the first 300 real Multi30k training sources."""
+    return stanza_annotator.annotate(list(train_pairs["source"])[:300], show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def feature_tokenizer(subword_tokenizer, train_annotations, stanza_annotator):
+    """The feature-aware tokenizer: the shared subword model, feature vocabularies from 300 parsed sources."""
+    from hf_srcfeat import FeatureVocabularies, SourceFeatureTokenizer
+    from hf_srcfeat.subword_training import SPECIAL_TOKENS
+
+    return SourceFeatureTokenizer(tokenizer_object=subword_tokenizer.backend_tokenizer,
+                                  feature_vocabularies=FeatureVocabularies.build(train_annotations),
+                                  annotator=stanza_annotator, model_max_length=256, **SPECIAL_TOKENS)
+
+
+@pytest.fixture(scope="session")
+def ewt_dev_sample(ewt_dir):
+    """The first 300 gold-annotated UD English-EWT dev sentences."""
+    from hf_srcfeat.annotation import read_conllu
+
+    return list(read_conllu(ewt_dir / "en_ewt-ud-dev.conllu.gz"))[:300]

@@ -29,6 +29,16 @@ def test_conllu_reader_keeps_syntactic_words_and_skips_multiword_token_lines():
     (sentence,) = read_conllu(lines)
     assert [word.text for word in sentence.words] == ["I", "do", "n't", "know", "."]
     assert sentence.heads == [4, 4, 4, 0, 4] and sentence.words[2].lemma == "not"
+    assert [word.space_after for word in sentence.words] == [True, False, True, True, True]
+
+
+def spell(sentence: AnnotatedSentence) -> str:
+    return "".join(word.text + (" " if word.space_after else "") for word in sentence.words).strip()
+
+
+def test_word_spacing_from_conllu_reproduces_the_raw_text_of_every_gold_ewt_dev_sentence(ewt_dir):
+    sentences = list(read_conllu(ewt_dir / "en_ewt-ud-dev.conllu.gz"))
+    assert [spell(sentence) for sentence in sentences] == [sentence.text for sentence in sentences]
 
 
 @pytest.mark.parametrize(("heads", "message"), [
@@ -58,6 +68,7 @@ def test_stanza_annotates_each_raw_text_as_one_sentence_with_all_features(stanza
         assert sentence.text == text
         assert all(word.upos and word.lemma and word.deprel for word in sentence.words)
     assert [w.text for w in sentences[-1].words][-4:] == ["do", "n't", "bite", "."]
+    assert [spell(sentence) for sentence in sentences] == texts, "spacing is kept, multi-word tokens touch"
     dogs = sentences[-1].words[1]
     assert (dogs.text, dogs.upos, dogs.lemma) == ("dogs", "NOUN", "dog")
 
