@@ -4,8 +4,10 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoToken
 
 from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu
 from .attention import ScoreModification, SrcFeatAttention
+from .configuration_deps_san import DepsSanConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
+from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -25,12 +27,19 @@ from .tokenization_source_features import SourceFeatureTokenizer, train_source_f
 __version__ = "0.1.0"
 
 
+#: (config, base model, model with LM head) of every model of the zoo.
+MODEL_CLASSES = (
+    (SrcFeatTransformerConfig, SrcFeatTransformerModel, SrcFeatTransformerForConditionalGeneration),
+    (DepsSanConfig, DepsSanModel, DepsSanForConditionalGeneration),
+)
+
+
 def _register_auto_classes() -> None:
-    AutoConfig.register(SrcFeatTransformerConfig.model_type, SrcFeatTransformerConfig, exist_ok=True)
-    AutoModel.register(SrcFeatTransformerConfig, SrcFeatTransformerModel, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration,
-                                   exist_ok=True)
-    AutoTokenizer.register(SrcFeatTransformerConfig, tokenizer_class=SourceFeatureTokenizer, exist_ok=True)
+    for config_class, model_class, generation_class in MODEL_CLASSES:
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        AutoModel.register(config_class, model_class, exist_ok=True)
+        AutoModelForSeq2SeqLM.register(config_class, generation_class, exist_ok=True)
+        AutoTokenizer.register(config_class, tokenizer_class=SourceFeatureTokenizer, exist_ok=True)
     register_pipeline()
 
 
@@ -40,6 +49,9 @@ __all__ = [
     "SOURCE_FEATURE_NAMES",
     "AnnotatedSentence",
     "AnnotatedWord",
+    "DepsSanConfig",
+    "DepsSanForConditionalGeneration",
+    "DepsSanModel",
     "FeatureVocabularies",
     "FeatureVocabulary",
     "SourceFeatureTokenizer",

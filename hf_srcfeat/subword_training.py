@@ -33,7 +33,8 @@ def build_subword_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model:
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
                                           unk_token=SPECIAL_TOKENS["unk_token"], show_progress=False)
     tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(),
+                                                       pre_tokenizers.Punctuation(behavior="isolated")])
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator(texts, trainer=trainer)
     eos = SPECIAL_TOKENS["eos_token"]

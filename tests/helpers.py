@@ -40,3 +40,25 @@ def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 3
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def unmodified_scores(model, batch):
+    """Per layer, the scaled dot-product scores computed by hand from the layer's attention input,
+    and the attention probabilities the model reports."""
+    captured = []
+    attentions = [layer.self_attn for layer in model.get_encoder().layers]
+    handles = [attention.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+               for attention in attentions]
+    outputs = model.get_encoder()(**batch, output_attentions=True)
+    for handle in handles:
+        handle.remove()
+    scores = []
+    for attention, x in zip(attentions, captured, strict=True):
+        q, k = attention._project(attention.q_proj, x), attention._project(attention.k_proj, x)
+        scores.append(torch.matmul(q, k.transpose(2, 3)) * attention.scaling)
+    return scores, outputs.attentions
+
+
+def masked_softmax(scores, attention_mask):
+    """Softmax over keys of [B, Q, K] scores, with padded keys masked out."""
+    return scores.masked_fill(attention_mask[:, None, :] == 0, torch.finfo(scores.dtype).min).softmax(-1)

@@ -27,7 +27,7 @@ from hf_srcfeat import (
     SrcFeatTransformerModel,
 )
 
-from .helpers import random_model, train_briefly
+from .helpers import masked_softmax, random_model, train_briefly, unmodified_scores
 
 # ---------------------------------------------------------------- score modification (Deps-SAN style)
 SCALED_HEADS = [1, 3]
@@ -54,28 +54,6 @@ def model_with_encoder(encoder_class, config):
     model_class = type("Model", (SrcFeatTransformerModel,), {"encoder_class": encoder_class})
     lm_class = type("ForCG", (SrcFeatTransformerForConditionalGeneration,), {"model_class": model_class})
     return random_model(lm_class, config)
-
-
-def unmodified_scores(model, batch):
-    """Per layer, the scaled dot-product scores computed by hand from the layer's attention input,
-    and the attention probabilities the model reports."""
-    captured = []
-    attentions = [layer.self_attn for layer in model.get_encoder().layers]
-    handles = [attention.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
-               for attention in attentions]
-    outputs = model.get_encoder()(**batch, output_attentions=True)
-    for handle in handles:
-        handle.remove()
-    scores = []
-    for attention, x in zip(attentions, captured, strict=True):
-        q, k = attention._project(attention.q_proj, x), attention._project(attention.k_proj, x)
-        scores.append(torch.matmul(q, k.transpose(2, 3)) * attention.scaling)
-    return scores, outputs.attentions
-
-
-def masked_softmax(scores, attention_mask):
-    """Softmax over keys of [B, Q, K] scores, with padded keys masked out."""
-    return scores.masked_fill(attention_mask[:, None, :] == 0, torch.finfo(scores.dtype).min).softmax(-1)
 
 
 @pytest.mark.parametrize(("encoder_class", "combine"), [

@@ -1,0 +1,60 @@
+"""The translation pipeline: raw sentences in, translations out, features computed on the way, batched;
+`hf_srcfeat.pipeline("translation")` mirrors the Transformers 4 call and the task is registered with
+Transformers under its own name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from hf_srcfeat import SourceFeatureTranslationPipeline, pipeline
+from hf_srcfeat.pipeline_translation import TASK
+
+
+@pytest.fixture(scope="module")
+def translator(trained_baseline, feature_tokenizer):
+    model, _ = trained_baseline
+    return pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4, max_new_tokens=24)
+
+
+def test_translation_task_gives_the_source_feature_pipeline(translator):
+    assert isinstance(translator, SourceFeatureTranslationPipeline)
+    with pytest.raises(KeyError, match="translation has been removed"):
+        transformers.pipeline("translation", model=translator.model, tokenizer=translator.tokenizer)
+
+
+def test_pipeline_output_equals_generate_on_the_tokenizers_features(translator, feature_tokenizer, test_sentences):
+    outputs = translator(test_sentences[:3])
+    for sentence, output in zip(test_sentences[:3], outputs, strict=True):
+        inputs = feature_tokenizer(sentence, return_tensors="pt")
+        with torch.no_grad():
+            ids = translator.model.generate(**inputs, num_beams=4, max_new_tokens=24)
+        assert output == {"translation_text": feature_tokenizer.decode(ids[0], skip_special_tokens=True).strip()}
+        assert output["translation_text"], "a trained model translates into something"
+
+
+def test_batched_pipeline_gives_what_one_sentence_at_a_time_gives(translator, test_sentences):
+    one_by_one = [translator(sentence)[0] for sentence in test_sentences]
+    assert translator(test_sentences, batch_size=4) == one_by_one
+    assert translator(test_sentences[:2], num_return_sequences=2)[0][1]["translation_text"]
+
+
+def test_registered_task_loads_model_and_tokenizer_from_a_saved_folder(translator, test_sentences, tmp_path):
+    translator.model.save_pretrained(tmp_path)
+    translator.tokenizer.save_pretrained(tmp_path)
+    loaded = transformers.pipeline(TASK, model=str(tmp_path), num_beams=4, max_new_tokens=24)
+    assert isinstance(loaded, SourceFeatureTranslationPipeline)
+    assert loaded(test_sentences[:3]) == translator(test_sentences[:3])
+
+
+def test_pre_parsed_sentences_translate_without_the_annotator(translator, feature_tokenizer, test_sentences):
+    parsed = feature_tokenizer.annotate(test_sentences[:2])
+    assert translator(parsed) == translator(test_sentences[:2])
+
+
+def test_empty_input_raises_a_clear_error(translator):
+    with pytest.raises(ValueError, match="empty or whitespace only"):
+        translator(["A dog runs.", "  "])
+    with pytest.raises(ValueError, match="no sentences to translate"):
+        translator([])
