@@ -33,6 +33,8 @@ MODEL_CLASSES = (
     (DepsSanConfig, DepsSanModel, DepsSanForConditionalGeneration),
 )
 
+MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
+
 
 def _register_auto_classes() -> None:
     for config_class, model_class, generation_class in MODEL_CLASSES:

@@ -41,7 +41,7 @@ from hf_srcfeat.tokenization_source_features import train_source_feature_tokeniz
 
 logger = logging.getLogger("hf_srcfeat.train")
 
-MODEL_CONFIGS = {"srcfeat_transformer": hf_srcfeat.SrcFeatTransformerConfig}
+MODEL_CONFIGS = {config_class.model_type: config_class for config_class, _, _ in hf_srcfeat.MODEL_CLASSES}
 
 
 @dataclass

@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Training speed of each method relative to the baseline of the same size, measured in one run.
+
+    python training/benchmark_speed.py --model_types srcfeat_transformer deps_san \
+        --output training/results/speed_deps_san.json
+
+Every model gets the same batches of real Multi30k pairs (encoded once by the feature-aware tokenizer) and
+the same number of optimiser steps; the models take turns in rounds, so that a change in machine load
+affects all of them alike. Reported: target tokens per second (non-padding labels) and the ratio to the
+first model type. One torch thread by default (see the README on shared cores). Writes JSON as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import hf_srcfeat
+from hf_srcfeat.annotation import StanzaAnnotator
+from hf_srcfeat.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train import MODEL_CONFIGS, code_version  # noqa: E402
+
+
+def make_batches(tokenizer, pairs, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
+    sources, targets = list(pairs["source"]), list(pairs["target"])
+    batches = []
+    for index in range(count):
+        chunk = slice(index * batch_size, (index + 1) * batch_size)
+        batch = tokenizer(sources[chunk], text_target=targets[chunk], padding=True, return_tensors="pt")
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        batches.append(dict(batch))
+    return batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_types", nargs="+", default=["srcfeat_transformer", "deps_san"])
+    parser.add_argument("--config_overrides", default="{}", help="JSON object of model_type -> config arguments")
+    parser.add_argument("--d_model", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ffn_dim", type=int, default=1024)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--batches", type=int, default=10, help="distinct batches, cycled")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps_per_round", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    overrides = json.loads(args.config_overrides)
+    unknown = sorted(set(args.model_types) - set(MODEL_CONFIGS))
+    if unknown:
+        raise SystemExit(f"unknown model types {unknown}; choose from {sorted(MODEL_CONFIGS)}")
+
+    pairs = load_multi30k("train", limit=args.batch_size * args.batches)
+    annotator = StanzaAnnotator()
+    tokenizer = train_source_feature_tokenizer(list(pairs["source"]), list(pairs["target"]), vocab_size=4000,
+                                               annotator=annotator)
+    batches = make_batches(tokenizer, pairs, args.batch_size, args.batches)
+    results: dict = {"code_version": code_version(), "args": vars(args), "torch_threads": args.threads,
+                     "torch_version": torch.__version__, "cpu": platform.processor() or platform.machine(),
+                     "data_files": [str(multi30k_file("train", lang)) for lang in ("en", "de")], "models": {}}
+
+    models, optimizers = {}, {}
+    for model_type in args.model_types:
+        torch.manual_seed(args.seed)
+        config = MODEL_CONFIGS[model_type](
+            vocab_size=len(tokenizer), d_model=args.d_model, encoder_layers=args.layers, decoder_layers=args.layers,
+            encoder_attention_heads=args.heads, decoder_attention_heads=args.heads, encoder_ffn_dim=args.ffn_dim,
+            decoder_ffn_dim=args.ffn_dim, layernorm_position="pre", **overrides.get(model_type, {}))
+        models[model_type] = hf_srcfeat.MODEL_CLASSES_BY_TYPE[model_type](config).train()
+        optimizers[model_type] = torch.optim.Adam(models[model_type].parameters(), lr=1e-4)
+        results["models"][model_type] = {"config": config.to_diff_dict(), "seconds": 0.0, "target_tokens": 0,
+                                         "num_parameters": models[model_type].num_parameters()}
+
+    def step(model_type: str, batch: dict[str, torch.Tensor]) -> None:
+        loss = models[model_type](**batch).loss
+        loss.backward()
+        optimizers[model_type].step()
+        optimizers[model_type].zero_grad()
+
+    for model_type in args.model_types:  # warm-up, not timed
+        step(model_type, batches[0])
+    for round_index in range(args.rounds):
+        for model_type in args.model_types:
+            entry = results["models"][model_type]
+            start = time.perf_counter()
+            for offset in range(args.steps_per_round):
+                batch = batches[(round_index * args.steps_per_round + offset) % len(batches)]
+                step(model_type, batch)
+                entry["target_tokens"] += int((batch["labels"] != -100).sum())
+            entry["seconds"] += time.perf_counter() - start
+        reference = results["models"][args.model_types[0]]
+        for model_type, entry in results["models"].items():
+            entry["target_tokens_per_second"] = round(entry["target_tokens"] / entry["seconds"], 1)
+            entry["relative_to_" + args.model_types[0]] = round(
+                entry["target_tokens_per_second"] / reference["target_tokens_per_second"], 3)
+        results["rounds_done"] = round_index + 1
+        Path(args.output).write_text(json.dumps(results, indent=2))
+    print(json.dumps({model_type: {k: v for k, v in entry.items() if k != "config"}
+                      for model_type, entry in results["models"].items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
