@@ -161,10 +161,17 @@ def test_save_and_reload_through_auto_tokenizer_reproduce_encodings_exactly(feat
     assert len(reloaded.tokenize(long_word)) < len(long_word)
 
 
-def test_training_helper_builds_a_joint_vocabulary_and_the_feature_vocabularies(train_pairs, train_annotations):
+@pytest.mark.parametrize("subword_model", ["bpe", "unigram"])
+def test_training_helper_builds_a_joint_vocabulary_and_the_feature_vocabularies(train_pairs, train_annotations,
+                                                                                subword_model):
     sources, targets = list(train_pairs["source"])[:300], list(train_pairs["target"])[:300]
-    tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations)
+    tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=600, subword_model=subword_model,
+                                               source_annotations=train_annotations)
     assert 300 < len(tokenizer) <= 600
+    # Subwords never cross the parser's words, and mostly equal the raw text's own subwords.
+    aligned = tokenizer(annotations=train_annotations[:100])["input_ids"]
+    raw = tokenizer(sources[:100], source_features=False)["input_ids"]
+    assert sum(a == b for a, b in zip(aligned, raw, strict=True)) >= 90
     german = tokenizer(text_target=["Ein Mann schläft."])["input_ids"]
     assert tokenizer.unk_token_id not in german, "the target side is part of the subword vocabulary"
     sizes = tokenizer.feature_vocabularies.sizes()

@@ -73,3 +73,12 @@ def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(mult
                                  "--max_train_minutes", "0.0001", "--do_predict_test", "false"])
     assert results["train_metrics"]["epoch"] < 0.1  # stopped after the first step, not 500
     assert (output_dir / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "training" / "recipes").glob("*.json")), ids=lambda p: p.stem)
+def test_every_recipe_parses_and_builds_a_valid_model_config(recipe):
+    model_args, data_args, training_args = train.parse_arguments([str(recipe)])
+    overrides = json.loads(model_args.config_overrides or "{}")
+    config = train.MODEL_CONFIGS[model_args.model_type](d_model=model_args.d_model, **overrides)
+    assert config.model_type == model_args.model_type
+    assert training_args.predict_with_generate and data_args.source_lang == "en"
