@@ -102,7 +102,7 @@ def main() -> None:
                 entry["target_tokens"] += int((batch["labels"] != -100).sum())
             entry["seconds"] += time.perf_counter() - start
         reference = results["models"][args.model_types[0]]
-        for model_type, entry in results["models"].items():
+        for entry in results["models"].values():
             entry["target_tokens_per_second"] = round(entry["target_tokens"] / entry["seconds"], 1)
             entry["relative_to_" + args.model_types[0]] = round(
                 entry["target_tokens_per_second"] / reference["target_tokens_per_second"], 3)
