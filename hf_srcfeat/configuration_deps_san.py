@@ -10,6 +10,7 @@ from .configuration_srcfeat_transformer import (
     SrcFeatTransformerConfig,
     check_choice,
     check_positive_int,
+    check_positive_number,
     check_probability,
 )
 
@@ -80,9 +81,7 @@ class DepsSanConfig(SrcFeatTransformerConfig):
                     isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < limit for v in values):
                 raise ValueError(f"`{name}` must be distinct 0-based indices below {what} ({limit}), "
                                  f"got {values!r}.")
-        sigma = self.deps_san_sigma
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or sigma <= 0:
-            raise ValueError(f"`deps_san_sigma` must be a positive number, got {sigma!r}.")
+        check_positive_number("deps_san_sigma", self.deps_san_sigma)
         check_choice("deps_san_mode", self.deps_san_mode, SCORE_MODES)
         check_choice("knowledge_sparse", self.knowledge_sparse, KNOWLEDGE_SPARSE)
         check_probability("rs_sparse_probability", self.rs_sparse_probability)

@@ -16,6 +16,12 @@ def check_positive_int(name: str, value: object, allow_zero: bool = False) -> No
         raise ValueError(f"`{name}` must be {kind} integer, got {value!r}.")
 
 
+def check_positive_number(name: str, value: object) -> None:
+    """Raise a ValueError naming `name` unless `value` is a number greater than 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+
+
 def check_probability(name: str, value: object) -> None:
     """Raise a ValueError naming `name` unless `value` lies in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -170,8 +176,8 @@ class SrcFeatTransformerConfig(PretrainedConfig):
             check_probability(name, getattr(self, name))
         check_choice("activation_function", self.activation_function, ACTIVATIONS)
         check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
-        if self.init_std is not None and not (isinstance(self.init_std, (int, float)) and self.init_std > 0):
-            raise ValueError(f"`init_std` must be a positive number or None, got {self.init_std!r}.")
+        if self.init_std is not None:
+            check_positive_number("init_std", self.init_std)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None:

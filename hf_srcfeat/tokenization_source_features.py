@@ -30,6 +30,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from transformers import BatchEncoding
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
+from transformers.utils import PaddingStrategy
 
 from .annotation import AnnotatedSentence, StanzaAnnotator
 from .dependency_tree import dependency_distances
@@ -269,19 +270,15 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
     # ---------------------------------------------------------------- padding
 
-    def _pad(self, encoded_inputs, max_length=None, padding_strategy=None, pad_to_multiple_of=None,
-             padding_side=None, return_attention_mask=None):
+    def _pad(self, encoded_inputs, max_length=None, padding_strategy=PaddingStrategy.DO_NOT_PAD,
+             pad_to_multiple_of=None, padding_side=None, return_attention_mask=None):
         length = len(encoded_inputs["input_ids"])
         for name in SOURCE_FEATURE_NAMES:
             if name in encoded_inputs and len(encoded_inputs[name]) != length:
                 raise ValueError(f"`{name}` has {len(encoded_inputs[name])} entries but input_ids has {length}; "
                                  "features must be aligned to the tokens.")
-        if padding_strategy is None:
-            encoded_inputs = super()._pad(encoded_inputs, max_length, pad_to_multiple_of=pad_to_multiple_of,
-                                          padding_side=padding_side, return_attention_mask=return_attention_mask)
-        else:
-            encoded_inputs = super()._pad(encoded_inputs, max_length, padding_strategy, pad_to_multiple_of,
-                                          padding_side, return_attention_mask)
+        encoded_inputs = super()._pad(encoded_inputs, max_length, padding_strategy, pad_to_multiple_of,
+                                      padding_side, return_attention_mask)
         difference = len(encoded_inputs["input_ids"]) - length
         if difference <= 0:
             return encoded_inputs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -62,3 +63,24 @@ def unmodified_scores(model, batch):
 def masked_softmax(scores, attention_mask):
     """Softmax over keys of [B, Q, K] scores, with padded keys masked out."""
     return scores.masked_fill(attention_mask[:, None, :] == 0, torch.finfo(scores.dtype).min).softmax(-1)
+
+
+def bfs_distances(heads: list[int]) -> list[list[int]]:
+    """Path lengths by breadth-first search over the undirected tree: the reference for `dep_distance`."""
+    neighbours = [[] for _ in heads]
+    for index, head in enumerate(heads):
+        if head:
+            neighbours[index].append(head - 1)
+            neighbours[head - 1].append(index)
+    table = []
+    for start in range(len(heads)):
+        distance = [-1] * len(heads)
+        distance[start], queue = 0, deque([start])
+        while queue:
+            node = queue.popleft()
+            for other in neighbours[node]:
+                if distance[other] < 0:
+                    distance[other] = distance[node] + 1
+                    queue.append(other)
+        table.append(distance)
+    return table

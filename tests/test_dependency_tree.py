@@ -8,7 +8,7 @@ import pytest
 from hf_srcfeat.dependency_tree import dependency_distances, top_down_order, tree_depths
 from hf_srcfeat.parse_phrases import parse_phrases, phrase_token_limit
 
-from .test_source_feature_tokenizer import bfs_distances
+from .helpers import bfs_distances
 
 
 def test_distances_equal_breadth_first_search_on_every_gold_ewt_dev_tree(ewt_dev_sample):

@@ -99,7 +99,7 @@ def test_sparsing_acts_in_training_only(deps_san_config, parsed_batch, sparse):
     config = deps_san_config(knowledge_sparse=sparse, wink_sparse_window=1)
     sparse_model = random_model(DepsSanForConditionalGeneration, config)
     plain_model = random_model(DepsSanForConditionalGeneration, deps_san_config())
-    inputs = {k: v for k, v in parsed_batch.items()}
+    inputs = dict(parsed_batch)
     evaluated = sparse_model.get_encoder()(**inputs).last_hidden_state
     torch.testing.assert_close(evaluated, sparse_model.get_encoder()(**inputs).last_hidden_state, rtol=0, atol=0)
     torch.testing.assert_close(evaluated, plain_model.get_encoder()(**inputs).last_hidden_state, rtol=0, atol=0)

@@ -3,8 +3,6 @@ and truncated consistently, saved and reloaded exactly, and robust to awkward in
 
 from __future__ import annotations
 
-from collections import deque
-
 import pytest
 import torch
 from datasets import Dataset
@@ -14,28 +12,9 @@ from hf_srcfeat import SOURCE_FEATURE_NAMES, AnnotatedSentence, SourceFeatureTok
 from hf_srcfeat.feature_vocabulary import SPECIAL_ID, UNK_ID
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
+from .helpers import bfs_distances
+
 PER_TOKEN = [name for name in SOURCE_FEATURE_NAMES if name != "dep_distance"]
-
-
-def bfs_distances(heads: list[int]) -> list[list[int]]:
-    """Path lengths by breadth-first search over the undirected tree: the reference for `dep_distance`."""
-    neighbours = [[] for _ in heads]
-    for index, head in enumerate(heads):
-        if head:
-            neighbours[index].append(head - 1)
-            neighbours[head - 1].append(index)
-    table = []
-    for start in range(len(heads)):
-        distance = [-1] * len(heads)
-        distance[start], queue = 0, deque([start])
-        while queue:
-            node = queue.popleft()
-            for other in neighbours[node]:
-                if distance[other] < 0:
-                    distance[other] = distance[node] + 1
-                    queue.append(other)
-        table.append(distance)
-    return table
 
 
 def token_positions_of_words(word_ids: list[int]) -> dict[int, list[int]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,10 +26,7 @@ from hf_srcfeat.annotation import StanzaAnnotator
 from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
-sys_path = Path(__file__).resolve().parent
-import sys  # noqa: E402
-
-sys.path.insert(0, str(sys_path))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train import code_version  # noqa: E402
 
 

@@ -144,7 +144,7 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
     saved = Path(training_args.output_dir) / "tokenizer.json"
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
-        annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
+        annotations = annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
         if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
@@ -154,7 +154,8 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
         else:
             tokenizer = train_source_feature_tokenizer(
                 list(train_data["source"]), list(train_data["target"]), vocab_size=model_args.vocab_size,
-                subword_model=model_args.subword_model, annotator=annotator, language=data_args.source_lang)
+                subword_model=model_args.subword_model, language=data_args.source_lang,
+                source_annotations=annotations[:len(train_data)])  # source_texts starts with the train split
             tokenizer.save_pretrained(training_args.output_dir)
     tokenizer.annotator = annotator
     return tokenizer
