@@ -5,9 +5,13 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoToken
 from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_deps_san import DepsSanConfig
+from .configuration_diverse_input import DiverseInputConfig
+from .configuration_relevance_features import RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
 from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
+from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
+from .modeling_relevance_features import RelevanceFeaturesForConditionalGeneration, RelevanceFeaturesModel
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -31,6 +35,8 @@ __version__ = "0.1.0"
 MODEL_CLASSES = (
     (SrcFeatTransformerConfig, SrcFeatTransformerModel, SrcFeatTransformerForConditionalGeneration),
     (DepsSanConfig, DepsSanModel, DepsSanForConditionalGeneration),
+    (RelevanceFeaturesConfig, RelevanceFeaturesModel, RelevanceFeaturesForConditionalGeneration),
+    (DiverseInputConfig, DiverseInputModel, DiverseInputForConditionalGeneration),
 )
 
 MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
@@ -54,11 +60,17 @@ __all__ = [
     "DepsSanConfig",
     "DepsSanForConditionalGeneration",
     "DepsSanModel",
+    "DiverseInputConfig",
+    "DiverseInputForConditionalGeneration",
+    "DiverseInputModel",
     "FeatureVocabularies",
     "FeatureVocabulary",
     "SourceFeatureTokenizer",
     "SourceFeatureTranslationPipeline",
     "StanzaAnnotator",
+    "RelevanceFeaturesConfig",
+    "RelevanceFeaturesForConditionalGeneration",
+    "RelevanceFeaturesModel",
     "pipeline",
     "read_conllu",
     "train_source_feature_tokenizer",

@@ -48,13 +48,16 @@ class SinusoidalTokenEmbedding(nn.Module):
         self.max_positions = config.max_position_embeddings
         self.dropout = nn.Dropout(config.dropout)
 
-    def positional(self, positions: torch.Tensor) -> torch.Tensor:
+    def check_positions(self, positions: torch.Tensor) -> None:
         longest = int(positions.max()) + 1 if positions.numel() else 0
         if longest > self.max_positions:
             raise ValueError(
                 f"sequence of {longest} tokens is longer than max_position_embeddings ({self.max_positions}); "
                 "truncate the input (tokenizer(..., truncation=True)) or raise max_position_embeddings."
             )
+
+    def positional(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_positions(positions)
         return sinusoidal_position_encoding(positions, self.d_model)
 
     def token_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -66,6 +69,12 @@ class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
 
     Subclasses may read `features` (e.g. `features.pos_ids`) to build a feature-aware representation.
     """
+
+    @classmethod
+    def token_embedding_width(cls, config) -> int:
+        """Width of the source token embedding matrix the model creates for this class (d_model here; a
+        factored representation gives the subword factor only part of d_model)."""
+        return config.d_model
 
     def forward(
         self,

@@ -333,10 +333,15 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         # Xavier-uniform linear layers and N(0, d^-1/2) embeddings, as in the original Transformer code
         # (tensor2tensor, fairseq); they train better than BERT's N(0, 0.02) at these sizes.
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
+        elif isinstance(module, nn.RNNBase):
+            # PyTorch's own RNN initialisation, U(-1/sqrt(hidden), 1/sqrt(hidden)), for every weight and bias.
+            bound = module.hidden_size**-0.5
+            for parameter in module.parameters():
+                init.uniform_(parameter, -bound, bound)
         elif isinstance(module, nn.Embedding):
             std = self.config.init_std or self.config.d_model**-0.5
             init.normal_(module.weight, mean=0.0, std=std)
@@ -354,18 +359,25 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
 
     def __init__(self, config: SrcFeatTransformerConfig):
         super().__init__(config)
+        source_width = self.encoder_class.source_embedding_class.token_embedding_width(config)
         if config.share_embeddings:
-            self.shared = self._new_token_embedding()
+            if source_width != config.d_model:
+                raise ValueError(
+                    f"`share_embeddings=True` needs source token embeddings as wide as the target's (d_model "
+                    f"{config.d_model}), but this model's source token embeddings are {source_width} wide; "
+                    "set share_embeddings=False."
+                )
+            self.shared = self._new_token_embedding(config.d_model)
             self.encoder = self.encoder_class(config, self.shared)
             self.decoder = self.decoder_class(config, self.shared)
         else:
-            self.encoder = self.encoder_class(config, self._new_token_embedding())
-            self.decoder = self.decoder_class(config, self._new_token_embedding())
+            self.encoder = self.encoder_class(config, self._new_token_embedding(source_width))
+            self.decoder = self.decoder_class(config, self._new_token_embedding(config.d_model))
         self._tied_weights_keys = self._embedding_ties()
         self.post_init()
 
-    def _new_token_embedding(self) -> nn.Embedding:
-        return nn.Embedding(self.config.vocab_size, self.config.d_model, padding_idx=self.config.pad_token_id)
+    def _new_token_embedding(self, width: int) -> nn.Embedding:
+        return nn.Embedding(self.config.vocab_size, width, padding_idx=self.config.pad_token_id)
 
     def _embedding_ties(self) -> dict[str, str]:
         if not self.config.share_embeddings:

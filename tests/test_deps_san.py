@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM
 
-from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration, pipeline
+from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
 from hf_srcfeat.modeling_deps_san import dependency_scaled_matrix, knowledge_sparse
 
-from .helpers import masked_softmax, random_model, train_briefly, unmodified_scores
+from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
+from .helpers import masked_softmax, random_model, unmodified_scores
 
 SCALED_HEADS = [1, 3]
 
@@ -128,54 +128,9 @@ def test_a_source_without_dependency_distances_is_refused(deps_san_config, parse
         model.get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
 
 
-@pytest.fixture(scope="module")
-def trained_deps_san(feature_tokenizer, train_pairs, train_annotations):
-    """A tiny Deps-SAN model trained briefly on the 300 parsed Multi30k pairs, from raw text."""
-    pairs = {"source": list(train_pairs["source"])[:300], "target": list(train_pairs["target"])[:300]}
-    config = DepsSanConfig(
-        vocab_size=len(feature_tokenizer), d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, dropout=0.1, deps_san_heads=[0, 2],
-        knowledge_sparse="rs")
-    torch.manual_seed(0)
-    model = DepsSanForConditionalGeneration(config)
-    losses = train_briefly(model, feature_tokenizer, pairs, steps=80)
-    model.generation_config.max_new_tokens = 20
-    return model, losses
-
-
-def test_training_from_raw_text_lowers_the_loss(trained_deps_san):
-    _, losses = trained_deps_san
-    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:5]) / 5, losses
-
-
-@pytest.mark.parametrize("num_beams", [1, 4])
-def test_padded_batch_generates_what_each_sentence_generates_alone(trained_deps_san, feature_tokenizer,
-                                                                   test_sentences, num_beams):
-    model, _ = trained_deps_san
-    batch = feature_tokenizer(test_sentences, padding=True, return_tensors="pt")
-    together = model.generate(**batch, num_beams=num_beams)
-    assert torch.equal(together, model.generate(**batch, num_beams=num_beams, use_cache=False))
-    for index, sentence in enumerate(test_sentences):
-        alone = model.generate(**feature_tokenizer(sentence, return_tensors="pt"), num_beams=num_beams)
-        assert feature_tokenizer.decode(alone[0], skip_special_tokens=True) == \
-            feature_tokenizer.decode(together[index], skip_special_tokens=True)
-
-
-def test_translation_pipeline_translates_raw_sentences(trained_deps_san, feature_tokenizer, test_sentences):
-    model, _ = trained_deps_san
-    translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4)
-    outputs = translator(test_sentences[:3], batch_size=3)
-    assert outputs == [translator(sentence)[0] for sentence in test_sentences[:3]]
-    assert all(output["translation_text"] for output in outputs)
-
-
-def test_save_and_load_round_trip_gives_identical_logits(trained_deps_san, feature_tokenizer, test_sentences,
-                                                         tmp_path):
-    model, _ = trained_deps_san
-    model.save_pretrained(tmp_path)
-    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
-    assert type(reloaded) is DepsSanForConditionalGeneration
-    assert reloaded.config.knowledge_sparse == "rs" and reloaded.config.deps_san_heads == [0, 2]
-    batch = feature_tokenizer(test_sentences[:3], text_target=test_sentences[3:6], padding=True,
-                              return_tensors="pt")
-    assert torch.equal(model(**batch).logits, reloaded(**batch).logits)
+class TestDepsSanEndToEnd(EndToEndFromRawText):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, feature_tokenizer, train_pairs, train_annotations):
+        config = tiny_method_config(DepsSanConfig, feature_tokenizer, deps_san_heads=[0, 2], knowledge_sparse="rs")
+        return train_from_raw_text(DepsSanForConditionalGeneration, config, feature_tokenizer, train_pairs)

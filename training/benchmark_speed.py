@@ -4,9 +4,12 @@
     python training/benchmark_speed.py --model_types srcfeat_transformer deps_san \
         --output training/results/speed_deps_san.json
 
+Several variants of one model type get labels: `--model_types baseline=srcfeat_transformer
+concat=relevance_features --config_overrides '{"concat": {"relevance_combine": "concat"}}'`.
+
 Every model gets the same batches of real Multi30k pairs (encoded once by the feature-aware tokenizer) and
-the same number of optimiser steps; the models take turns in rounds, so that a change in machine load
-affects all of them alike. Reported: target tokens per second (non-padding labels) and the ratio to the
+the same number of optimiser steps; the models take turns in rounds (each round starting with the next
+model), so that a change in machine load affects all of them alike. Reported: target tokens per second (non-padding labels) and the ratio to the
 first model type. One torch thread by default (see the README on shared cores). Writes JSON as it goes.
 """
 
@@ -27,7 +30,7 @@ from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train import MODEL_CONFIGS, code_version  # noqa: E402
+from train import MODEL_CONFIGS, code_version, feature_vocabulary_arguments  # noqa: E402
 
 
 def make_batches(tokenizer, pairs, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
@@ -43,8 +46,9 @@ def make_batches(tokenizer, pairs, batch_size: int, count: int) -> list[dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_types", nargs="+", default=["srcfeat_transformer", "deps_san"])
-    parser.add_argument("--config_overrides", default="{}", help="JSON object of model_type -> config arguments")
+    parser.add_argument("--model_types", nargs="+", default=["srcfeat_transformer", "deps_san"],
+                        help="model types, or label=model_type; the first is the reference")
+    parser.add_argument("--config_overrides", default="{}", help="JSON object of label -> config arguments")
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=4)
@@ -59,7 +63,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     overrides = json.loads(args.config_overrides)
-    unknown = sorted(set(args.model_types) - set(MODEL_CONFIGS))
+    systems = dict(entry.split("=", 1) if "=" in entry else (entry, entry) for entry in args.model_types)
+    unknown = sorted(set(systems.values()) - set(MODEL_CONFIGS))
     if unknown:
         raise SystemExit(f"unknown model types {unknown}; choose from {sorted(MODEL_CONFIGS)}")
 
@@ -73,43 +78,48 @@ def main() -> None:
                      "data_files": [str(multi30k_file("train", lang)) for lang in ("en", "de")], "models": {}}
 
     models, optimizers = {}, {}
-    for model_type in args.model_types:
+    for label, model_type in systems.items():
         torch.manual_seed(args.seed)
-        config = MODEL_CONFIGS[model_type](
+        config_class = MODEL_CONFIGS[model_type]
+        config = config_class(
             vocab_size=len(tokenizer), d_model=args.d_model, encoder_layers=args.layers, decoder_layers=args.layers,
             encoder_attention_heads=args.heads, decoder_attention_heads=args.heads, encoder_ffn_dim=args.ffn_dim,
-            decoder_ffn_dim=args.ffn_dim, layernorm_position="pre", **overrides.get(model_type, {}))
-        models[model_type] = hf_srcfeat.MODEL_CLASSES_BY_TYPE[model_type](config).train()
-        optimizers[model_type] = torch.optim.Adam(models[model_type].parameters(), lr=1e-4)
-        results["models"][model_type] = {"config": config.to_diff_dict(), "seconds": 0.0, "target_tokens": 0,
-                                         "num_parameters": models[model_type].num_parameters()}
+            decoder_ffn_dim=args.ffn_dim, layernorm_position="pre", **feature_vocabulary_arguments(config_class, tokenizer),
+            **overrides.get(label, {}))
+        models[label] = hf_srcfeat.MODEL_CLASSES_BY_TYPE[model_type](config).train()
+        optimizers[label] = torch.optim.Adam(models[label].parameters(), lr=1e-4)
+        results["models"][label] = {"model_type": model_type, "config": config.to_diff_dict(), "seconds": 0.0,
+                                    "target_tokens": 0, "num_parameters": models[label].num_parameters()}
 
-    def step(model_type: str, batch: dict[str, torch.Tensor]) -> None:
-        loss = models[model_type](**batch).loss
+    def step(label: str, batch: dict[str, torch.Tensor]) -> None:
+        loss = models[label](**batch).loss
         loss.backward()
-        optimizers[model_type].step()
-        optimizers[model_type].zero_grad()
+        optimizers[label].step()
+        optimizers[label].zero_grad()
 
-    for model_type in args.model_types:  # warm-up, not timed
-        step(model_type, batches[0])
+    labels = list(systems)
+    for label in labels:  # warm-up, not timed
+        step(label, batches[0])
     for round_index in range(args.rounds):
-        for model_type in args.model_types:
-            entry = results["models"][model_type]
+        # Each round starts with a different model, so no model always runs right after another's cache use.
+        shift = round_index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            entry = results["models"][label]
             start = time.perf_counter()
             for offset in range(args.steps_per_round):
                 batch = batches[(round_index * args.steps_per_round + offset) % len(batches)]
-                step(model_type, batch)
+                step(label, batch)
                 entry["target_tokens"] += int((batch["labels"] != -100).sum())
             entry["seconds"] += time.perf_counter() - start
-        reference = results["models"][args.model_types[0]]
+        reference = results["models"][labels[0]]
         for entry in results["models"].values():
             entry["target_tokens_per_second"] = round(entry["target_tokens"] / entry["seconds"], 1)
-            entry["relative_to_" + args.model_types[0]] = round(
+            entry["relative_to_" + labels[0]] = round(
                 entry["target_tokens_per_second"] / reference["target_tokens_per_second"], 3)
         results["rounds_done"] = round_index + 1
         Path(args.output).write_text(json.dumps(results, indent=2))
-    print(json.dumps({model_type: {k: v for k, v in entry.items() if k != "config"}
-                      for model_type, entry in results["models"].items()}, indent=2))
+    print(json.dumps({label: {k: v for k, v in entry.items() if k != "config"}
+                      for label, entry in results["models"].items()}, indent=2))
 
 
 if __name__ == "__main__":

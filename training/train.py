@@ -11,6 +11,7 @@ Arguments can also come from one JSON file: python training/train.py recipe.json
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -161,13 +162,21 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
     return tokenizer
 
 
+def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
+    """The tokenizer's feature vocabulary sizes (`num_lemmas`, ...), for the configs that take them."""
+    accepted = inspect.signature(config_class.__init__).parameters
+    return {name: size for name, size in tokenizer.feature_vocabularies.sizes().items() if name in accepted}
+
+
 def build_model(model_args: ModelArguments, tokenizer):
     if model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
     if model_args.model_type not in MODEL_CONFIGS:
         raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
     overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
-    config = MODEL_CONFIGS[model_args.model_type](
+    config_class = MODEL_CONFIGS[model_args.model_type]
+    overrides = {**feature_vocabulary_arguments(config_class, tokenizer), **overrides}
+    config = config_class(
         vocab_size=len(tokenizer), d_model=model_args.d_model,
         encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
         encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,

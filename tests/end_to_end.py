@@ -1,0 +1,80 @@
+"""The end-to-end behaviour every model of the zoo must show from raw text, as a test class to subclass.
+
+A method's test module declares
+
+    class TestMyMethodEndToEnd(EndToEndFromRawText):
+        @pytest.fixture(scope="class")
+        @classmethod
+        def trained(cls, feature_tokenizer, train_pairs):
+            return train_from_raw_text(MyMethodForConditionalGeneration, MyMethodConfig(...), feature_tokenizer,
+                                       train_pairs)
+
+and inherits the checks below, run on that model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+from hf_srcfeat import pipeline
+
+from .helpers import train_briefly
+
+
+def tiny_method_config(config_class, tokenizer, **overrides):
+    """A 2+2-layer, d_model 64 config over the feature-aware tokenizer's vocabularies."""
+    arguments = dict(vocab_size=len(tokenizer), d_model=64, encoder_layers=2, decoder_layers=2,
+                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                     dropout=0.1)
+    arguments.update(overrides)
+    return config_class(**arguments)
+
+
+def train_from_raw_text(model_class, config, tokenizer, train_pairs, steps: int = 80):
+    """The model trained briefly on the 300 parsed Multi30k pairs, sources encoded from raw text."""
+    pairs = {"source": list(train_pairs["source"])[:300], "target": list(train_pairs["target"])[:300]}
+    torch.manual_seed(0)
+    model = model_class(config)
+    losses = train_briefly(model, tokenizer, pairs, steps=steps)
+    model.generation_config.max_new_tokens = 20
+    return model, losses
+
+
+class EndToEndFromRawText:
+    """Training, generation, the pipeline and saving, each from raw sentences through the tokenizer."""
+
+    def test_training_from_raw_text_lowers_the_loss(self, trained):
+        _, losses = trained
+        assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:5]) / 5, losses
+
+    @pytest.mark.parametrize("num_beams", [1, 4])
+    def test_padded_batch_generates_what_each_sentence_generates_alone(self, trained, feature_tokenizer,
+                                                                       test_sentences, num_beams):
+        model, _ = trained
+        batch = feature_tokenizer(test_sentences, padding=True, return_tensors="pt")
+        together = model.generate(**batch, num_beams=num_beams)
+        assert torch.equal(together, model.generate(**batch, num_beams=num_beams, use_cache=False))
+        for index, sentence in enumerate(test_sentences):
+            alone = model.generate(**feature_tokenizer(sentence, return_tensors="pt"), num_beams=num_beams)
+            assert feature_tokenizer.decode(alone[0], skip_special_tokens=True) == \
+                feature_tokenizer.decode(together[index], skip_special_tokens=True)
+
+    def test_translation_pipeline_translates_raw_sentences(self, trained, feature_tokenizer, test_sentences):
+        model, _ = trained
+        translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4)
+        outputs = translator(test_sentences[:3], batch_size=3)
+        assert outputs == [translator(sentence)[0] for sentence in test_sentences[:3]]
+        assert all(output["translation_text"] for output in outputs)
+
+    def test_save_and_load_round_trip_gives_identical_logits(self, trained, feature_tokenizer, test_sentences,
+                                                             tmp_path):
+        model, _ = trained
+        model.save_pretrained(tmp_path)
+        reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+        assert type(reloaded) is type(model)
+        assert reloaded.config.to_diff_dict() == model.config.to_diff_dict()
+        batch = feature_tokenizer(test_sentences[:3], text_target=test_sentences[3:6], padding=True,
+                                  return_tensors="pt")
+        assert torch.equal(model(**batch).logits, reloaded(**batch).logits)

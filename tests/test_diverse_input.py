@@ -1,0 +1,238 @@
+"""Diverse input representation (Chen et al. 2020): Eq. (5)-(13) pinned on a tiny model over real parses,
+the variants of Table I as configs, padding, the diversity analysis of Eq. (14), and the model end to end."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_srcfeat import (
+    DiverseInputConfig,
+    DiverseInputForConditionalGeneration,
+    SrcFeatTransformerConfig,
+    SrcFeatTransformerForConditionalGeneration,
+)
+from hf_srcfeat.embeddings import sinusoidal_position_encoding
+from hf_srcfeat.source_features import SourceFeatures
+
+from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
+from .helpers import REPO, random_model
+
+sys.path.insert(0, str(REPO / "training"))
+import diversity_analysis  # noqa: E402
+
+FUSING_WIDTHS = {"global": 8, "recurrence": 8, "local": 8, "syntactic": 8}  # d_model 32, 4 heads of 8
+
+
+@pytest.fixture
+def diverse_config(feature_tokenizer):
+    def make(**overrides) -> DiverseInputConfig:
+        arguments = dict(vocab_size=len(feature_tokenizer), d_model=32, encoder_layers=2, decoder_layers=1,
+                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+                         decoder_ffn_dim=32, dropout=0.0, num_pos_tags=feature_tokenizer.feature_vocabularies.sizes()[
+                             "num_pos_tags"])
+        arguments.update(overrides)
+        return DiverseInputConfig(**arguments)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def parsed_batch(feature_tokenizer, test_sentences):
+    """Three real sentences of different lengths, right-padded, with UPOS ids."""
+    batch = feature_tokenizer(test_sentences[:3], padding=True, return_tensors="pt")
+    assert (batch["attention_mask"] == 0).any()
+    return batch
+
+
+def features_of(batch) -> SourceFeatures:
+    return SourceFeatures(pos_ids=batch.get("pos_ids"))
+
+
+def sentence_alone(batch, index: int) -> dict[str, torch.Tensor]:
+    length = int(batch["attention_mask"][index].sum())
+    return {key: batch[key][index:index + 1, :length] for key in ("input_ids", "attention_mask", "pos_ids")}
+
+
+def left_padded(batch) -> dict[str, torch.Tensor]:
+    """The same sentences with the padding moved to the left."""
+    shifted = {}
+    lengths = batch["attention_mask"].sum(1)
+    for key in ("input_ids", "attention_mask", "pos_ids"):
+        rows = [torch.roll(row, int(row.shape[0] - length)) for row, length in zip(batch[key], lengths, strict=True)]
+        shifted[key] = torch.stack(rows)
+    return shifted
+
+
+def embedding_of(model):
+    return model.get_encoder().embed_source
+
+
+def test_table_1_variants_are_group_widths_in_whole_heads():
+    def widths(variant, d_model, heads):
+        return DiverseInputConfig(d_model=d_model, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                                  diverse_variant=variant).group_widths
+
+    assert widths("rec_diverse", 512, 8) == {"global": 384, "recurrence": 128}
+    assert widths("loc_diverse", 512, 8) == {"global": 384, "local": 128}
+    assert widths("syn_diverse", 512, 8) == {"global": 320, "syntactic": 192}
+    assert widths("fusing_diverse", 512, 8) == {"global": 128, "recurrence": 128, "local": 128, "syntactic": 128}
+    # Other sizes keep each group's share of the heads.
+    assert widths("fusing_diverse", 256, 4) == {"global": 64, "recurrence": 64, "local": 64, "syntactic": 64}
+    assert widths("rec_diverse", 256, 4) == {"global": 192, "recurrence": 64}
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"feature_group_widths": {"global": 20, "local": 12}}, "20 wide, not a multiple of the head size 8"),
+    ({"feature_group_widths": {"global": 16, "local": 8}}, "24 wide in total; they must sum to d_model \\(32\\)"),
+    ({"feature_group_widths": {"global": 16, "convolution": 16}}, "names groups from"),
+    ({"diverse_variant": "fusing"}, "diverse_variant"),
+    ({"local_kernel_width": 4}, "odd"),
+    ({"recurrent_cell": "transformer"}, "recurrent_cell"),
+    ({"encoder_attention_heads": 2, "decoder_attention_heads": 2}, "needs more than 2 encoder heads"),
+])
+def test_invalid_groups_raise_errors_naming_the_numbers(diverse_config, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        diverse_config(**overrides)
+
+
+def test_each_group_is_a_projection_of_the_word_vectors_through_its_input_function(diverse_config, parsed_batch):
+    model = random_model(DiverseInputForConditionalGeneration, diverse_config(feature_group_widths=FUSING_WIDTHS))
+    embedding = embedding_of(model)
+    mask = parsed_batch["attention_mask"]
+    groups = embedding.group_representations(parsed_batch["input_ids"], features_of(parsed_batch), mask)
+    words = embedding.embed_tokens.weight[parsed_batch["input_ids"]] * math.sqrt(32)
+    projected = {name: words @ embedding.projections[name].weight.T for name in FUSING_WIDTHS}  # Eq. (5)
+    positions = sinusoidal_position_encoding((mask.cumsum(-1) - 1).clamp(min=0), 8)
+    torch.testing.assert_close(groups["global"], projected["global"] + positions)  # Eq. (2)
+    pos_vectors = embedding.pos_embedding.weight[parsed_batch["pos_ids"]]
+    torch.testing.assert_close(groups["syntactic"], projected["syntactic"] + positions + pos_vectors)  # Eq. (12)
+    real = mask.bool()
+    for index in range(3):
+        length = int(mask[index].sum())
+        x = projected["local"][index, :length]
+        # Eq. (10): l_j = ReLU(sum_o W_o x_{j+o-2} + b) + x_j, zero outside the sentence, m = 5.
+        padded = F.pad(x, (0, 0, 2, 2))
+        weight, bias = embedding.local.convolution.weight, embedding.local.convolution.bias
+        convolved = torch.stack([sum(weight[:, :, o] @ padded[j + o] for o in range(5)) + bias
+                                 for j in range(length)])
+        torch.testing.assert_close(groups["local"][index, :length], torch.relu(convolved) + x)
+        # Eq. (8)-(9): [forward; backward] GRU states over the sentence, projected back to d_r.
+        forward_gru, backward_gru = gru_directions(embedding.recurrence.rnn)
+        x = projected["recurrence"][index, :length]
+        states = torch.cat([run_gru(forward_gru, x), run_gru(backward_gru, x.flip(0)).flip(0)], -1)
+        torch.testing.assert_close(groups["recurrence"][index, :length],
+                                   embedding.recurrence.projection(states), atol=1e-5, rtol=1e-4)
+    assert (groups["recurrence"][~real] == 0).all()
+
+
+def gru_directions(rnn: torch.nn.GRU) -> tuple[torch.nn.GRUCell, torch.nn.GRUCell]:
+    cells = []
+    for suffix in ("", "_reverse"):
+        cell = torch.nn.GRUCell(rnn.input_size, rnn.hidden_size)
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).data.copy_(getattr(rnn, f"{name}_l0{suffix}"))
+        cells.append(cell)
+    return cells[0], cells[1]
+
+
+def run_gru(cell: torch.nn.GRUCell, inputs: torch.Tensor) -> torch.Tensor:
+    state, outputs = torch.zeros(cell.hidden_size), []
+    for x in inputs:
+        state = cell(x[None], state[None])[0]
+        outputs.append(state)
+    return torch.stack(outputs)
+
+
+def test_groups_are_concatenated_in_order_as_the_encoder_input(diverse_config, parsed_batch):
+    model = random_model(DiverseInputForConditionalGeneration, diverse_config(feature_group_widths=FUSING_WIDTHS))
+    embedding = embedding_of(model)
+    features, mask = features_of(parsed_batch), parsed_batch["attention_mask"]
+    groups = embedding.group_representations(parsed_batch["input_ids"], features, mask)
+    assert list(groups) == ["global", "recurrence", "local", "syntactic"]
+    torch.testing.assert_close(embedding(parsed_batch["input_ids"], features, mask),
+                               torch.cat(list(groups.values()), -1))  # Eq. (7)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_a_padded_batch_gives_each_sentence_what_it_gets_alone(diverse_config, parsed_batch, cell):
+    model = random_model(DiverseInputForConditionalGeneration,
+                         diverse_config(feature_group_widths=FUSING_WIDTHS, recurrent_cell=cell))
+    encoder = model.get_encoder()
+    right = encoder(**{k: parsed_batch[k] for k in ("input_ids", "attention_mask", "pos_ids")}).last_hidden_state
+    left_batch = left_padded(parsed_batch)
+    left = encoder(**left_batch).last_hidden_state
+    for index in range(3):
+        alone = encoder(**sentence_alone(parsed_batch, index)).last_hidden_state[0]
+        length = alone.shape[0]
+        torch.testing.assert_close(right[index, :length], alone, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(left[index, -length:], alone, atol=1e-5, rtol=1e-4)
+
+
+def test_a_global_group_alone_with_an_identity_projection_is_the_baseline(diverse_config, parsed_batch):
+    config = diverse_config(feature_group_widths={"global": 32}, dropout=0.1)
+    diverse = random_model(DiverseInputForConditionalGeneration, config)
+    baseline = SrcFeatTransformerForConditionalGeneration(
+        SrcFeatTransformerConfig(**{k: v for k, v in config.to_diff_dict().items() if k in
+                                    SrcFeatTransformerConfig().to_dict()}))
+    missing, unexpected = baseline.load_state_dict(diverse.state_dict(), strict=False)
+    assert missing == [] and unexpected == ["model.encoder.embed_source.projections.global.weight"]
+    with torch.no_grad():
+        embedding_of(diverse).projections["global"].weight.copy_(torch.eye(32))
+    batch = {k: parsed_batch[k] for k in ("input_ids", "attention_mask", "pos_ids")}
+    labels = parsed_batch["input_ids"][:, :6]
+    for mode in ("eval", "train"):
+        getattr(diverse, mode)(), getattr(baseline, mode)()
+        torch.manual_seed(0)
+        expected = baseline(**batch, labels=labels).logits
+        torch.manual_seed(0)
+        torch.testing.assert_close(diverse(**batch, labels=labels).logits, expected)
+
+
+def test_pos_tags_are_needed_only_by_the_syntactic_group(diverse_config, parsed_batch):
+    without_pos = {k: parsed_batch[k] for k in ("input_ids", "attention_mask")}
+    rec = random_model(DiverseInputForConditionalGeneration, diverse_config(diverse_variant="rec_diverse"))
+    assert rec.get_encoder()(**without_pos).last_hidden_state.shape[-1] == 32
+    syn = random_model(DiverseInputForConditionalGeneration, diverse_config(diverse_variant="syn_diverse"))
+    with pytest.raises(ValueError, match="syntactic group .* needs `pos_ids`"):
+        syn.get_encoder()(**without_pos)
+
+
+def test_eq_14_averages_the_cosine_over_head_pairs_and_tokens():
+    # Two tokens, three heads of 2 dims; heads 0-1 form group a, head 2 group b.
+    outputs = torch.tensor([[[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
+                            [[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]]])
+    matrix = diversity_analysis.head_group_similarity(outputs, {"a": [0, 1], "b": [2]})
+    half = 1 / math.sqrt(2)
+    # token 1: cos(0,0)=1 cos(0,1)=half cos(1,1)=1 -> a,a = (1 + 2 half + 1)/4; token 2: all four are 1.
+    assert matrix["a"]["a"] == pytest.approx(((2 + 2 * half) / 4 + 1) / 2)
+    # a,b: token 1: cos(0,2)=0, cos(1,2)=half; token 2: -1, -1.
+    assert matrix["a"]["b"] == pytest.approx((half / 2 + -1) / 2)
+    assert matrix["b"]["a"] == matrix["a"]["b"] and matrix["b"]["b"] == pytest.approx(1.0)
+
+
+class TestFusingDiverseEndToEnd(EndToEndFromRawText):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, feature_tokenizer, train_pairs):
+        config = tiny_method_config(DiverseInputConfig, feature_tokenizer, diverse_variant="fusing_diverse",
+                                    num_pos_tags=feature_tokenizer.feature_vocabularies.sizes()["num_pos_tags"])
+        return train_from_raw_text(DiverseInputForConditionalGeneration, config, feature_tokenizer, train_pairs)
+
+    def test_diversity_analysis_prints_the_table_4_matrix_of_the_trained_model(self, trained, feature_tokenizer,
+                                                                               test_sentences, tmp_path, capsys):
+        model, _ = trained
+        model.save_pretrained(tmp_path)
+        feature_tokenizer.save_pretrained(tmp_path)
+        result = diversity_analysis.main([str(tmp_path), "--max_sentences", "8", "--output",
+                                          str(tmp_path / "diversity.json")])
+        groups = ["global", "recurrence", "local", "syntactic"]
+        assert list(result["similarity"]) == groups and result["groups"] == {g: [i] for i, g in enumerate(groups)}
+        assert all(result["similarity"][g][g] == pytest.approx(1.0) for g in groups), "one head per group"
+        printed = capsys.readouterr().out
+        assert "| group | global | recurrence | local | syntactic |" in printed
+        assert (tmp_path / "diversity.json").exists()
