@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -117,7 +118,9 @@ def main() -> None:
             entry["relative_to_" + labels[0]] = round(
                 entry["target_tokens_per_second"] / reference["target_tokens_per_second"], 3)
         results["rounds_done"] = round_index + 1
-        Path(args.output).write_text(json.dumps(results, indent=2))
+        partial = Path(args.output + ".partial")  # replaced in one step: readers never see half a file
+        partial.write_text(json.dumps(results, indent=2))
+        os.replace(partial, args.output)
     print(json.dumps({label: {k: v for k, v in entry.items() if k != "config"}
                       for label, entry in results["models"].items()}, indent=2))
 
