@@ -6,11 +6,13 @@ from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
+from .configuration_phrase_rep import PhraseRepConfig
 from .configuration_relevance_features import RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
 from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
 from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
+from .modeling_phrase_rep import PhraseRepForConditionalGeneration, PhraseRepModel
 from .modeling_relevance_features import RelevanceFeaturesForConditionalGeneration, RelevanceFeaturesModel
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
@@ -37,6 +39,7 @@ MODEL_CLASSES = (
     (DepsSanConfig, DepsSanModel, DepsSanForConditionalGeneration),
     (RelevanceFeaturesConfig, RelevanceFeaturesModel, RelevanceFeaturesForConditionalGeneration),
     (DiverseInputConfig, DiverseInputModel, DiverseInputForConditionalGeneration),
+    (PhraseRepConfig, PhraseRepModel, PhraseRepForConditionalGeneration),
 )
 
 MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
@@ -68,6 +71,9 @@ __all__ = [
     "SourceFeatureTokenizer",
     "SourceFeatureTranslationPipeline",
     "StanzaAnnotator",
+    "PhraseRepConfig",
+    "PhraseRepForConditionalGeneration",
+    "PhraseRepModel",
     "RelevanceFeaturesConfig",
     "RelevanceFeaturesForConditionalGeneration",
     "RelevanceFeaturesModel",

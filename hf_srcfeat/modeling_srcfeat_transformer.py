@@ -342,6 +342,10 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
             bound = module.hidden_size**-0.5
             for parameter in module.parameters():
                 init.uniform_(parameter, -bound, bound)
+        elif hasattr(module, "initialize_parameters"):
+            # A method's module that owns bare nn.Parameters initialises them itself (with transformers'
+            # `initialization` functions, which leave weights loaded from a checkpoint alone).
+            module.initialize_parameters()
         elif isinstance(module, nn.Embedding):
             std = self.config.init_std or self.config.d_model**-0.5
             init.normal_(module.weight, mean=0.0, std=std)

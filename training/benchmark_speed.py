@@ -9,8 +9,11 @@ concat=relevance_features --config_overrides '{"concat": {"relevance_combine": "
 
 Every model gets the same batches of real Multi30k pairs (encoded once by the feature-aware tokenizer) and
 the same number of optimiser steps; the models take turns in rounds (each round starting with the next
-model), so that a change in machine load affects all of them alike. Reported: target tokens per second (non-padding labels) and the ratio to the
-first model type. One torch thread by default (see the README on shared cores). Writes JSON as it goes.
+model), so that a change in machine load affects all of them alike. Reported: target tokens per second
+(non-padding labels) and the ratio to the first model type, plus each round's rate (the spread). With `--decode_beams 1 4`, every round also times
+`generate` on the first batch's sources, each model producing exactly `--decode_tokens` tokens per sentence
+(so untrained models compare fairly): sentences per second and the ratio to the first model type.
+One torch thread by default (see the README on shared cores). Writes JSON as it goes.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="distinct batches, cycled")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps_per_round", type=int, default=10)
+    parser.add_argument("--decode_beams", type=int, nargs="*", default=[],
+                        help="also time generation with these beam sizes (e.g. 1 4), once per round")
+    parser.add_argument("--decode_tokens", type=int, default=20,
+                        help="every model generates exactly this many tokens per sentence when decoding is timed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", required=True)
@@ -98,6 +105,19 @@ def main() -> None:
         optimizers[label].step()
         optimizers[label].zero_grad()
 
+    sources = {key: value for key, value in batches[0].items() if key != "labels"}
+
+    def decode(label: str, num_beams: int) -> float:
+        """Seconds to translate the first batch's sources into exactly `--decode_tokens` tokens each."""
+        model = models[label].eval()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(**sources, num_beams=num_beams, min_new_tokens=args.decode_tokens,
+                           max_new_tokens=args.decode_tokens)
+        seconds = time.perf_counter() - start
+        model.train()
+        return seconds
+
     labels = list(systems)
     for label in labels:  # warm-up, not timed
         step(label, batches[0])
@@ -106,17 +126,29 @@ def main() -> None:
         shift = round_index % len(labels)
         for label in labels[shift:] + labels[:shift]:
             entry = results["models"][label]
-            start = time.perf_counter()
+            start, tokens = time.perf_counter(), 0
             for offset in range(args.steps_per_round):
                 batch = batches[(round_index * args.steps_per_round + offset) % len(batches)]
                 step(label, batch)
-                entry["target_tokens"] += int((batch["labels"] != -100).sum())
-            entry["seconds"] += time.perf_counter() - start
+                tokens += int((batch["labels"] != -100).sum())
+            seconds = time.perf_counter() - start
+            entry["seconds"] += seconds
+            entry["target_tokens"] += tokens
+            entry.setdefault("round_target_tokens_per_second", []).append(round(tokens / seconds, 1))
+            for num_beams in args.decode_beams:
+                key = f"decode_beam{num_beams}"
+                entry[key + "_seconds"] = entry.get(key + "_seconds", 0.0) + decode(label, num_beams)
+                entry[key + "_sentences"] = entry.get(key + "_sentences", 0) + len(sources["input_ids"])
         reference = results["models"][labels[0]]
         for entry in results["models"].values():
             entry["target_tokens_per_second"] = round(entry["target_tokens"] / entry["seconds"], 1)
             entry["relative_to_" + labels[0]] = round(
                 entry["target_tokens_per_second"] / reference["target_tokens_per_second"], 3)
+            for num_beams in args.decode_beams:
+                key = f"decode_beam{num_beams}"
+                entry[key + "_sentences_per_second"] = round(entry[key + "_sentences"] / entry[key + "_seconds"], 2)
+                entry[key + "_relative_to_" + labels[0]] = round(
+                    entry[key + "_sentences_per_second"] / reference[key + "_sentences_per_second"], 3)
         results["rounds_done"] = round_index + 1
         partial = Path(args.output + ".partial")  # replaced in one step: readers never see half a file
         partial.write_text(json.dumps(results, indent=2))

@@ -1,0 +1,271 @@
+"""Source phrase representations (Xu et al., ACL 2020). What this adds to the baseline:
+
+* a segmentation of each source sentence into phrases (n-gram or parse), batched as a `PhraseLayout`;
+* attentive phrase pooling (Eq. 2-5) of every encoder layer's input, and of the encoder output;
+* an attentive combination sublayer (Eq. 7-8) that attends to phrase vectors: first in every encoder layer
+  (phrases -> self-attention -> FFN), and between self- and cross-attention in every decoder layer;
+* transparent attention (Eq. 6): decoder layer j reads a softmax-weighted sum of the phrase vectors of the
+  embedding layer and of every encoder layer.
+
+The per-layer phrase vectors travel from encoder to decoder as one tensor [batch, layers + 1, phrases, d_model]
+with a phrase mask [batch, phrases], so `generate` expands them for beam search like the encoder states.
+Phrase keys/values are recomputed at each decoding step (a few phrases; no cache entry needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+
+from .attention import SrcFeatAttention
+from .configuration_phrase_rep import PhraseRepConfig
+from .modeling_srcfeat_transformer import (
+    DecoderLayerContext,
+    EncoderLayerContext,
+    ResidualSublayer,
+    SrcFeatDecoder,
+    SrcFeatDecoderLayer,
+    SrcFeatEncoder,
+    SrcFeatEncoderLayer,
+    SrcFeatEncoderOutput,
+    SrcFeatTransformerForConditionalGeneration,
+    SrcFeatTransformerModel,
+)
+from .source_features import SourceFeatures
+
+
+def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Footnote 2: phrase of every token when each sentence is cut into phrases of ntok = max(min(8, seq / 6), 3)
+    consecutive tokens (seq: its number of real tokens); -1 for padding. Padding-side independent."""
+    real = attention_mask.bool()
+    positions = real.long().cumsum(-1) - 1
+    phrase_length = (real.sum(-1, keepdim=True) // 6).clamp(min=3, max=8)
+    return torch.where(real, positions // phrase_length, torch.full_like(positions, -1))
+
+
+@dataclass
+class PhraseLayout:
+    """Where each phrase's tokens are: phrase p of sentence b holds tokens `token_index[b, p, :]` where
+    `token_mask[b, p, :]`; `phrase_mask[b, p]` tells real phrases from padding."""
+
+    token_index: torch.LongTensor  # [B, P, T]
+    token_mask: torch.BoolTensor  # [B, P, T]
+    phrase_mask: torch.BoolTensor  # [B, P]
+
+    @classmethod
+    def from_phrase_index(cls, phrase_index: torch.Tensor) -> PhraseLayout:
+        """`phrase_index[b, s]`: the phrase of token s (0, 1, ...), or -1 for a token in no phrase."""
+        batch_size = phrase_index.shape[0]
+        in_phrase = phrase_index >= 0
+        num_phrases = max(int(phrase_index.max()) + 1, 1)
+        membership = nn.functional.one_hot(phrase_index.clamp(min=0), num_phrases) * in_phrase[..., None]
+        offset_in_phrase = (membership.cumsum(1) * membership).sum(-1) - 1  # rank of the token in its phrase
+        max_tokens = max(int(membership.sum(1).max()), 1)
+        batch, token = in_phrase.nonzero(as_tuple=True)
+        phrase, offset = phrase_index[batch, token], offset_in_phrase[batch, token]
+        token_index = phrase_index.new_zeros(batch_size, num_phrases, max_tokens)
+        token_mask = torch.zeros(batch_size, num_phrases, max_tokens, dtype=torch.bool, device=phrase_index.device)
+        token_index[batch, phrase, offset] = token
+        token_mask[batch, phrase, offset] = True
+        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+
+    def gather(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """[B, S, D] token vectors -> [B, P, T, D] phrase members (padding slots hold arbitrary tokens)."""
+        batch = torch.arange(hidden_states.shape[0], device=hidden_states.device)[:, None, None]
+        return hidden_states[batch, self.token_index]
+
+
+class AttentivePhrasePooling(nn.Module):
+    """R_phrase = sum_i p_i R_ti (Eq. 2-5), or F_glance alone without "+Attn"."""
+
+    def __init__(self, config: PhraseRepConfig):
+        super().__init__()
+        self.glance = config.phrase_glance
+        self.attentive = config.phrase_attentive
+        if self.attentive:
+            self.hidden = nn.Linear(2 * config.d_model, config.phrase_hidden_size)  # W_1, b_1
+            self.score = nn.Linear(config.phrase_hidden_size, 1)  # W_2, b_2
+
+    def forward(self, hidden_states: torch.Tensor, layout: PhraseLayout
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Phrase vectors [B, P, D] and the token weights p_i [B, P, T] (None without "+Attn")."""
+        members = layout.gather(hidden_states)
+        mask = layout.token_mask[..., None]
+        if self.glance == "mean":  # Eq. (2), element-wise mean over the phrase's real tokens
+            summary = (members * mask).sum(2) / mask.sum(2).clamp(min=1)
+        else:  # Eq. (2), max-over-time pooling over the phrase's real tokens
+            summary = members.masked_fill(~mask, torch.finfo(members.dtype).min).amax(2)
+            summary = summary * layout.phrase_mask[..., None]  # empty (padding) phrases: 0, not -inf
+        if not self.attentive:
+            return summary, None
+        context = summary[:, :, None].expand_as(members)
+        scores = self.score(torch.sigmoid(self.hidden(torch.cat([members, context], -1)))).squeeze(-1)  # Eq. (3)
+        scores = scores.masked_fill(~layout.token_mask, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(-1) * layout.token_mask  # Eq. (4); a padding phrase gets all-zero weights
+        return (weights[..., None] * members).sum(2), weights  # Eq. (5)
+
+
+class AttentiveCombination(nn.Module):
+    """out = W_4 sigmoid(W_3 [x | Attn_MH(x, R_phrase)] + b_3) + b_4 (Eq. 7-8); the residual connection and
+    layer normalisation around it are the caller's `ResidualSublayer`."""
+
+    def __init__(self, config: PhraseRepConfig, num_heads: int):
+        super().__init__()
+        self.config = config
+        self.attention = SrcFeatAttention(config, num_heads, is_cross_attention=True)  # no cache: layer_idx None
+        self.hidden = nn.Linear(2 * config.d_model, config.phrase_hidden_size)  # W_3, b_3
+        self.output = nn.Linear(config.phrase_hidden_size, config.d_model)  # W_4, b_4
+
+    def forward(self, hidden_states: torch.Tensor, phrases: torch.Tensor, phrase_mask: torch.Tensor,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=phrase_mask.long(), encoder_hidden_states=phrases)
+        attended, weights = self.attention(hidden_states, key_value_states=phrases, attention_mask=mask,
+                                           output_attentions=output_attentions)  # Eq. (7)
+        combined = self.output(torch.sigmoid(self.hidden(torch.cat([hidden_states, attended], -1))))  # Eq. (8)
+        return combined, weights
+
+
+@dataclass
+class PhraseEncoderLayerContext(EncoderLayerContext):
+    """The segmentation (shared by all layers) and, once the layer ran, the phrase vectors of its input."""
+
+    layout: PhraseLayout | None = None
+    phrases: torch.Tensor | None = None
+
+
+@dataclass
+class PhraseRepEncoderOutput(SrcFeatEncoderOutput):
+    """Adds the phrase vectors of the embedding layer, of every encoder layer's input and of the encoder output,
+    stacked as [batch, encoder_layers + 1, phrases, d_model], and which phrases are real [batch, phrases]."""
+
+    phrase_representations: torch.FloatTensor | None = None
+    phrase_mask: torch.BoolTensor | None = None
+
+
+class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
+    """cross-attention to the phrases of the layer input -> self-attention -> feed-forward."""
+
+    def __init__(self, config: PhraseRepConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.phrase_pooling = AttentivePhrasePooling(config)
+        self.phrase_combination = AttentiveCombination(config, config.encoder_attention_heads)
+        self.phrase_sublayer = ResidualSublayer(config)
+
+    def before_self_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                              context: PhraseEncoderLayerContext) -> torch.Tensor:
+        def attend_to_phrases(layer_input: torch.Tensor) -> torch.Tensor:
+            context.phrases, _ = self.phrase_pooling(layer_input, context.layout)
+            return self.phrase_combination(layer_input, context.phrases, context.layout.phrase_mask)[0]
+
+        return self.phrase_sublayer(hidden_states, attend_to_phrases)[0]
+
+
+class PhraseRepEncoder(SrcFeatEncoder):
+    layer_class = PhraseRepEncoderLayer
+    output_class = PhraseRepEncoderOutput
+
+    def __init__(self, config: PhraseRepConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens)
+        self.output_phrase_pooling = AttentivePhrasePooling(config)  # R^L, from the encoder output
+
+    def phrase_index(self, features: SourceFeatures, attention_mask: torch.Tensor | None,
+                     embeddings: torch.Tensor) -> torch.Tensor:
+        if self.config.phrase_segmentation == "parse":
+            phrase_ids = features.require("phrase_ids", "Phrase representations with parse phrases")
+            if attention_mask is not None:
+                phrase_ids = phrase_ids.masked_fill(attention_mask == 0, -1)
+            return phrase_ids
+        if attention_mask is None:
+            attention_mask = torch.ones(embeddings.shape[:2], dtype=torch.long, device=embeddings.device)
+        return ngram_phrase_index(attention_mask)
+
+    def layer_contexts(self, input_ids, embeddings, features, attention_mask) -> list[PhraseEncoderLayerContext]:
+        layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
+        return [PhraseEncoderLayerContext(layout=layout) for _ in self.layers]
+
+    def build_output(self, last_hidden_state, hidden_states, attentions, contexts, features,
+                     attention_mask) -> PhraseRepEncoderOutput:
+        layout = contexts[0].layout
+        final_phrases, _ = self.output_phrase_pooling(last_hidden_state, layout)
+        stacked = torch.stack([context.phrases for context in contexts] + [final_phrases], dim=1)
+        return self.output_class(last_hidden_state=last_hidden_state, hidden_states=hidden_states,
+                                 attentions=attentions, phrase_representations=stacked,
+                                 phrase_mask=layout.phrase_mask)
+
+
+@dataclass
+class PhraseDecoderLayerContext(DecoderLayerContext):
+    phrases: torch.Tensor | None = None  # R_d^j [B, P, D]
+    phrase_mask: torch.Tensor | None = None  # [B, P]
+
+
+class PhraseRepDecoderLayer(SrcFeatDecoderLayer):
+    """self-attention -> cross-attention to source phrases -> cross-attention to source tokens -> FFN."""
+
+    def __init__(self, config: PhraseRepConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.phrase_combination = AttentiveCombination(config, config.decoder_attention_heads)
+        self.phrase_sublayer = ResidualSublayer(config)
+
+    def before_cross_attention(self, hidden_states: torch.Tensor, context: PhraseDecoderLayerContext
+                               ) -> torch.Tensor:
+        return self.phrase_sublayer(
+            hidden_states, lambda x: self.phrase_combination(x, context.phrases, context.phrase_mask)[0])[0]
+
+
+class TransparentAttention(nn.Module):
+    """Eq. (6): w^j = softmax over the encoder's L + 1 phrase layers, one learned vector per decoder layer."""
+
+    def __init__(self, config: PhraseRepConfig):
+        super().__init__()
+        self.logits = nn.Parameter(torch.zeros(config.decoder_layers, config.encoder_layers + 1))
+
+    def initialize_parameters(self) -> None:
+        init.zeros_(self.logits)  # equal weights at the start
+
+    def weights(self) -> torch.Tensor:
+        return self.logits.softmax(-1)
+
+    def forward(self, phrase_representations: torch.Tensor) -> torch.Tensor:
+        """[B, L + 1, P, D] -> [decoder_layers, B, P, D]: R_d^j = sum_i w_i^j R_e^i."""
+        return torch.einsum("jl,blpd->jbpd", self.weights().to(phrase_representations.dtype),
+                            phrase_representations)
+
+
+class PhraseRepDecoder(SrcFeatDecoder):
+    layer_class = PhraseRepDecoderLayer
+
+    def __init__(self, config: PhraseRepConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens)
+        self.transparent_attention = TransparentAttention(config) if config.transparent_attention else None
+
+    def layer_contexts(self, encoder_outputs: PhraseRepEncoderOutput | None,
+                       encoder_attention_mask: torch.Tensor | None) -> list[PhraseDecoderLayerContext]:
+        if encoder_outputs is None or getattr(encoder_outputs, "phrase_representations", None) is None:
+            raise ValueError("The phrase-representation decoder needs the encoder's `phrase_representations`; "
+                             "pass the full encoder output (`encoder_outputs=model.get_encoder()(...)`).")
+        representations, mask = encoder_outputs.phrase_representations, encoder_outputs.phrase_mask
+        if self.transparent_attention is not None:
+            per_layer = list(self.transparent_attention(representations))
+        else:
+            per_layer = [representations[:, -1]] * len(self.layers)  # the last encoder layer's phrases
+        return [PhraseDecoderLayerContext(phrases=phrases, phrase_mask=mask) for phrases in per_layer]
+
+
+class PhraseRepModel(SrcFeatTransformerModel):
+    config_class = PhraseRepConfig
+    encoder_class = PhraseRepEncoder
+    decoder_class = PhraseRepDecoder
+
+
+class PhraseRepForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):
+    config_class = PhraseRepConfig
+    model_class = PhraseRepModel
+
+
+__all__ = ["PhraseRepForConditionalGeneration", "PhraseRepModel", "PhraseLayout", "ngram_phrase_index"]
