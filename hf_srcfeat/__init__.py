@@ -6,12 +6,14 @@ from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
+from .configuration_latent_feedback import LatentFeedbackConfig
 from .configuration_phrase_rep import PhraseRepConfig
 from .configuration_relevance_features import RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
 from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
 from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
+from .modeling_latent_feedback import LatentFeedbackForConditionalGeneration, LatentFeedbackModel
 from .modeling_phrase_rep import PhraseRepForConditionalGeneration, PhraseRepModel
 from .modeling_relevance_features import RelevanceFeaturesForConditionalGeneration, RelevanceFeaturesModel
 from .modeling_srcfeat_transformer import (
@@ -40,6 +42,7 @@ MODEL_CLASSES = (
     (RelevanceFeaturesConfig, RelevanceFeaturesModel, RelevanceFeaturesForConditionalGeneration),
     (DiverseInputConfig, DiverseInputModel, DiverseInputForConditionalGeneration),
     (PhraseRepConfig, PhraseRepModel, PhraseRepForConditionalGeneration),
+    (LatentFeedbackConfig, LatentFeedbackModel, LatentFeedbackForConditionalGeneration),
 )
 
 MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
@@ -71,6 +74,9 @@ __all__ = [
     "SourceFeatureTokenizer",
     "SourceFeatureTranslationPipeline",
     "StanzaAnnotator",
+    "LatentFeedbackConfig",
+    "LatentFeedbackForConditionalGeneration",
+    "LatentFeedbackModel",
     "PhraseRepConfig",
     "PhraseRepForConditionalGeneration",
     "PhraseRepModel",

@@ -70,6 +70,9 @@ class FactoredSourceEmbedding(SrcFeatSourceEmbedding):
     def factor_vectors(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                        inputs_embeds: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """e_ik = E_k s_ik for the subword (`inputs_embeds` replaces its lookup) and every used factor."""
+        if inputs_embeds is not None and inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
+            raise ValueError(f"`inputs_embeds` replace the subword factor, which is {self.embed_tokens.embedding_dim} "
+                             f"wide here, but they are {inputs_embeds.shape[-1]} wide.")
         vectors = {WORD: self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds}
         for name, ids in self.factor_ids(features).items():
             vectors[name] = self.factor_embeddings[name](ids)

@@ -173,11 +173,12 @@ class SrcFeatEncoder(nn.Module):
     layer_class = SrcFeatEncoderLayer
     output_class = SrcFeatEncoderOutput
 
-    def __init__(self, config, embed_tokens: nn.Embedding):
+    def __init__(self, config, embed_tokens: nn.Embedding, num_layers: int | None = None):
         super().__init__()
         self.config = config
         self.embed_source = self.source_embedding_class(config, embed_tokens)
-        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.encoder_layers))
+        num_layers = config.encoder_layers if num_layers is None else num_layers  # e.g. an auxiliary encoder
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(num_layers))
         self.layer_norm = nn.LayerNorm(config.d_model) if config.layernorm_position == "pre" else None
 
     @property

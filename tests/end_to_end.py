@@ -37,6 +37,8 @@ def train_from_raw_text(model_class, config, tokenizer, train_pairs, steps: int 
     pairs = {"source": list(train_pairs["source"])[:300], "target": list(train_pairs["target"])[:300]}
     torch.manual_seed(0)
     model = model_class(config)
+    if hasattr(model, "load_pretrained_parts"):
+        model.load_pretrained_parts()  # as training/train.py does for a new model
     losses = train_briefly(model, tokenizer, pairs, steps=steps)
     model.generation_config.max_new_tokens = 20
     return model, losses

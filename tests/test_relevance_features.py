@@ -178,6 +178,19 @@ def test_feature_ids_beyond_the_model_vocabulary_are_refused(relevance_config, p
         model.get_encoder()(**parsed_batch)
 
 
+def test_inputs_embeds_stand_for_the_subword_factor_and_must_have_its_width(relevance_config, parsed_batch):
+    model = random_model(RelevanceFeaturesForConditionalGeneration, relevance_config())
+    embedding = source_embedding(model)
+    features = {name: parsed_batch[name] for name in FEATURE_OF.values()}
+    words = embedding.embed_tokens(parsed_batch["input_ids"])
+    from_embeds = model.get_encoder()(inputs_embeds=words, attention_mask=parsed_batch["attention_mask"], **features)
+    from_ids = model.get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"],
+                                   **features)
+    torch.testing.assert_close(from_embeds.last_hidden_state, from_ids.last_hidden_state)
+    with pytest.raises(ValueError, match="6 wide here, but they are 16 wide"):
+        model.get_encoder()(inputs_embeds=torch.zeros(*parsed_batch["input_ids"].shape, 16), **features)
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"relevance_combine": "sum"}, "relevance_combine"),
     ({"source_factors": ["lemma", "ner"]}, "source_factors"),

@@ -82,3 +82,27 @@ def test_every_recipe_parses_and_builds_a_valid_model_config(recipe):
     config = train.MODEL_CONFIGS[model_args.model_type](d_model=model_args.d_model, **overrides)
     assert config.model_type == model_args.model_type
     assert training_args.predict_with_generate and data_args.source_lang == "en"
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "training" / "recipes" / "pretraining").glob("*.json")),
+                         ids=lambda p: p.stem)
+def test_every_pretraining_recipe_parses_and_matches_its_translation_recipe(recipe):
+    import pretrain_dae
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+    dae_args, _ = HfArgumentParser((pretrain_dae.DaeArguments, Seq2SeqTrainingArguments)).parse_json_file(
+        json_file=str(recipe))
+    users = [path for path in (REPO / "training" / "recipes").glob("*.json")
+             if json.loads(path.read_text()).get("tokenizer_name_or_path") == dae_args_output(recipe)]
+    assert users, f"no translation recipe uses {recipe.name}"
+    for path in users:
+        model_args, _, _ = train.parse_arguments([str(path)])
+        overrides = json.loads(model_args.config_overrides)
+        assert overrides["lfe_pretrained_from"] == dae_args_output(recipe)
+        assert (model_args.d_model, model_args.encoder_layers, model_args.layernorm_position,
+                model_args.vocab_size) == \
+            (dae_args.d_model, dae_args.encoder_layers, dae_args.layernorm_position, dae_args.vocab_size)
+
+
+def dae_args_output(recipe) -> str:
+    return json.loads(recipe.read_text())["output_dir"]

@@ -185,7 +185,10 @@ def build_model(model_args: ModelArguments, tokenizer):
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id, **overrides,
     )
-    return AutoModelForSeq2SeqLM.from_config(config)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    if hasattr(model, "load_pretrained_parts"):
+        model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
+    return model
 
 
 def parse_arguments(argv: list[str] | None = None):

@@ -1,0 +1,97 @@
+"""Configuration of latent feature feedback (Li, Li & Zhang, "Improving neural machine translation with
+latent features feedback", Neurocomputing 2021): a latent feature encoder (LFE) runs over the source and the
+mean of its higher layers is fed back into the self-attention of each NMT encoder layer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
+
+#: How the LFE is trained with the translation model (Table 1): from scratch with it, or pre-trained as a
+#: denoising autoencoder and then kept fixed or fine-tuned.
+LFE_MODES = ("joint", "frozen", "fine_tuned")
+
+
+class LatentFeedbackConfig(SrcFeatTransformerConfig):
+    r"""
+    Configuration of [`LatentFeedbackForConditionalGeneration`]. Takes every argument of
+    [`SrcFeatTransformerConfig`], plus:
+
+    Args:
+        lfe_layers (`int`, *optional*):
+            Number of layers J of the latent feature encoder; at least `encoder_layers` (I <= J). Default: I.
+        feedback_layers (`list[int]`, *optional*):
+            0-based NMT encoder layers whose self-attention receives feedback (Table 6: layers 1-3, 4-6 or
+            1-6); default all.
+        lfe_mode (`str`, *optional*, defaults to `"joint"`):
+            `"joint"`: the LFE starts from random weights and trains with the translation model;
+            `"frozen"`: a pre-trained LFE is kept fixed (no gradient, no dropout); `"fine_tuned"`: a pre-trained
+            LFE trains further with the translation model.
+        lfe_pretrained_from (`str`, *optional*):
+            Folder or Hub id of the denoising autoencoder (`training/pretrain_dae.py`) whose encoder initialises
+            the LFE; required by `frozen` and `fine_tuned`. `model.load_pretrained_parts()` (called by
+            `training/train.py` for a new model) copies it; a saved translation model already holds the weights.
+        share_lfe_parameters (`bool`, *optional*, defaults to `False`):
+            Table 8: the LFE is the NMT encoder itself (same embeddings and layers), run once without feedback
+            to produce the latent features; no parameters are added.
+    """
+
+    model_type = "latent_feedback"
+
+    def __init__(
+        self,
+        lfe_layers: int | None = None,
+        feedback_layers: Sequence[int] | None = None,
+        lfe_mode: str = "joint",
+        lfe_pretrained_from: str | None = None,
+        share_lfe_parameters: bool = False,
+        **kwargs,
+    ):
+        self.lfe_layers = lfe_layers
+        self.feedback_layers = list(feedback_layers) if feedback_layers is not None else None
+        self.lfe_mode = lfe_mode
+        self.lfe_pretrained_from = lfe_pretrained_from
+        self.share_lfe_parameters = share_lfe_parameters
+        super().__init__(**kwargs)
+
+    @property
+    def latent_encoder_layers(self) -> int:
+        """J: the number of LFE layers (the NMT encoder's own layers when they are shared)."""
+        if self.share_lfe_parameters:
+            return self.encoder_layers
+        return self.lfe_layers if self.lfe_layers is not None else self.encoder_layers
+
+    @property
+    def layers_with_feedback(self) -> list[int]:
+        return list(self.feedback_layers) if self.feedback_layers is not None else list(range(self.encoder_layers))
+
+    def check_arguments(self) -> None:
+        super().check_arguments()
+        check_choice("lfe_mode", self.lfe_mode, LFE_MODES)
+        if self.lfe_layers is not None:
+            check_positive_int("lfe_layers", self.lfe_layers)
+            if self.lfe_layers < self.encoder_layers:
+                raise ValueError(f"`lfe_layers` ({self.lfe_layers}) must be at least `encoder_layers` "
+                                 f"({self.encoder_layers}): layer i is fed the LFE layers above i (I <= J).")
+            if self.share_lfe_parameters and self.lfe_layers != self.encoder_layers:
+                raise ValueError("`share_lfe_parameters=True` uses the NMT encoder as the LFE, so `lfe_layers` must "
+                                 f"be `encoder_layers` ({self.encoder_layers}) or unset, got {self.lfe_layers}.")
+        if self.feedback_layers is not None and (
+                not self.feedback_layers or len(set(self.feedback_layers)) != len(self.feedback_layers)
+                or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < self.encoder_layers
+                       for v in self.feedback_layers)):
+            raise ValueError(f"`feedback_layers` must be distinct 0-based indices below encoder_layers "
+                             f"({self.encoder_layers}), got {self.feedback_layers!r}.")
+        pretrained = self.lfe_mode in ("frozen", "fine_tuned")
+        if pretrained and not self.lfe_pretrained_from:
+            raise ValueError(f"`lfe_mode={self.lfe_mode!r}` uses a pre-trained LFE: set `lfe_pretrained_from` to the "
+                             "denoising autoencoder (training/pretrain_dae.py output).")
+        if self.lfe_mode == "joint" and self.lfe_pretrained_from:
+            raise ValueError("`lfe_mode='joint'` trains the LFE from scratch; use 'frozen' or 'fine_tuned' with "
+                             f"`lfe_pretrained_from` ({self.lfe_pretrained_from!r}).")
+        if self.share_lfe_parameters and self.lfe_mode == "frozen":
+            raise ValueError("`share_lfe_parameters=True` cannot be `frozen`: the shared LFE is the NMT encoder.")
+
+
+__all__ = ["LatentFeedbackConfig"]

@@ -1,0 +1,134 @@
+"""Latent feature feedback (Li, Li & Zhang, Neurocomputing 2021): a latent feature encoder (LFE), a plain
+Transformer encoder with its own embeddings over the same vocabulary, reads the source; NMT encoder layer i
+then computes its self-attention from x' = x + ctx^i (Eq. 3-4), ctx^i being the mean of the LFE layers above
+i (Eq. 5), while its residual connection still adds x. The feed-forward sublayer and the decoder are the
+baseline's. The LFE can be pre-trained as a denoising autoencoder (`training/pretrain_dae.py`); no noise is
+ever applied here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AutoModelForSeq2SeqLM
+from transformers.masking_utils import create_bidirectional_mask
+
+from .configuration_latent_feedback import LatentFeedbackConfig
+from .modeling_srcfeat_transformer import (
+    EncoderLayerContext,
+    SrcFeatEncoder,
+    SrcFeatEncoderLayer,
+    SrcFeatTransformerForConditionalGeneration,
+    SrcFeatTransformerModel,
+)
+from .source_features import SourceFeatures
+
+
+def top_down_feedback(lfe_states: list[torch.Tensor], num_layers: int) -> list[torch.Tensor | None]:
+    """Eq. (5): ctx^i = mean(s^{i+1}, ..., s^J) for NMT layer i (1-based) of `num_layers`; the top layer I gets
+    none (zero). `lfe_states` are s^1 ... s^J."""
+    feedback: list[torch.Tensor | None] = []
+    for layer in range(1, num_layers + 1):
+        above = lfe_states[layer:]
+        feedback.append(torch.stack(above).mean(0) if above and layer < num_layers else None)
+    return feedback
+
+
+@dataclass
+class FeedbackContext(EncoderLayerContext):
+    feedback: torch.Tensor | None = None  # ctx^i, or None for no feedback (zero)
+
+
+class LatentFeedbackEncoderLayer(SrcFeatEncoderLayer):
+    """The rectified self-attention of Eq. (4): queries, keys and values from x + ctx, the residual from x."""
+
+    def self_attention_input(self, hidden_states: torch.Tensor, context: FeedbackContext) -> torch.Tensor:
+        return hidden_states if context.feedback is None else hidden_states + context.feedback  # Eq. (3)
+
+
+class LatentFeedbackEncoder(SrcFeatEncoder):
+    layer_class = LatentFeedbackEncoderLayer
+
+    def __init__(self, config: LatentFeedbackConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens)
+        if config.share_lfe_parameters:
+            self.lfe = None  # the encoder itself, run once without feedback
+        else:
+            # Its own embeddings over the same vocabulary (Section 3: not shared with the NMT encoder).
+            lfe_embeddings = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            self.lfe = SrcFeatEncoder(config, lfe_embeddings, num_layers=config.latent_encoder_layers)
+        self.lfe_frozen = config.lfe_mode == "frozen"
+        if self.lfe_frozen:
+            self.lfe.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> LatentFeedbackEncoder:
+        super().train(mode)
+        if self.lfe_frozen:
+            self.lfe.eval()  # a fixed feature extractor: no dropout either
+        return self
+
+    def latent_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[torch.Tensor]:
+        """s^1 ... s^J, normalised like the NMT layer inputs they are added to (Section 2.2: "both of them are
+        normalized by LN"): with pre-LayerNorm, each passes through the LFE's final LayerNorm."""
+        encoder = self if self.lfe is None else self.lfe
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.lfe_frozen):
+            hidden_states = encoder.embed_source(input_ids, SourceFeatures(), attention_mask)
+            mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                             attention_mask=attention_mask)
+            states = []
+            for layer in encoder.layers:  # a plain Transformer pass: no feedback into the LFE itself
+                hidden_states, _ = layer(hidden_states, mask, FeedbackContext())
+                states.append(hidden_states if encoder.layer_norm is None else encoder.layer_norm(hidden_states))
+        return states
+
+    def layer_contexts(self, input_ids: torch.Tensor | None, embeddings: torch.Tensor, features: SourceFeatures,
+                       attention_mask: torch.Tensor | None) -> list[FeedbackContext]:
+        if input_ids is None:
+            raise ValueError("Latent feature feedback needs `input_ids`: the latent feature encoder embeds the "
+                             "source tokens itself, so `inputs_embeds` alone is not enough.")
+        feedback = top_down_feedback(self.latent_states(input_ids, attention_mask), len(self.layers))
+        chosen = set(self.config.layers_with_feedback)
+        return [FeedbackContext(feedback=ctx if layer in chosen else None) for layer, ctx in enumerate(feedback)]
+
+
+class LatentFeedbackModel(SrcFeatTransformerModel):
+    config_class = LatentFeedbackConfig
+    encoder_class = LatentFeedbackEncoder
+
+
+class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):
+    config_class = LatentFeedbackConfig
+    model_class = LatentFeedbackModel
+
+    def load_pretrained_parts(self) -> None:
+        """Initialise the LFE from the encoder of the denoising autoencoder named by `config.lfe_pretrained_from`
+        (its token embeddings, layers and final LayerNorm; with `share_lfe_parameters`, the NMT encoder's layers
+        and final LayerNorm). Nothing to do for a joint-trained LFE."""
+        if not self.config.lfe_pretrained_from:
+            return
+        autoencoder = AutoModelForSeq2SeqLM.from_pretrained(self.config.lfe_pretrained_from)
+        self.load_lfe_from(autoencoder.get_encoder())
+
+    def load_lfe_from(self, pretrained_encoder: SrcFeatEncoder) -> None:
+        encoder = self.get_encoder()
+        target = encoder if encoder.lfe is None else encoder.lfe
+        source_config, config = pretrained_encoder.config, self.config
+        for name, expected in (("vocab_size", config.vocab_size), ("d_model", config.d_model),
+                               ("layernorm_position", config.layernorm_position)):
+            if getattr(source_config, name) != expected:
+                raise ValueError(f"The pre-trained autoencoder has {name}={getattr(source_config, name)!r}, this "
+                                 f"model {expected!r}: the LFE must match the translation model.")
+        if len(pretrained_encoder.layers) != len(target.layers):
+            raise ValueError(f"The pre-trained autoencoder has {len(pretrained_encoder.layers)} encoder layers, the "
+                             f"LFE {len(target.layers)}; set `lfe_layers` to match.")
+        with torch.no_grad():
+            target.layers.load_state_dict(pretrained_encoder.layers.state_dict())
+            if target.layer_norm is not None:
+                target.layer_norm.load_state_dict(pretrained_encoder.layer_norm.state_dict())
+            if encoder.lfe is not None:
+                target.embed_tokens.weight.copy_(pretrained_encoder.embed_tokens.weight)
+
+
+__all__ = ["LatentFeedbackForConditionalGeneration", "LatentFeedbackModel", "top_down_feedback"]

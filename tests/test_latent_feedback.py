@@ -1,0 +1,215 @@
+"""Latent feature feedback (Li, Li & Zhang 2021): the denoising noise of Section 3, Eq. (3)-(5) pinned on a tiny
+model over real sentences, the training modes of Tables 1 and 8, DAE pre-training, and the model end to end
+with an LFE pre-trained by training/pretrain_dae.py."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+import torch
+
+from hf_srcfeat import (
+    LatentFeedbackConfig,
+    LatentFeedbackForConditionalGeneration,
+    SrcFeatTransformerConfig,
+    SrcFeatTransformerForConditionalGeneration,
+)
+from hf_srcfeat.modeling_latent_feedback import FeedbackContext, top_down_feedback
+
+from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
+from .helpers import REPO, random_model
+
+sys.path.insert(0, str(REPO / "training"))
+import pretrain_dae  # noqa: E402
+
+SENTENCE = "A little girl in a pink dress is climbing up a set of stairs in an entry way with her dog".split()
+
+
+def test_noise_swaps_3_pairs_drops_a_tenth_and_masks_a_fifth_of_the_words():
+    for seed in range(5):
+        corruption = pretrain_dae.corrupt(SENTENCE, random.Random(seed), placeholder="<unk>")
+        assert len(SENTENCE) == 21
+        assert len(corruption.swapped_pairs) == 3 and all(a != b for a, b in corruption.swapped_pairs)
+        assert len(corruption.dropped) == 2 and len(corruption.words) == 19  # round(2.1)
+        assert len(corruption.masked) == 4 and corruption.words.count("<unk>") == 4  # round(4.2)
+        kept = [word for word in corruption.words if word != "<unk>"]
+        assert all(kept.count(word) <= SENTENCE.count(word) for word in kept)
+    again = pretrain_dae.corrupt(SENTENCE, random.Random(3))
+    assert again == pretrain_dae.corrupt(SENTENCE, random.Random(3)), "a seed fixes the noise"
+    short = pretrain_dae.corrupt(["Dogs", "run", "."], random.Random(0))
+    assert (len(short.swapped_pairs), len(short.dropped), len(short.masked)) == (3, 0, 1)
+    single = pretrain_dae.corrupt(["Hello"], random.Random(0))
+    assert single.words == ["Hello"] and not single.swapped_pairs
+
+
+def test_the_collator_corrupts_the_source_and_keeps_the_original_as_target(feature_tokenizer, test_sentences):
+    collator = pretrain_dae.DenoisingCollator(feature_tokenizer, max_length=64, seed=0, swaps=3, drop_ratio=0.1,
+                                              mask_ratio=0.2)
+    batch = collator([{"text": text} for text in test_sentences[:3]])
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}, "plain subwords, no linguistic features"
+    assert (batch["input_ids"] == feature_tokenizer.unk_token_id).sum() >= 3
+    targets = feature_tokenizer(text_target=test_sentences[:3], source_features=False)["input_ids"]
+    for row, target in zip(batch["labels"].tolist(), targets, strict=True):
+        assert [token for token in row if token != -100] == target
+
+
+def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():
+    states = [torch.full((1, 2, 3), float(level)) for level in (1, 2, 3, 4)]  # s^1 ... s^4
+    feedback = top_down_feedback(states, num_layers=4)
+    assert [None if ctx is None else ctx.unique().item() for ctx in feedback] == [3.0, 3.5, 4.0, None]
+    feedback = top_down_feedback(states, num_layers=3)  # I = 3 < J = 4: the top NMT layer still gets none
+    assert [None if ctx is None else ctx.unique().item() for ctx in feedback] == [3.0, 3.5, None]
+
+
+@pytest.fixture
+def feedback_config(feature_tokenizer):
+    def make(**overrides) -> LatentFeedbackConfig:
+        arguments = dict(vocab_size=len(feature_tokenizer), d_model=16, encoder_layers=3, decoder_layers=1,
+                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+                         decoder_ffn_dim=32, dropout=0.0)
+        arguments.update(overrides)
+        return LatentFeedbackConfig(**arguments)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def batch(feature_tokenizer, test_sentences):
+    return feature_tokenizer(test_sentences[:3], padding=True, return_tensors="pt", source_features=False)
+
+
+def test_each_layer_gets_the_mean_of_the_lfe_states_above_it(feedback_config, batch):
+    model = random_model(LatentFeedbackForConditionalGeneration, feedback_config(lfe_layers=4))
+    encoder = model.get_encoder()
+    states = encoder.latent_states(batch["input_ids"], batch["attention_mask"])
+    assert len(states) == 4
+    contexts = encoder.layer_contexts(batch["input_ids"], None, None, batch["attention_mask"])
+    torch.testing.assert_close(contexts[0].feedback, (states[1] + states[2] + states[3]) / 3)
+    torch.testing.assert_close(contexts[1].feedback, (states[2] + states[3]) / 2)
+    assert contexts[2].feedback is None, "the top NMT layer gets no feedback (zero)"
+    lfe_outputs = encoder.lfe(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              output_hidden_states=True)
+    torch.testing.assert_close(states, list(lfe_outputs.hidden_states[1:]), msg="s^j are the LFE's layer outputs")
+
+
+def test_rectified_self_attention_reads_x_plus_ctx_but_the_residual_adds_x(feedback_config, batch):
+    model = random_model(LatentFeedbackForConditionalGeneration, feedback_config())
+    layer = model.get_encoder().layers[0]
+    torch.manual_seed(1)
+    x, ctx = torch.randn(3, batch["input_ids"].shape[1], 16), torch.randn(3, batch["input_ids"].shape[1], 16)
+    mask = batch["attention_mask"][:, None, None, :].bool()
+    output, _ = layer(x, mask, FeedbackContext(feedback=ctx))
+    attended, _ = layer.self_attn(x + ctx, attention_mask=mask)  # Eq. (3): Q, K, V from x'
+    hidden = layer.self_attn_sublayer.layer_norm(x + attended)  # Eq. (4): the residual adds x
+    expected = layer.ffn_sublayer.layer_norm(hidden + layer.ffn(hidden))  # Eq. (2), unchanged
+    torch.testing.assert_close(output, expected)
+
+
+def test_only_the_chosen_layers_receive_feedback(feedback_config, batch):
+    model = random_model(LatentFeedbackForConditionalGeneration, feedback_config(feedback_layers=[1]))
+    contexts = model.get_encoder().layer_contexts(batch["input_ids"], None, None, batch["attention_mask"])
+    assert [context.feedback is not None for context in contexts] == [False, True, False]
+
+
+def test_the_lfe_reads_the_clean_source_inside_translation(feedback_config, batch):
+    model = random_model(LatentFeedbackForConditionalGeneration, feedback_config())
+    seen = []
+    model.get_encoder().lfe.embed_source.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    model.generate(**batch, max_new_tokens=3)
+    assert len(seen) == 1 and torch.equal(seen[0], batch["input_ids"])
+
+
+def test_a_frozen_lfe_keeps_its_weights_and_runs_without_dropout(feedback_config, batch, tmp_path):
+    config = feedback_config(lfe_mode="frozen", lfe_pretrained_from=str(tmp_path), dropout=0.3)
+    model = random_model(LatentFeedbackForConditionalGeneration, config).train()
+    lfe = model.get_encoder().lfe
+    assert not lfe.training and model.get_encoder().layers[0].training
+    before = {name: value.clone() for name, value in lfe.state_dict().items()}
+    others = model.get_encoder().layers[0].self_attn.q_proj.weight.clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(**batch, labels=batch["input_ids"][:, :5]).loss.backward()
+    optimizer.step()
+    assert all(torch.equal(value, before[name]) for name, value in lfe.state_dict().items())
+    assert not torch.equal(model.get_encoder().layers[0].self_attn.q_proj.weight, others)
+
+
+def test_shared_parameters_add_nothing_to_the_baseline(feedback_config, batch):
+    config = feedback_config(share_lfe_parameters=True)
+    shared = LatentFeedbackForConditionalGeneration(config)
+    baseline = SrcFeatTransformerForConditionalGeneration(
+        SrcFeatTransformerConfig(**{k: v for k, v in config.to_diff_dict().items()
+                                    if k in SrcFeatTransformerConfig().to_dict()}))
+    assert shared.get_encoder().lfe is None
+    assert shared.num_parameters() == baseline.num_parameters()
+    states = shared.get_encoder().latent_states(batch["input_ids"], batch["attention_mask"])
+    assert len(states) == 3
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"lfe_layers": 2}, "at least `encoder_layers`"),
+    ({"feedback_layers": [3]}, "feedback_layers"),
+    ({"lfe_mode": "pretrained"}, "lfe_mode"),
+    ({"lfe_mode": "frozen"}, "lfe_pretrained_from"),
+    ({"lfe_pretrained_from": "runs/dae"}, "joint"),
+    ({"share_lfe_parameters": True, "lfe_mode": "frozen", "lfe_pretrained_from": "x"}, "cannot be `frozen`"),
+    ({"share_lfe_parameters": True, "lfe_layers": 4}, "share_lfe_parameters"),
+])
+def test_invalid_arguments_raise_errors_naming_them(feedback_config, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        feedback_config(**overrides)
+
+
+@pytest.fixture(scope="module")
+def pretrained_dae(feature_tokenizer, tmp_path_factory, multi30k_dir):
+    """A tiny denoising autoencoder trained by training/pretrain_dae.py on real Multi30k English sentences."""
+    folder = tmp_path_factory.mktemp("dae")
+    feature_tokenizer.save_pretrained(folder / "tokenizer")
+    results = pretrain_dae.main([
+        "--output_dir", str(folder / "dae"), "--tokenizer_name_or_path", str(folder / "tokenizer"),
+        "--d_model", "64", "--encoder_layers", "2", "--decoder_layers", "1", "--attention_heads", "4",
+        "--ffn_dim", "128", "--layernorm_position", "post", "--max_train_samples", "600", "--max_eval_samples",
+        "10", "--max_length", "40", "--do_train", "--max_steps", "60", "--per_device_train_batch_size", "32",
+        "--learning_rate", "3e-3", "--warmup_steps", "5", "--logging_steps", "10", "--save_strategy", "no",
+        "--use_cpu", "--report_to", "none", "--disable_tqdm", "true", "--seed", "2",
+    ])
+    return folder / "dae", results
+
+
+def test_dae_pretraining_lowers_the_reconstruction_loss_and_records_its_run(pretrained_dae):
+    folder, results = pretrained_dae
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert losses[-1] < 0.8 * losses[0], losses
+    saved = json.loads((folder / "dae_results.json").read_text())
+    assert {"bleu_from_corrupted", "bleu_from_original"} <= set(saved["reconstruction"])
+    assert saved["sentences"] == 600 and saved["code_version"] and saved["data_files"][0].endswith("train.en.gz")
+    assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+
+
+def test_the_lfe_is_initialised_from_the_dae_encoder(pretrained_dae, feature_tokenizer):
+    folder, _ = pretrained_dae
+    config = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+                                lfe_pretrained_from=str(folder))
+    model = LatentFeedbackForConditionalGeneration(config)
+    model.load_pretrained_parts()
+    autoencoder = SrcFeatTransformerForConditionalGeneration.from_pretrained(folder)
+    lfe, dae_encoder = model.get_encoder().lfe, autoencoder.get_encoder()
+    assert torch.equal(lfe.embed_tokens.weight, dae_encoder.embed_tokens.weight)
+    assert all(torch.equal(a, b) for a, b in zip(lfe.layers.state_dict().values(),
+                                                 dae_encoder.layers.state_dict().values(), strict=True))
+    wrong = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, encoder_layers=3, lfe_mode="fine_tuned",
+                               lfe_pretrained_from=str(folder))
+    with pytest.raises(ValueError, match="2 encoder layers, the LFE 3"):
+        LatentFeedbackForConditionalGeneration(wrong).load_pretrained_parts()
+
+
+class TestDaePretrainedLatentFeedbackEndToEnd(EndToEndFromRawText):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, feature_tokenizer, train_pairs, pretrained_dae):
+        folder, _ = pretrained_dae
+        config = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+                                    lfe_pretrained_from=str(folder))
+        return train_from_raw_text(LatentFeedbackForConditionalGeneration, config, feature_tokenizer, train_pairs)
