@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         results["train_seconds"] = time.monotonic() - start
         results["train_metrics"] = train_result.metrics
-        results["log_history"] = trainer.state.log_history
+        results["log_history"] = list(trainer.state.log_history)  # a copy: later evaluations append to it
         trainer.save_model()
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.

@@ -1,0 +1,97 @@
+"""training/benchmark.py on a tiny set-up: result files with everything the report needs, significance against
+the baseline of the same seed, finished runs never redone, interrupted runs resumed from their checkpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from .helpers import REPO
+
+sys.path.insert(0, str(REPO / "training"))
+import benchmark  # noqa: E402
+
+TINY = {"d_model": 32, "ffn_dim": 64, "attention_heads": 4, "encoder_layers": 1, "decoder_layers": 1,
+        "max_steps": 12, "save_steps": 6, "eval_steps": 6, "logging_steps": 3, "warmup_steps": 2,
+        "per_device_train_batch_size": 16, "per_device_eval_batch_size": 16, "max_train_samples": 200,
+        "max_eval_samples": 20, "max_predict_samples": 20, "generation_max_length": 20}
+
+
+@pytest.fixture(scope="module")
+def tiny_benchmark(feature_tokenizer, tmp_path_factory, multi30k_dir):
+    folder = tmp_path_factory.mktemp("benchmark")
+    feature_tokenizer.save_pretrained(folder / "tokenizer")
+
+    def run(systems: list[str], **overrides) -> None:
+        benchmark.main(["run", "--systems", *systems, "--seeds", "1", "--runs_dir", str(folder / "runs"),
+                        "--results_dir", str(folder / "results"), "--tokenizer", str(folder / "tokenizer"),
+                        "--max_test_samples", "20", "--shared_overrides", json.dumps({**TINY, **overrides})])
+
+    run(["baseline", "relevance_self", "lfe_dae"])
+    return folder, run
+
+
+def test_every_run_writes_a_complete_result_file(tiny_benchmark):
+    folder, _ = tiny_benchmark
+    result = json.loads((folder / "results" / "relevance_self_seed1.json").read_text())
+    assert result["system"] == "relevance_self" and result["seed"] == 1
+    assert result["config"]["relevance_combine"] == "self_relevance" and result["code_version"]
+    assert any(path.endswith("test_2016_flickr.de.gz") for path in result["data_files"])
+    for key in ("train_seconds", "train_target_tokens_per_second", "decode_beam4_sentences_per_second",
+                "decode_greedy_sentences_per_second", "num_parameters"):
+        assert result[key] > 0, key
+    assert [point["step"] for point in result["validation_loss_curve"]] == [6, 12]
+    test = result["test"]
+    assert test["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert {"bleu", "bleu_lowercase", "chrf", "chrf_signature"} <= set(test) and result["test_sentences"] == 20
+    significance = test["significance_vs_baseline"]
+    assert 0 <= significance["p_value"] <= 1 and significance["samples"] == 1000
+    baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
+    assert "significance_vs_baseline" not in baseline["test"]
+
+
+def test_the_pretrained_lfe_system_trains_its_autoencoder_first(tiny_benchmark):
+    folder, _ = tiny_benchmark
+    result = json.loads((folder / "results" / "lfe_dae_seed1.json").read_text())
+    autoencoder = folder / "runs" / "dae" / "seed1"
+    assert result["config"]["lfe_pretrained_from"] == str(autoencoder)
+    assert (autoencoder / "dae_results.json").exists() and (autoencoder / "model.safetensors").exists()
+
+
+def test_finished_runs_are_not_redone(tiny_benchmark):
+    folder, run = tiny_benchmark
+    path = folder / "results" / "baseline_seed1.json"
+    before = path.stat().st_mtime_ns
+    run(["baseline"])
+    assert path.stat().st_mtime_ns == before
+
+
+def test_an_interrupted_run_continues_from_its_last_checkpoint(tiny_benchmark):
+    folder, run = tiny_benchmark
+    run(["fusing_diverse"], max_steps=6)  # stands for a run stopped after its checkpoint at step 6
+    (folder / "results" / "fusing_diverse_seed1.json").unlink()
+    run(["fusing_diverse"])
+    result = json.loads((folder / "results" / "fusing_diverse_seed1.json").read_text())
+    assert result["resumed_from_step"] == 6
+    assert [point["step"] for point in result["validation_loss_curve"]] == [6, 12]
+
+
+def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_curves(tiny_benchmark):
+    import benchmark_report
+
+    folder, _ = tiny_benchmark
+    readme = folder / "README.md"
+    readme.write_text(f"# Results\n{benchmark_report.README_START}\nold\n{benchmark_report.README_END}\nrest\n")
+    text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(folder / "report.md"),
+                                  "--update_readme", "--readme", str(readme)])
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert {"baseline", "relevance_self", "lfe_dae"} <= set(rows)
+    baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
+    system = json.loads((folder / "results" / "relevance_self_seed1.json").read_text())
+    assert f"{system['test']['bleu'] - baseline['test']['bleu']:+.2f}" in rows["relevance_self"]
+    assert f"{system['test']['significance_vs_baseline']['p_value']:.3f}" in rows["relevance_self"]
+    assert (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
+    updated = readme.read_text()
+    assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated

@@ -1,0 +1,311 @@
+#!/usr/bin/env python
+"""Reproduction benchmark: every method against the baseline on Multi30k en->de, with one shared model size,
+tokenizer, optimiser, schedule and training budget, several seeds, measured quality and speed.
+
+    python training/benchmark.py run --seeds 1 2          # trains what is missing, resumes what was cut
+    python training/benchmark.py run --systems baseline deps_san --seeds 1
+    python training/benchmark.py status                   # what is done, running or missing
+
+Runs live in `--runs_dir` (default runs/benchmark/<system>/seed<k>); a run whose result file exists in
+`--results_dir` (default training/results/benchmark/<system>_seed<k>.json) is never redone, and an interrupted
+run continues from its last checkpoint. The joint subword tokenizer is trained once (runs/benchmark/tokenizer)
+and shared by every run; the denoising autoencoder of `lfe_dae` is trained once per seed before it.
+
+Each result file holds: system, full config, seed, code version, data files, training time and target tokens/s,
+decoding sentences/s (beam 4 and greedy), parameter count, the validation loss curve, and on test_2016_flickr:
+sacreBLEU (cased, detokenized, with its signature), lowercased BLEU, chrF, and a paired bootstrap test against
+the baseline run of the same seed. `training/benchmark_report.py` turns them into the README's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The shared set-up: the recipes' model size and optimiser, a budget that fits a 2-core CPU.
+SHARED_ARGUMENTS = {
+    "source_lang": "en", "target_lang": "de", "vocab_size": 8000, "subword_model": "bpe",
+    "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
+    "dropout": 0.1, "label_smoothing": 0.1, "layernorm_position": "pre",
+    "max_steps": 1500, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64,
+    "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt", "warmup_steps": 400, "adam_beta2": 0.98,
+    "weight_decay": 0.0001, "eval_strategy": "steps", "eval_steps": 250, "save_strategy": "steps",
+    "save_steps": 250, "save_total_limit": 1, "logging_steps": 50, "generation_num_beams": 4,
+    "generation_max_length": 64, "predict_with_generate": False, "do_train": True, "do_eval": True,
+    "use_cpu": True, "report_to": "none", "disable_tqdm": True, "dataloader_num_workers": 0,
+}
+
+#: System -> (model_type, config overrides); the main variants of each paper.
+SYSTEMS: dict[str, tuple[str, dict]] = {
+    "baseline": ("srcfeat_transformer", {}),
+    "deps_san": ("deps_san", {"deps_san_layers": [0]}),
+    "relevance_concat": ("relevance_features", {"relevance_combine": "concat"}),
+    "relevance_self": ("relevance_features", {"relevance_combine": "self_relevance"}),
+    "relevance_word": ("relevance_features", {"relevance_combine": "word_relevance"}),
+    "fusing_diverse": ("diverse_input", {"diverse_variant": "fusing_diverse"}),
+    "phrase_max_attn_ta": ("phrase_rep", {}),
+    "lfe_joint": ("latent_feedback", {"lfe_mode": "joint"}),
+    "lfe_dae": ("latent_feedback", {"lfe_mode": "fine_tuned"}),  # + lfe_pretrained_from, set per seed
+}
+
+#: The denoising autoencoder of `lfe_dae`: the translation model's size and tokenizer, its own budget.
+DAE_ARGUMENTS = {
+    "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
+    "dropout": 0.1, "layernorm_position": "pre", "max_eval_samples": 200, "max_steps": 1500,
+    "per_device_train_batch_size": 64, "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt",
+    "warmup_steps": 400, "adam_beta2": 0.98, "weight_decay": 0.0001, "save_strategy": "steps", "save_steps": 250,
+    "save_total_limit": 1, "logging_steps": 50, "do_train": True, "use_cpu": True, "report_to": "none",
+    "disable_tqdm": True,
+}
+
+
+def as_argv(arguments: dict) -> list[str]:
+    argv = []
+    for key, value in arguments.items():
+        argv += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return argv
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    return checkpoints[-1] if checkpoints else None
+
+
+def resume_arguments(folder: Path) -> dict:
+    """Continue from the last checkpoint, or start afresh in a folder an interrupted start left behind."""
+    checkpoint = latest_checkpoint(folder)
+    if checkpoint is not None:
+        return {"resume_from_checkpoint": str(checkpoint)}
+    return {"overwrite_output_dir": True} if folder.exists() and any(folder.iterdir()) else {}
+
+
+def shared_arguments(args) -> dict:
+    return {**SHARED_ARGUMENTS, **args.shared_overrides}
+
+
+def dae_arguments(args) -> dict:
+    """The autoencoder's arguments, with the shared overrides that pretrain_dae.py understands."""
+    from dataclasses import fields
+
+    import pretrain_dae
+    from transformers import Seq2SeqTrainingArguments
+
+    accepted = {field.name for field in fields(pretrain_dae.DaeArguments) + fields(Seq2SeqTrainingArguments)}
+    return {**DAE_ARGUMENTS, **{key: value for key, value in args.shared_overrides.items() if key in accepted}}
+
+
+def ensure_tokenizer(args) -> Path:
+    """The joint subword tokenizer of every run, trained once on the Multi30k training pairs."""
+    if args.tokenizer:
+        return Path(args.tokenizer)
+    runs_dir, data_dir, shared = args.runs_dir, args.data_dir, shared_arguments(args)
+    folder = runs_dir / "tokenizer"
+    if not (folder / "tokenizer.json").exists():
+        from hf_srcfeat.annotation import StanzaAnnotator
+        from hf_srcfeat.multi30k import load_multi30k
+        from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
+
+        pairs = load_multi30k("train", "en", "de", data_dir)
+        annotations = StanzaAnnotator().annotate(list(pairs["source"]))
+        tokenizer = train_source_feature_tokenizer(
+            list(pairs["source"]), list(pairs["target"]), vocab_size=shared["vocab_size"],
+            subword_model=shared["subword_model"], language="en", source_annotations=annotations)
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
+def ensure_autoencoder(args, tokenizer: Path, seed: int) -> Path:
+    import pretrain_dae
+
+    folder, data_dir = args.runs_dir / "dae" / f"seed{seed}", args.data_dir
+    if not (folder / "dae_results.json").exists():
+        arguments = {**dae_arguments(args), "output_dir": str(folder), "tokenizer_name_or_path": str(tokenizer),
+                     "seed": seed, **resume_arguments(folder)}
+        if data_dir:
+            arguments["data_dir"] = data_dir
+        pretrain_dae.main(as_argv(arguments))
+    return folder
+
+
+def translate(model, tokenizer, sources: list[str], num_beams: int, batch_size: int = 64,
+              max_length: int = 64) -> tuple[list[str], float]:
+    """Hypotheses and generation seconds (source encoding, i.e. parsing, happens before the clock starts)."""
+    batches = [tokenizer(sources[start:start + batch_size], padding=True, truncation=True, max_length=128,
+                         return_tensors="pt") for start in range(0, len(sources), batch_size)]
+    hypotheses, seconds = [], 0.0
+    model.eval()
+    for batch in batches:
+        start = time.perf_counter()
+        with torch.no_grad():
+            generated = model.generate(**batch, num_beams=num_beams, max_length=max_length)
+        seconds += time.perf_counter() - start
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    return hypotheses, seconds
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict:
+    import sacrebleu
+
+    bleu = sacrebleu.BLEU()
+    cased = bleu.corpus_score(hypotheses, [references])
+    lowercased = sacrebleu.BLEU(lowercase=True).corpus_score(hypotheses, [references])
+    chrf_metric = sacrebleu.CHRF()
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    return {"bleu": round(cased.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "bleu_lowercase": round(lowercased.score, 2), "chrf": round(chrf.score, 2),
+            "chrf_signature": str(chrf_metric.get_signature())}
+
+
+def paired_bootstrap(baseline: list[str], system: list[str], references: list[str], samples: int = 1000,
+                     seed: int = 12345) -> dict:
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of BLEU against the baseline's translations."""
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    os.environ.setdefault("SACREBLEU_SEED", str(seed))
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": sacrebleu.BLEU()}, [references],
+                      test_type="bs", n_samples=samples)
+    _, scores = test()
+    result = scores["BLEU"][1]
+    return {"test": "paired bootstrap resampling (sacrebleu)", "samples": samples,
+            "p_value": float(result.p_value), "baseline_bleu": round(float(scores["BLEU"][0].score), 2)}
+
+
+def mean_target_tokens(tokenizer, targets: list[str]) -> float:
+    """Target tokens (with </s>) per training sentence: turns Trainer's samples/s into target tokens/s."""
+    lengths = [len(ids) for ids in tokenizer(text_target=targets, truncation=True, max_length=128)["input_ids"]]
+    return sum(lengths) / len(lengths)
+
+
+def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
+    """Train (or resume) one system for one seed, then translate and score test_2016_flickr."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hf_srcfeat.multi30k import load_multi30k, multi30k_file
+
+    model_type, overrides = SYSTEMS[system]
+    overrides = dict(overrides)
+    if system == "lfe_dae":
+        overrides["lfe_pretrained_from"] = str(ensure_autoencoder(args, tokenizer_dir, seed))
+    folder = args.runs_dir / system / f"seed{seed}"
+    resume = resume_arguments(folder)
+    resumed_from_step = int(Path(resume["resume_from_checkpoint"]).name.split("-")[1]) if "resume_from_checkpoint" \
+        in resume else 0
+    shared = shared_arguments(args)
+    arguments = {**shared, "model_type": model_type, "config_overrides": overrides,
+                 "tokenizer_name_or_path": str(tokenizer_dir), "output_dir": str(folder), "seed": seed,
+                 "do_predict_test": False, **resume}
+    if args.data_dir:
+        arguments["data_dir"] = args.data_dir
+    torch.set_num_threads(args.threads)
+    training = train.main(as_argv(arguments))
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir)
+    sources, references = list(test["source"])[:args.max_test_samples], list(test["target"])[:args.max_test_samples]
+    beam_hypotheses, beam_seconds = translate(model, tokenizer, sources, num_beams=4)
+    _, greedy_seconds = translate(model, tokenizer, sources, num_beams=1)
+    (folder / "test_predictions.beam4.txt").write_text("\n".join(beam_hypotheses) + "\n", encoding="utf-8")
+
+    train_pairs = load_multi30k("train", "en", "de", args.data_dir)
+    tokens_per_sentence = mean_target_tokens(tokenizer, list(train_pairs["target"]))
+    samples = (shared["max_steps"] - resumed_from_step) * shared["per_device_train_batch_size"]
+    runtime = training["train_metrics"]["train_runtime"]
+    validation_curve = [{"step": entry["step"], "eval_loss": entry["eval_loss"]}
+                        for entry in training["log_history"] if "eval_loss" in entry]
+    return {
+        "system": system, "model_type": model_type, "seed": seed, "config": training["config"],
+        "code_version": training["code_version"], "shared_arguments": shared,
+        "config_overrides": overrides, "data_files": training["data_files"] + [
+            str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in ("en", "de")],
+        "num_parameters": training["num_parameters"], "torch_threads": args.threads,
+        "train_seconds": round(training["train_seconds"], 1), "resumed_from_step": resumed_from_step,
+        "train_target_tokens_per_second": round(samples * tokens_per_sentence / runtime, 1),
+        "decode_beam4_sentences_per_second": round(len(sources) / beam_seconds, 2),
+        "decode_greedy_sentences_per_second": round(len(sources) / greedy_seconds, 2),
+        "validation_loss_curve": validation_curve, "eval_metrics": training.get("eval_metrics"),
+        "test": score(beam_hypotheses, references), "test_sentences": len(sources),
+    }
+
+
+def result_path(args, system: str, seed: int) -> Path:
+    return args.results_dir / f"{system}_seed{seed}.json"
+
+
+def add_significance(args, result: dict) -> None:
+    """Paired bootstrap against the baseline of the same seed (the baseline runs first, so it exists)."""
+    from hf_srcfeat.multi30k import load_multi30k
+
+    if result["system"] == "baseline":
+        return
+    baseline_folder = args.runs_dir / "baseline" / f"seed{result['seed']}"
+    system_folder = args.runs_dir / result["system"] / f"seed{result['seed']}"
+    references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir)["target"])[:args.max_test_samples]
+
+    def translations(folder: Path) -> list[str]:
+        return (folder / "test_predictions.beam4.txt").read_text(encoding="utf-8").splitlines()
+
+    result["test"]["significance_vs_baseline"] = paired_bootstrap(
+        translations(baseline_folder), translations(system_folder), references)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(partial, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["run", "status"])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
+    parser.add_argument("--results_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--shared_overrides", type=json.loads, default={}, help=(
+        "JSON object replacing entries of the shared set-up for every run and autoencoder, e.g. a smaller model "
+        "and budget for a smoke test: '{\"d_model\": 64, \"max_steps\": 20}' (then not the benchmark)"))
+    parser.add_argument("--tokenizer", help="use this trained tokenizer folder instead of training the shared one")
+    parser.add_argument("--max_test_samples", type=int, default=None, help="score only the first N test pairs")
+    args = parser.parse_args(argv)
+
+    # The baseline of a seed runs before the other systems of that seed (their significance tests need it).
+    order = [(system, seed) for seed in args.seeds for system in
+             (["baseline"] if "baseline" in args.systems else []) + [s for s in args.systems if s != "baseline"]]
+    if args.command == "status":
+        for system, seed in order:
+            folder = args.runs_dir / system / f"seed{seed}"
+            state = ("done" if result_path(args, system, seed).exists() else
+                     f"interrupted at {latest_checkpoint(folder).name}" if latest_checkpoint(folder) else "missing")
+            print(f"{system:22s} seed {seed}: {state}")
+        return
+    tokenizer_dir = ensure_tokenizer(args)
+    for system, seed in order:
+        path = result_path(args, system, seed)
+        if path.exists():
+            continue
+        if system != "baseline" and not result_path(args, "baseline", seed).exists():
+            raise SystemExit(f"run the baseline of seed {seed} first: {system} is tested against it.")
+        result = run_system(system, seed, args, tokenizer_dir)
+        add_significance(args, result)
+        write_json(path, result)
+        print(f"{system} seed {seed}: BLEU {result['test']['bleu']} chrF {result['test']['chrf']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Turn the benchmark's result files into the results table (Markdown) and validation loss curves (PNG).
+
+    python training/benchmark_report.py                  # writes training/results/benchmark_report.md + .png
+    python training/benchmark_report.py --update_readme  # also replaces the README's results section
+
+Every number comes from `training/results/benchmark/*.json` (written by `training/benchmark.py`): mean and
+standard deviation over seeds, the difference to the baseline, the paired bootstrap p-values of each seed,
+and training/decoding speed relative to the baseline runs next to the overheads the papers report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README_START, README_END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
+
+#: Training / decoding time relative to the baseline as the papers report them (None: not reported).
+PAPER_OVERHEADS = {
+    "deps_san": ("1.26x train (29 vs 23 s per 100 batches)", None),
+    "relevance_concat": (None, None), "relevance_self": (None, None), "relevance_word": (None, None),
+    "fusing_diverse": ("1.01x train (Table V, tokens/s)", "1.03x decode"),
+    "phrase_max_attn_ta": ("1.75x train (Table 2)", "1.53x decode"),
+    "lfe_joint": ("1.12x train (Table 1, s/iteration)", None),
+    "lfe_dae": ("1.12x train (Table 1, s/iteration)", None),
+}
+#: A published Multi30k test_2016 (en->de) number for a small Transformer, to place the baseline.
+PUBLISHED_REFERENCE = ("fairseq `transformer_tiny` on Multi30k en→de test_2016",
+                       "41.0 lowercased, tokenized BLEU (the figure the benchmark issue cites; not re-measured here)")
+
+
+def load_results(results_dir: Path) -> dict[str, list[dict]]:
+    by_system: dict[str, list[dict]] = defaultdict(list)
+    for path in sorted(results_dir.glob("*.json")):
+        result = json.loads(path.read_text())
+        by_system[result["system"]].append(result)
+    return dict(by_system)
+
+
+def mean_and_spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def relative(results: list[dict], baseline: list[dict], key: str) -> float:
+    return statistics.mean(r[key] for r in results) / statistics.mean(r[key] for r in baseline)
+
+
+def results_table(by_system: dict[str, list[dict]]) -> str:
+    if "baseline" not in by_system:
+        raise SystemExit("no baseline results: run `training/benchmark.py run --systems baseline` first.")
+    baseline = by_system["baseline"]
+    baseline_bleu = statistics.mean(r["test"]["bleu"] for r in baseline)
+    header = ["system", "seeds", "BLEU", "Δ BLEU", "p (per seed)", "BLEU lc", "chrF", "parameters",
+              "train speed", "decode beam 4", "decode greedy", "paper's overhead"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for system, results in by_system.items():
+        results = sorted(results, key=lambda r: r["seed"])
+        bleu = [r["test"]["bleu"] for r in results]
+        p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
+        paper_train, paper_decode = PAPER_OVERHEADS.get(system, (None, None))
+        row = [
+            system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
+            "–" if system == "baseline" else f"{statistics.mean(bleu) - baseline_bleu:+.2f}",
+            "–" if system == "baseline" else ", ".join(f"{p:.3f}" for p in p_values if p is not None),
+            mean_and_spread([r["test"]["bleu_lowercase"] for r in results]),
+            mean_and_spread([r["test"]["chrf"] for r in results]), f"{results[0]['num_parameters']:,}",
+            f"{relative(results, baseline, 'train_target_tokens_per_second'):.2f}x",
+            f"{relative(results, baseline, 'decode_beam4_sentences_per_second'):.2f}x",
+            f"{relative(results, baseline, 'decode_greedy_sentences_per_second'):.2f}x",
+            "; ".join(part for part in (paper_train, paper_decode) if part) or "not reported",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for system, results in by_system.items():
+        curves = [{point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]} for r in results]
+        steps = sorted(set.intersection(*(set(curve) for curve in curves)))
+        axes.plot(steps, [statistics.mean(curve[step] for curve in curves) for step in steps], marker="o",
+                  markersize=3, label=system)
+    axes.set_xlabel("training step")
+    axes.set_ylabel("validation loss (label-smoothed, mean over seeds)")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(output, dpi=120)
+    plt.close(figure)
+
+
+def report(by_system: dict[str, list[dict]], plot_name: str) -> str:
+    baseline = by_system["baseline"][0]
+    shared = baseline["shared_arguments"]
+    seeds = sorted({r["seed"] for results in by_system.values() for r in results})
+    versions = sorted({r["code_version"][:7] for results in by_system.values() for r in results})
+    lines = [
+        f"Multi30k en→de, test_2016_flickr ({baseline['test_sentences']} sentences), beam 4; every system trained "
+        f"for {shared['max_steps']} steps of {shared['per_device_train_batch_size']} sentence pairs with the same "
+        f"tokenizer, model size (d_model {shared['d_model']}, {shared['encoder_layers']}+{shared['decoder_layers']} "
+        f"layers, {shared['attention_heads']} heads), optimiser and schedule; seeds {', '.join(map(str, seeds))}; "
+        f"code version(s) {', '.join(versions)}. BLEU: sacreBLEU `{baseline['test']['bleu_signature']}`; "
+        "BLEU lc: the same, lowercased; p: paired bootstrap resampling against the baseline of the same seed "
+        "(1000 samples). Speeds are relative to the baseline's mean (training target tokens/s, decoding "
+        f"sentences/s), {baseline['torch_threads']} torch thread per run.",
+        "",
+        results_table(by_system),
+        "",
+        f"![validation loss]({plot_name})",
+        "",
+        f"Published reference for the baseline's size class: {PUBLISHED_REFERENCE[0]}: {PUBLISHED_REFERENCE[1]}.",
+        "Generated by `python training/benchmark_report.py` from `training/results/benchmark/*.json`.",
+    ]
+    return "\n".join(lines)
+
+
+def replace_readme_section(readme: Path, text: str) -> None:
+    content = readme.read_text()
+    if README_START not in content or README_END not in content:
+        raise SystemExit(f"{readme} has no {README_START} ... {README_END} section to replace.")
+    before, rest = content.split(README_START, 1)
+    _, after = rest.split(README_END, 1)
+    readme.write_text(f"{before}{README_START}\n{text}\n{README_END}{after}")
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
+    parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "benchmark_report.md")
+    parser.add_argument("--update_readme", action="store_true")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    args = parser.parse_args(argv)
+    by_system = load_results(args.results_dir)
+    plot = args.output.with_suffix(".png")
+    plot_validation_loss(by_system, plot)
+    text = report(by_system, plot.name)
+    args.output.write_text(text + "\n")
+    if args.update_readme:
+        relative_plot = plot.resolve().relative_to(args.readme.resolve().parent)
+        replace_readme_section(args.readme, report(by_system, str(relative_plot)))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
