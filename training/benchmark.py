@@ -33,15 +33,17 @@ import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: The shared set-up: the recipes' model size and optimiser, a budget that fits a 2-core CPU.
+#: The shared set-up: the recipes' model size and optimiser, and a budget that fits a 2-core CPU: 1,200 steps of
+#: 64 pairs (2.6 epochs), sized from benchmark_speed.py's rates with two jobs side by side (baseline about 650
+#: target tokens/s, the slowest methods about 0.7 of that); the result files record the real training times.
 SHARED_ARGUMENTS = {
     "source_lang": "en", "target_lang": "de", "vocab_size": 8000, "subword_model": "bpe",
     "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
     "dropout": 0.1, "label_smoothing": 0.1, "layernorm_position": "pre",
-    "max_steps": 1500, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64,
+    "max_steps": 1200, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64,
     "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt", "warmup_steps": 400, "adam_beta2": 0.98,
-    "weight_decay": 0.0001, "eval_strategy": "steps", "eval_steps": 250, "save_strategy": "steps",
-    "save_steps": 250, "save_total_limit": 1, "logging_steps": 50, "generation_num_beams": 4,
+    "weight_decay": 0.0001, "eval_strategy": "steps", "eval_steps": 200, "save_strategy": "steps",
+    "save_steps": 200, "save_total_limit": 1, "logging_steps": 50, "generation_num_beams": 4,
     "generation_max_length": 64, "predict_with_generate": False, "do_train": True, "do_eval": True,
     "use_cpu": True, "report_to": "none", "disable_tqdm": True, "dataloader_num_workers": 0,
 }
@@ -62,7 +64,7 @@ SYSTEMS: dict[str, tuple[str, dict]] = {
 #: The denoising autoencoder of `lfe_dae`: the translation model's size and tokenizer, its own budget.
 DAE_ARGUMENTS = {
     "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
-    "dropout": 0.1, "layernorm_position": "pre", "max_eval_samples": 200, "max_steps": 1500,
+    "dropout": 0.1, "layernorm_position": "pre", "max_eval_samples": 200, "max_steps": 1200,
     "per_device_train_batch_size": 64, "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt",
     "warmup_steps": 400, "adam_beta2": 0.98, "weight_decay": 0.0001, "save_strategy": "steps", "save_steps": 250,
     "save_total_limit": 1, "logging_steps": 50, "do_train": True, "use_cpu": True, "report_to": "none",
