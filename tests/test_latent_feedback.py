@@ -213,3 +213,12 @@ class TestDaePretrainedLatentFeedbackEndToEnd(EndToEndFromRawText):
         config = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
                                     lfe_pretrained_from=str(folder))
         return train_from_raw_text(LatentFeedbackForConditionalGeneration, config, feature_tokenizer, train_pairs)
+
+
+def test_ewt_sentences_can_join_the_monolingual_data(ewt_dir, train_pairs):
+    args = pretrain_dae.DaeArguments(ewt_dir=str(ewt_dir))
+    sentences, files = pretrain_dae.monolingual_sentences(args, train_pairs)
+    assert sentences[:len(train_pairs)] == list(train_pairs["source"])
+    assert len(sentences) - len(train_pairs) > 10000 and files[-1].endswith("en_ewt-ud-train.conllu.gz")
+    with pytest.raises(SystemExit, match="no en_ewt-ud-train"):
+        pretrain_dae.monolingual_sentences(pretrain_dae.DaeArguments(ewt_dir=str(REPO)), train_pairs)
