@@ -239,6 +239,19 @@ def default_cache_path() -> Path:
     return root / "hf_srcfeat" / "annotations.sqlite"
 
 
+def import_stanza():
+    """Stanza, or an error that says how to get it (it is only needed to annotate raw text)."""
+    try:
+        import stanza
+    except ImportError as error:
+        raise ImportError(
+            "Annotating raw text needs Stanza, which is not installed: `pip install stanza` (or "
+            "`pip install hf-srcfeat`). Without it, pass pre-parsed input (`tokenizer(annotations=...)`, e.g. from "
+            "`read_conllu`) or plain subwords (`tokenizer(texts, source_features=False)`)."
+        ) from error
+    return stanza
+
+
 class StanzaAnnotator:
     """Stanza pipeline (tokenize, mwt, pos, lemma, depparse) annotating each text as one sentence.
 
@@ -285,7 +298,7 @@ class StanzaAnnotator:
     @property
     def identity(self) -> str:
         """Everything that changes the output: Stanza version, language, processors and the model files."""
-        import stanza
+        stanza = import_stanza()
 
         models = []
         if self.model_dir is not None:
@@ -299,7 +312,7 @@ class StanzaAnnotator:
     @property
     def pipeline(self):
         if self._pipeline is None:
-            import stanza
+            stanza = import_stanza()
 
             options = dict(lang=self.language, processors=self.processors, tokenize_no_ssplit=True,
                            tokenize_pretokenized=self.pretokenized, use_gpu=self.device != "cpu",

@@ -1,0 +1,176 @@
+"""Publishing to the Hub: training/publish.py builds a repository folder (weights, config, tokenizer, rendered
+card, remote code), commits it into a git mirror that olah serves on loopback as a Hub endpoint, and the
+model loads by repo id three ways, each in a fresh process, reproducing the published translations exactly:
+(a) with hf_srcfeat installed, (b) without it via trust_remote_code, (c) offline from the Hugging Face cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+
+from .end_to_end import tiny_method_config, train_from_raw_text
+from .helpers import REPO
+
+sys.path.insert(0, str(REPO / "training"))
+import publish  # noqa: E402
+
+REPO_ID = "hf-srcfeat/deps-san-tiny"
+
+#: Run in a fresh interpreter: load by repo id, translate the sentences, print the translations as JSON.
+LOADER = """
+import json, sys
+BLOCKED = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else set()
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, Blocker())
+mode = sys.argv[1]
+if mode == "installed":
+    import hf_srcfeat  # registers the classes
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+remote = mode != "installed"
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[3], trust_remote_code=remote)
+model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[3], trust_remote_code=remote).eval()
+sentences = json.loads(sys.stdin.read())
+batch = tokenizer(sentences, padding=True, return_tensors="pt")
+output = model.generate(**batch, num_beams=4, max_new_tokens=20)
+print(json.dumps({"module": type(model).__module__,
+                  "translations": tokenizer.batch_decode(output, skip_special_tokens=True)}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def published(feature_tokenizer, train_pairs, test_sentences, tmp_path_factory):
+    """A briefly trained Deps-SAN model, published into a git mirror; its own translations of 3 sentences."""
+    folder = tmp_path_factory.mktemp("hub")
+    config = tiny_method_config(DepsSanConfig, feature_tokenizer)
+    model, _ = train_from_raw_text(DepsSanForConditionalGeneration, config, feature_tokenizer, train_pairs, steps=30)
+    model.save_pretrained(folder / "run")
+    feature_tokenizer.save_pretrained(folder / "run")
+    publish.main([str(folder / "run"), "--repo_id", REPO_ID, "--output", str(folder / "repository"),
+                  "--mirror", str(folder / "mirrors")])
+    batch = feature_tokenizer(test_sentences[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = feature_tokenizer.batch_decode(model.generate(**batch, num_beams=4, max_new_tokens=20),
+                                                  skip_special_tokens=True)
+    return folder, expected
+
+
+@pytest.fixture(scope="module")
+def hub_endpoint(published):
+    """olah serving the mirror on a free loopback port; always stopped afterwards."""
+    folder, _ = published
+    port = free_port()
+    (folder / "olah.toml").write_text(
+        f'[basic]\nhost = "127.0.0.1"\nport = {port}\nmirrors-path = ["{folder / "mirrors"}"]\n'
+        f'repos-path = "{folder / "olah_repos"}"\n[accessibility]\noffline = true\n')
+    log = open(folder / "olah.log", "w")
+    olah = Path(sys.executable).parent / "olah-cli"  # installed with the dev extra, next to this Python
+    server = subprocess.Popen([str(olah), "-c", str(folder / "olah.toml")], stdout=log, stderr=subprocess.STDOUT,
+                              cwd=folder)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            if server.poll() is not None:
+                pytest.fail(f"olah exited with {server.returncode}:\n{(folder / 'olah.log').read_text()}")
+            try:
+                urllib.request.urlopen(f"{url}/api/models/{REPO_ID}/revision/main", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"olah did not answer on {url} within 20 s:\n{(folder / 'olah.log').read_text()}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
+
+
+def load_in_fresh_process(mode: str, environment: dict, sentences: list[str], blocked: str = "") -> dict:
+    completed = subprocess.run([sys.executable, "-c", LOADER, mode, blocked, REPO_ID], input=json.dumps(sentences),
+                               capture_output=True, text=True, env={**os.environ, **environment}, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_the_repository_folder_holds_weights_tokenizer_code_and_a_rendered_card(published):
+    folder, _ = published
+    repository = folder / "repository"
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                 "feature_vocab.json", "tokenizer_config.json", "README.md", "modeling_deps_san.py",
+                 "configuration_deps_san.py", "modeling_srcfeat_transformer.py", "tokenization_source_features.py",
+                 "annotation.py"):
+        assert (repository / name).exists(), name
+    assert not list(repository.glob("*.bin")) and not list(repository.glob("*.pkl")), "no pickles"
+    config = json.loads((repository / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_deps_san.DepsSanForConditionalGeneration"
+    card = (repository / "README.md").read_text()
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert metadata["license"] == "apache-2.0" and metadata["pipeline_tag"] == "translation"
+    assert "<this repository>" not in card and REPO_ID in card
+    assert (folder / "mirrors" / "models" / REPO_ID / ".git").exists()
+
+
+def test_publishing_never_overwrites_a_folder(published):
+    folder, _ = published
+    with pytest.raises(SystemExit, match="not empty"):
+        publish.main([str(folder / "run"), "--repo_id", REPO_ID, "--output", str(folder / "repository"),
+                      "--dry-run"])
+
+
+def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"test_metrics": {"test_bleu": 31.234, "test_chrf": 55.5}}))
+    results = publish.run_results(tmp_path, None, None)
+    card = publish.render_card((REPO / "hub_cards" / "deps_san.md").read_text(), REPO_ID, results)
+    metadata = yaml.safe_load(card.split("---")[1])
+    metrics = metadata["model-index"][0]["results"][0]["metrics"]
+    assert [(m["type"], m["value"]) for m in metrics] == [("bleu", 31.23), ("chrf", 55.5)]
+    assert "sacreBLEU 31.23, chrF 55.5" in card and "Not measured yet" not in card
+
+
+def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, test_sentences, tmp_path):
+    _, expected = published
+    loaded = load_in_fresh_process("installed", {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0",
+                                                 "HF_HOME": str(tmp_path / "hf")}, test_sentences[:3])
+    assert loaded["module"].startswith("hf_srcfeat.") and loaded["translations"] == expected
+
+
+def test_loads_by_repo_id_without_hf_srcfeat_through_remote_code(published, hub_endpoint, test_sentences, tmp_path):
+    _, expected = published
+    environment = {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf")}
+    loaded = load_in_fresh_process("remote", environment, test_sentences[:3], blocked="hf_srcfeat")
+    assert loaded["module"].startswith("transformers_modules.") and loaded["translations"] == expected
+    # The tokenizer's annotator needs Stanza for raw text; without it the error says what to install.
+    completed = subprocess.run([sys.executable, "-c", LOADER, "remote", "hf_srcfeat,stanza", REPO_ID], input=json.dumps(
+        test_sentences[:1]), capture_output=True, text=True, env={**os.environ, **environment, "HF_HUB_OFFLINE": "1"},
+        timeout=600)
+    assert completed.returncode != 0 and "pip install stanza" in completed.stderr
+
+
+def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test_sentences, tmp_path):
+    _, expected = published
+    cache = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub_endpoint}
+    load_in_fresh_process("remote", cache, test_sentences[:3], blocked="hf_srcfeat")  # fills the cache
+    offline = {**cache, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}  # nothing there
+    loaded = load_in_fresh_process("remote", offline, test_sentences[:3], blocked="hf_srcfeat")
+    assert loaded["translations"] == expected

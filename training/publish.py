@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""Turn a trained run into a Hugging Face Hub repository folder, then upload it or serve it from a git mirror.
+
+    python training/publish.py runs/deps_san_multi30k_en_de --repo_id hf-srcfeat/deps-san-multi30k-en-de \
+        --output runs/publish/deps-san-multi30k-en-de --dry-run          # build the folder only
+    ... --upload                                                         # HfApi.upload_folder, token: $HF_TOKEN
+    ... --mirror /srv/hf-mirrors                                          # commit into <mirror>/models/<org>/<name>
+
+The folder holds the weights (safetensors), config, generation config, the tokenizer with its feature
+vocabularies, the model card rendered from `hub_cards/<model_type>.md` as README.md, and the model and
+tokenizer code for `trust_remote_code=True` loading (flat sibling modules, registered with `auto_map`).
+The card's results come from the benchmark's result files (`--benchmark_system`) or, failing that, from the
+run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import yaml
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import hf_srcfeat  # noqa: F401  (registers the model classes)
+
+REPO = Path(__file__).resolve().parents[1]
+LICENSE = "apache-2.0"
+
+
+def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -> dict | None:
+    """Test-set scores: the benchmark's mean over seeds for `system`, else the run's own test metrics."""
+    if system and benchmark_dir is not None:
+        files = sorted(benchmark_dir.glob(f"{system}_seed*.json"))
+        if files:
+            results = [json.loads(path.read_text()) for path in files]
+            return {"source": f"hf_srcfeat benchmark, system `{system}`, seeds "
+                              f"{', '.join(str(r['seed']) for r in results)} (mean)",
+                    "bleu": round(statistics.mean(r["test"]["bleu"] for r in results), 2),
+                    "chrf": round(statistics.mean(r["test"]["chrf"] for r in results), 2),
+                    "bleu_signature": results[0]["test"]["bleu_signature"]}
+    path = run_dir / "results.json"
+    if path.exists():
+        metrics = json.loads(path.read_text()).get("test_metrics") or {}
+        if "test_bleu" in metrics:
+            return {"source": "this run's `results.json` (training/train.py, test_2016_flickr, beam 4)",
+                    "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
+                    "bleu_signature": metrics.get("test_bleu_signature", "sacreBLEU default (13a, cased)")}
+    return None
+
+
+def render_card(template: str, repo_id: str, results: dict | None) -> str:
+    """The card with the Hub's metadata (license, metrics, model-index with the results) and the repo id."""
+    _, front_matter, body = template.split("---", 2)
+    metadata = yaml.safe_load(front_matter)
+    metadata.update({"license": LICENSE, "metrics": ["bleu", "chrf"]})
+    body = body.replace("<this repository>", repo_id)
+    head, rest = body.split("## Results", 1)
+    tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
+    if results is None:
+        section = "\n\nNot measured: no benchmark result and no test metrics were found for this run.\n"
+    else:
+        metadata["model-index"] = [{"name": repo_id.split("/")[-1], "results": [{
+            "task": {"type": "translation", "name": "Translation en→de"},
+            "dataset": {"type": "multi30k", "name": "Multi30k test_2016_flickr", "split": "test"},
+            "metrics": [{"type": "bleu", "name": "sacreBLEU", "value": results["bleu"]},
+                        {"type": "chrf", "name": "chrF", "value": results["chrf"]}]}]}]
+        section = (f"\n\nMulti30k en→de test_2016_flickr, beam 4: sacreBLEU {results['bleu']}, chrF "
+                   f"{results['chrf']} (from {results['source']}; BLEU signature `{results['bleu_signature']}`).\n")
+    return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True) + "---" + head + \
+        "## Results" + section + tail
+
+
+def build_repository(run_dir: Path, repo_id: str, output: Path, benchmark_dir: Path | None,
+                     system: str | None) -> Path:
+    if output.exists() and any(output.iterdir()):
+        raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
+    model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    # auto_map entries + code files, so that the repository loads with trust_remote_code=True alone.
+    type(model.config).register_for_auto_class()
+    type(model).register_for_auto_class("AutoModelForSeq2SeqLM")
+    type(tokenizer).register_for_auto_class("AutoTokenizer")
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
+    (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
+    template = REPO / "hub_cards" / f"{model.config.model_type}.md"
+    if not template.exists():
+        raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
+    card = render_card(template.read_text(), repo_id, run_results(run_dir, benchmark_dir, system))
+    (output / "README.md").write_text(card, encoding="utf-8")
+    return output
+
+
+#: Optional files transformers probes for when loading. For a file missing from a local mirror olah answers 401
+#: (the Hub: 404), which huggingface_hub reads as "repository not found" and transformers does not catch, so
+#: the mirror gets neutral stand-ins: an empty added-tokens map, an empty chat template (a translation tokenizer
+#: has none; "" is falsy like None) and a listable, empty chat-template folder.
+MIRROR_PLACEHOLDERS = {
+    "added_tokens.json": "{}\n",
+    "chat_template.jinja": "",
+    "additional_chat_templates/README.md": "No chat templates: a translation model (stand-in for mirror serving).\n",
+}
+
+
+def add_mirror_placeholders(repository: Path) -> None:
+    for name, content in MIRROR_PLACEHOLDERS.items():
+        path = repository / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+
+
+def commit_to_mirror(folder: Path, mirror: Path, repo_id: str) -> Path:
+    """Commit the folder as the `main` branch of <mirror>/models/<org>/<name> (a git repository olah serves)."""
+    repository = mirror / "models" / repo_id
+    repository.mkdir(parents=True, exist_ok=True)
+    git = ["git", "-c", "user.name=hf_srcfeat publish", "-c", "user.email=publish@hf-srcfeat.invalid"]
+    if not (repository / ".git").exists():
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repository, check=True)
+    for entry in repository.iterdir():  # the new commit holds exactly the published files
+        if entry.name != ".git":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    shutil.copytree(folder, repository, dirs_exist_ok=True)
+    add_mirror_placeholders(repository)
+    subprocess.run(git + ["add", "-A"], cwd=repository, check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", f"Publish {repo_id}"], cwd=repository, check=True)
+    return repository
+
+
+def upload(folder: Path, repo_id: str) -> str:
+    from huggingface_hub import HfApi
+
+    token = os.environ.get("HF_TOKEN")
+    if not token:
+        raise SystemExit("set HF_TOKEN to a Hub token with write access to upload (or use --dry-run / --mirror).")
+    api = HfApi(token=token)
+    api.create_repo(repo_id, exist_ok=True)
+    return str(api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Publish with hf_srcfeat"))
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a trained model folder (training/train.py output_dir)")
+    parser.add_argument("--repo_id", required=True, help="org/name on the Hub")
+    parser.add_argument("--output", type=Path, required=True, help="where to build the repository folder")
+    parser.add_argument("--benchmark_system", help="take the card's results from this benchmark system")
+    parser.add_argument("--benchmark_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--dry-run", action="store_true", help="build the folder and stop")
+    target.add_argument("--upload", action="store_true", help="upload with HfApi.upload_folder ($HF_TOKEN)")
+    target.add_argument("--mirror", type=Path, help="commit into this local mirror folder for self-hosting")
+    args = parser.parse_args(argv)
+    if args.repo_id.count("/") != 1:
+        raise SystemExit(f"--repo_id must be org/name, got {args.repo_id!r}.")
+    folder = build_repository(args.run_dir, args.repo_id, args.output, args.benchmark_dir, args.benchmark_system)
+    print(f"built {folder}")
+    if args.mirror:
+        print(f"committed to {commit_to_mirror(folder, args.mirror, args.repo_id)}")
+    elif args.upload:
+        print(f"uploaded: {upload(folder, args.repo_id)}")
+    return folder
+
+
+if __name__ == "__main__":
+    main()
