@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         for system, seed in order:
             folder = args.runs_dir / system / f"seed{seed}"
             state = ("done" if result_path(args, system, seed).exists() else
-                     f"interrupted at {latest_checkpoint(folder).name}" if latest_checkpoint(folder) else "missing")
+                     f"running or interrupted, last checkpoint {latest_checkpoint(folder).name}" if latest_checkpoint(folder) else "missing")
             print(f"{system:22s} seed {seed}: {state}")
         return
     tokenizer_dir = ensure_tokenizer(args)
