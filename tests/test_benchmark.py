@@ -93,5 +93,7 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert f"{system['test']['bleu'] - baseline['test']['bleu']:+.2f}" in rows["relevance_self"]
     assert f"{system['test']['significance_vs_baseline']['p_value']:.3f}" in rows["relevance_self"]
     assert (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
+    verdicts = [line for line in text.splitlines() if line.startswith("- `relevance_self`")]
+    assert len(verdicts) == 1 and "BLEU" in verdicts[0]
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated

@@ -80,6 +80,27 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]:
+    """One sentence per system, as measured: better/worse only when significant in every seed."""
+    baseline_bleu = statistics.mean(r["test"]["bleu"] for r in by_system["baseline"])
+    lines = []
+    for system, results in by_system.items():
+        if system == "baseline":
+            continue
+        delta = statistics.mean(r["test"]["bleu"] for r in results) - baseline_bleu
+        p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value", 1.0) for r in results]
+        significant = all(p < level for p in p_values)
+        if significant and delta > 0:
+            verdict = f"beats the baseline by {delta:+.2f} BLEU, significant (p < {level}) in every seed"
+        elif significant and delta < 0:
+            verdict = f"is worse than the baseline by {delta:+.2f} BLEU, significant (p < {level}) in every seed"
+        else:
+            verdict = (f"does not differ significantly from the baseline at this scale ({delta:+.2f} BLEU; "
+                       f"p = {', '.join(f'{p:.3f}' for p in p_values)})")
+        lines.append(f"- `{system}` {verdict}.")
+    return lines
+
+
 def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None:
     import matplotlib
 
@@ -116,6 +137,8 @@ def report(by_system: dict[str, list[dict]], plot_name: str) -> str:
         f"sentences/s), {baseline['torch_threads']} torch thread per run.",
         "",
         results_table(by_system),
+        "",
+        *outcomes(by_system),
         "",
         f"![validation loss]({plot_name})",
         "",
