@@ -9,6 +9,7 @@ from .attention import SCORE_MODES
 from .configuration_srcfeat_transformer import (
     SrcFeatTransformerConfig,
     check_choice,
+    check_indices,
     check_positive_int,
     check_positive_number,
     check_probability,
@@ -71,16 +72,11 @@ class DepsSanConfig(SrcFeatTransformerConfig):
 
     def check_arguments(self) -> None:
         super().check_arguments()
-        for name, values, limit, what in (
-            ("deps_san_layers", self.deps_san_layers, self.encoder_layers, "encoder_layers"),
-            ("deps_san_heads", self.deps_san_heads, self.encoder_attention_heads, "encoder_attention_heads"),
-        ):
-            if values is None:
-                continue
-            if not values or len(set(values)) != len(values) or any(
-                    isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < limit for v in values):
-                raise ValueError(f"`{name}` must be distinct 0-based indices below {what} ({limit}), "
-                                 f"got {values!r}.")
+        if self.deps_san_layers is not None:
+            check_indices("deps_san_layers", self.deps_san_layers, self.encoder_layers, "encoder_layers")
+        if self.deps_san_heads is not None:
+            check_indices("deps_san_heads", self.deps_san_heads, self.encoder_attention_heads,
+                          "encoder_attention_heads")
         check_positive_number("deps_san_sigma", self.deps_san_sigma)
         check_choice("deps_san_mode", self.deps_san_mode, SCORE_MODES)
         check_choice("knowledge_sparse", self.knowledge_sparse, KNOWLEDGE_SPARSE)

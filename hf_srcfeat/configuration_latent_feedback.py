@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
+from .configuration_srcfeat_transformer import (
+    SrcFeatTransformerConfig,
+    check_choice,
+    check_indices,
+    check_positive_int,
+)
 
 #: How the LFE is trained with the translation model (Table 1): from scratch with it, or pre-trained as a
 #: denoising autoencoder and then kept fixed or fine-tuned.
@@ -77,12 +82,8 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
             if self.share_lfe_parameters and self.lfe_layers != self.encoder_layers:
                 raise ValueError("`share_lfe_parameters=True` uses the NMT encoder as the LFE, so `lfe_layers` must "
                                  f"be `encoder_layers` ({self.encoder_layers}) or unset, got {self.lfe_layers}.")
-        if self.feedback_layers is not None and (
-                not self.feedback_layers or len(set(self.feedback_layers)) != len(self.feedback_layers)
-                or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < self.encoder_layers
-                       for v in self.feedback_layers)):
-            raise ValueError(f"`feedback_layers` must be distinct 0-based indices below encoder_layers "
-                             f"({self.encoder_layers}), got {self.feedback_layers!r}.")
+        if self.feedback_layers is not None:
+            check_indices("feedback_layers", self.feedback_layers, self.encoder_layers, "encoder_layers")
         pretrained = self.lfe_mode in ("frozen", "fine_tuned")
         if pretrained and not self.lfe_pretrained_from:
             raise ValueError(f"`lfe_mode={self.lfe_mode!r}` uses a pre-trained LFE: set `lfe_pretrained_from` to the "

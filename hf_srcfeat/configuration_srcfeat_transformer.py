@@ -28,6 +28,13 @@ def check_probability(name: str, value: object) -> None:
         raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
 
 
+def check_indices(name: str, values: object, limit: int, what: str) -> None:
+    """Raise a ValueError naming `name` unless `values` is a non-empty list of distinct integers in [0, limit)."""
+    if not values or len(set(values)) != len(values) or any(
+            isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < limit for v in values):
+        raise ValueError(f"`{name}` must be distinct 0-based indices below {what} ({limit}), got {values!r}.")
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise a ValueError naming `name` unless `value` is one of `choices`."""
     if value not in choices:

@@ -92,14 +92,6 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
             self.pos_embedding = nn.Embedding(config.num_pos_tags, self.group_widths["syntactic"], padding_idx=0)
             self.num_pos_tags = config.num_pos_tags
 
-    def pos_ids(self, features: SourceFeatures) -> torch.Tensor:
-        pos_ids = features.require("pos_ids", "The syntactic group of the diverse input representation")
-        if pos_ids.numel() and (pos_ids.min() < 0 or pos_ids.max() >= self.num_pos_tags):
-            raise ValueError(f"`pos_ids` holds ids from {int(pos_ids.min())} to {int(pos_ids.max())}, but the model "
-                             f"has {self.num_pos_tags} POS embeddings: build the config with "
-                             "`**tokenizer.feature_vocabularies.sizes()`.")
-        return pos_ids
-
     def group_representations(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                               attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None
                               ) -> dict[str, torch.Tensor]:
@@ -119,7 +111,9 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
                 outputs[name] = self.local(group, attention_mask)
             else:  # Eq. (12)-(13): vp_j = x_j + pe_j + p_j
                 outputs[name] = (group + sinusoidal_position_encoding(positions, width)
-                                 + self.pos_embedding(self.pos_ids(features)))
+                                 + self.pos_embedding(features.require_ids(
+                                     "pos_ids", "The syntactic group of the diverse input representation",
+                                     self.num_pos_tags, "POS")))
         return outputs
 
     def forward(self, input_ids: torch.Tensor | None, features: SourceFeatures,

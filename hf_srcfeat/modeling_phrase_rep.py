@@ -40,7 +40,8 @@ from .source_features import SourceFeatures
 
 def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Footnote 2: phrase of every token when each sentence is cut into phrases of ntok = max(min(8, seq / 6), 3)
-    consecutive tokens (seq: its number of real tokens); -1 for padding. Padding-side independent."""
+    consecutive tokens (seq: its number of real tokens); -1 for padding. Padding-side independent. The rule is
+    `parse_phrases.phrase_token_limit`, applied to every sentence of the batch in one tensor operation."""
     real = attention_mask.bool()
     positions = real.long().cumsum(-1) - 1
     phrase_length = (real.sum(-1, keepdim=True) // 6).clamp(min=3, max=8)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .configuration_relevance_features import FACTOR_FEATURE_NAMES, RelevanceFeaturesConfig
-from .embeddings import SrcFeatSourceEmbedding, source_positions
+from .embeddings import SrcFeatSourceEmbedding
 from .modeling_srcfeat_transformer import (
     SrcFeatEncoder,
     SrcFeatTransformerForConditionalGeneration,
@@ -54,18 +54,9 @@ class FactoredSourceEmbedding(SrcFeatSourceEmbedding):
 
     def factor_ids(self, features: SourceFeatures) -> dict[str, torch.Tensor]:
         """The id tensor of every used factor, checked against the embedding tables."""
-        ids = {}
-        for name in self.factors:
-            feature_name = FACTOR_FEATURE_NAMES[name]
-            values = features.require(feature_name, f"Relevance features (factor {name!r})")
-            if values.numel() and (values.min() < 0 or values.max() >= self.vocabulary_sizes[name]):
-                raise ValueError(
-                    f"`{feature_name}` holds ids from {int(values.min())} to {int(values.max())}, but the model has "
-                    f"{self.vocabulary_sizes[name]} {name} embeddings: the tokenizer's feature vocabularies do not "
-                    "match this model (build the config with `**tokenizer.feature_vocabularies.sizes()`)."
-                )
-            ids[name] = values
-        return ids
+        return {name: features.require_ids(FACTOR_FEATURE_NAMES[name], f"Relevance features (factor {name!r})",
+                                           self.vocabulary_sizes[name], name)
+                for name in self.factors}
 
     def factor_vectors(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                        inputs_embeds: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -108,9 +99,8 @@ class FactoredSourceEmbedding(SrcFeatSourceEmbedding):
     def forward(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                 attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         combined, _ = self.combine(self.factor_vectors(input_ids, features, inputs_embeds))
-        batch_size, seq_len = combined.shape[:2]
-        positions = source_positions(attention_mask, batch_size, seq_len, combined.device)
-        return self.dropout(combined * self.embed_scale + self.positional(positions))
+        # The baseline's Dropout(embedding + PE), with the scaled combination as the embedding.
+        return super().forward(None, features, attention_mask, inputs_embeds=combined * self.embed_scale)
 
 
 class RelevanceFeaturesEncoder(SrcFeatEncoder):

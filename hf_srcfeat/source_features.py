@@ -58,3 +58,15 @@ class SourceFeatures:
                 "hf_srcfeat.SourceFeatureTokenizer, which computes it from the parse, and pass it to the model."
             )
         return value
+
+    def require_ids(self, name: str, method: str, table_size: int, what: str) -> torch.Tensor:
+        """Feature `name` (see `require`), checked to index an embedding table of `table_size` `what` rows, so a
+        tokenizer whose feature vocabularies do not match the model fails here, not inside torch."""
+        values = self.require(name, method)
+        if values.numel() and (values.min() < 0 or values.max() >= table_size):
+            raise ValueError(
+                f"`{name}` holds ids from {int(values.min())} to {int(values.max())}, but the model has {table_size} "
+                f"{what} embeddings: the tokenizer's feature vocabularies do not match this model (build the config "
+                "with `**tokenizer.feature_vocabularies.sizes()`)."
+            )
+        return values
