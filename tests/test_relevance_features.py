@@ -212,23 +212,13 @@ def test_sharing_source_and_target_embeddings_needs_a_full_width_subword_embeddi
     assert shared.get_encoder().embed_tokens is shared.get_decoder().embed_tokens
 
 
-class TestSelfRelevanceEndToEnd(EndToEndFromRawText):
-    @pytest.fixture(scope="class")
+class TestRelevanceEndToEnd(EndToEndFromRawText):
+    @pytest.fixture(scope="class", params=["self_relevance", "word_relevance"])
     @classmethod
-    def trained(cls, feature_tokenizer, train_pairs):
-        config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine="self_relevance",
+    def trained(cls, request, feature_tokenizer, train_pairs):
+        config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine=request.param,
                                     **feature_tokenizer.feature_vocabularies.sizes())
         return train_from_raw_text(RelevanceFeaturesForConditionalGeneration, config, feature_tokenizer, train_pairs)
-
-
-class TestWordRelevanceEndToEnd(EndToEndFromRawText):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def trained(cls, feature_tokenizer, train_pairs):
-        config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine="word_relevance",
-                                    **feature_tokenizer.feature_vocabularies.sizes())
-        return train_from_raw_text(RelevanceFeaturesForConditionalGeneration, config, feature_tokenizer, train_pairs)
-
 
 def mask_of_first_token_tagged(model, tokenizer, sentence: str, tag: str) -> torch.Tensor:
     batch = tokenizer([sentence], return_tensors="pt")

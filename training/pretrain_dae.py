@@ -31,7 +31,6 @@ import transformers
 from datasets import Dataset
 from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
-import hf_srcfeat
 from hf_srcfeat.annotation import read_conllu
 from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 
@@ -169,8 +168,12 @@ def main(argv: list[str] | None = None) -> dict:
     multi30k_train = load_multi30k("train", args.source_lang, args.target_lang, args.data_dir, args.max_train_samples)
     validation = list(load_multi30k("val", args.source_lang, args.target_lang, args.data_dir,
                                     args.max_eval_samples)["source"])
-    model_args = train.ModelArguments(tokenizer_name_or_path=args.tokenizer_name_or_path,
-                                      vocab_size=args.vocab_size, subword_model=args.subword_model)
+    # The autoencoder is a baseline Transformer, built as train.py builds one.
+    model_args = train.ModelArguments(
+        tokenizer_name_or_path=args.tokenizer_name_or_path, vocab_size=args.vocab_size,
+        subword_model=args.subword_model, d_model=args.d_model, encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers, attention_heads=args.attention_heads, ffn_dim=args.ffn_dim,
+        dropout=args.dropout, layernorm_position=args.layernorm_position)
     data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
                                     annotation_cache=args.annotation_cache)
     # Only a new tokenizer needs the parses (for its feature vocabularies).
@@ -178,20 +181,13 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = train.build_tokenizer(model_args, data_args, training_args, multi30k_train, to_parse)
     sentences, data_files = monolingual_sentences(args, multi30k_train)
 
-    config = hf_srcfeat.SrcFeatTransformerConfig(
-        vocab_size=len(tokenizer), d_model=args.d_model, encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers, encoder_attention_heads=args.attention_heads,
-        decoder_attention_heads=args.attention_heads, encoder_ffn_dim=args.ffn_dim, decoder_ffn_dim=args.ffn_dim,
-        dropout=args.dropout, layernorm_position=args.layernorm_position, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id)
-    model = hf_srcfeat.SrcFeatTransformerForConditionalGeneration(config)
+    model = train.build_model(model_args, tokenizer)
     collator = DenoisingCollator(tokenizer, args.max_length, training_args.seed, args.swaps, args.drop_ratio,
                                  args.mask_ratio)
     trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
                              data_collator=collator, processing_class=tokenizer)
     results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,
-                     "data_files": data_files, "sentences": len(sentences), "config": config.to_dict(),
+                     "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
                      "num_parameters": model.num_parameters()}
     if training_args.do_train:
         start = time.monotonic()
