@@ -239,6 +239,22 @@ def default_cache_path() -> Path:
     return root / "hf_srcfeat" / "annotations.sqlite"
 
 
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's content, computed once per process for each (path, size, mtime)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        _FILE_DIGESTS[key] = digest.hexdigest()[:16]
+    return _FILE_DIGESTS[key]
+
+
 def import_stanza():
     """Stanza, or an error that says how to get it (it is only needed to annotate raw text)."""
     try:
@@ -300,13 +316,13 @@ class StanzaAnnotator:
         """Everything that changes the output: Stanza version, language, processors and the model files."""
         stanza = import_stanza()
 
-        models = []
+        # Model files are named by content, not by path or date: a copied or re-mounted folder keeps its cache.
+        models = "stanza default download"
         if self.model_dir is not None:
-            for path in sorted((self.model_dir / self.language).rglob("*.pt")):
-                stat = path.stat()
-                models.append(f"{path.relative_to(self.model_dir)}:{stat.st_size}:{int(stat.st_mtime)}")
-        parts = [f"format={ANNOTATION_FORMAT}", f"stanza={stanza.__version__}", f"lang={self.language}", f"processors={self.processors}",
-                 f"pretokenized={self.pretokenized}", f"models={self.model_dir}|{';'.join(models)}"]
+            models = ";".join(f"{path.relative_to(self.model_dir)}:{file_digest(path)}"
+                              for path in sorted((self.model_dir / self.language).rglob("*.pt")))
+        parts = [f"format={ANNOTATION_FORMAT}", f"stanza={stanza.__version__}", f"lang={self.language}",
+                 f"processors={self.processors}", f"pretokenized={self.pretokenized}", f"models={models}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     @property

@@ -3,6 +3,8 @@ and errors that name the bad sentence."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, annotation_scores, read_conllu
@@ -83,6 +85,16 @@ def test_a_second_annotator_reads_the_cache_instead_of_parsing_again(stanza_anno
     other = StanzaAnnotator(model_dir=stanza_annotator.model_dir, pretokenized=True,
                             cache_path=tmp_path / "cache.sqlite")
     assert other.identity != second.identity, "a different annotator must not reuse these annotations"
+
+
+def test_the_cache_follows_the_model_files_content_not_their_folder_or_dates(stanza_annotator, tmp_path):
+    copied = tmp_path / "copied_models"
+    shutil.copytree(stanza_annotator.model_dir / "en", copied / "en")  # new folder, new modification times
+    original = StanzaAnnotator(model_dir=stanza_annotator.model_dir, use_cache=False)
+    assert StanzaAnnotator(model_dir=copied, use_cache=False).identity == original.identity
+    with open(next((copied / "en").rglob("*.pt")), "ab") as model_file:
+        model_file.write(b"retrained")
+    assert StanzaAnnotator(model_dir=copied, use_cache=False).identity != original.identity
 
 
 def test_empty_text_and_missing_models_raise_clear_errors(stanza_annotator, tmp_path):
