@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from .end_to_end import tiny_method_config, train_from_raw_text
 from .helpers import REPO
 
 sys.path.insert(0, str(REPO / "training"))
+import model_zoo  # noqa: E402
 import publish  # noqa: E402
 
 REPO_ID = "hf-srcfeat/deps-san-tiny"
@@ -67,7 +69,7 @@ def published(feature_tokenizer, train_pairs, test_sentences, tmp_path_factory):
     model.save_pretrained(folder / "run")
     feature_tokenizer.save_pretrained(folder / "run")
     publish.main([str(folder / "run"), "--repo_id", REPO_ID, "--output", str(folder / "repository"),
-                  "--mirror", str(folder / "mirrors")])
+                  "--mirror", str(folder / "mirrors"), "--registry", str(folder / "published.json")])
     batch = feature_tokenizer(test_sentences[:3], padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = feature_tokenizer.batch_decode(model.generate(**batch, num_beams=4, max_new_tokens=20),
@@ -146,6 +148,56 @@ def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index
     metrics = metadata["model-index"][0]["results"][0]["metrics"]
     assert [(m["type"], m["value"]) for m in metrics] == [("bleu", 31.23), ("chrf", 55.5)]
     assert "sacreBLEU 31.23, chrF 55.5" in card and "Not measured yet" not in card
+
+
+def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_path):
+    benchmark_dir = REPO / "training" / "results" / "benchmark"
+    by_seed = {seed: json.loads((benchmark_dir / f"baseline_seed{seed}.json").read_text())["test"] for seed in (1, 2)}
+    (tmp_path / "results.json").write_text(json.dumps({"seed": 2}))
+    results = publish.run_results(tmp_path, benchmark_dir, "baseline")
+    assert (results["bleu"], results["chrf"]) == (by_seed[2]["bleu"], by_seed[2]["chrf"])
+    assert results["mean_over_seeds"]["bleu"] == round((by_seed[1]["bleu"] + by_seed[2]["bleu"]) / 2, 2)
+    card = publish.render_card((REPO / "hub_cards" / "srcfeat_transformer.md").read_text(), REPO_ID, results)
+    assert "python training/benchmark.py run --systems baseline --seeds 2" in card, "the exact training command"
+    (tmp_path / "results.json").write_text(json.dumps({"seed": 7}))
+    with pytest.raises(SystemExit, match="not one of the benchmark runs of 'baseline'"):
+        publish.run_results(tmp_path, benchmark_dir, "baseline")
+
+
+def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(published, tmp_path):
+    folder, _ = published
+    [entry] = json.loads((folder / "published.json").read_text())
+    mirror_head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder / "mirrors" / "models" / REPO_ID,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    assert (entry["repo_id"], entry["model_type"], entry["destination"], entry["revision"]) == (
+        REPO_ID, "deps_san", "local mirror", mirror_head)
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    model_zoo.main(["--registry", str(folder / "published.json"), "table", "--update_readme", "--readme", str(readme)])
+    before, rest = readme.read_text().split(model_zoo.ZOO_START)
+    section, after = rest.split(model_zoo.ZOO_END)
+    [row] = [line for line in section.splitlines() if line.startswith(f"| `{REPO_ID}`")]
+    assert "Deps-SAN" in row and "local mirror" in row and mirror_head[:7] in row
+    assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in row
+    original = (REPO / "README.md").read_text()
+    assert original.startswith(before) and original.endswith(after), "only the zoo section changes"
+
+
+def test_the_zoo_publishes_each_finished_benchmark_system_once(published, tmp_path):
+    folder, _ = published
+    benchmark_dir, run = tmp_path / "results", tmp_path / "runs" / "baseline" / "seed1"
+    benchmark_dir.mkdir()
+    shutil.copy(REPO / "training" / "results" / "benchmark" / "baseline_seed1.json", benchmark_dir)
+    shutil.copytree(folder / "run", run)
+    (run / "results.json").write_text(json.dumps({"seed": 1}))
+    arguments = ["--registry", str(tmp_path / "published.json"), "publish", "--mirror", str(tmp_path / "mirrors"),
+                 "--runs_dir", str(tmp_path / "runs"), "--benchmark_dir", str(benchmark_dir),
+                 "--output_dir", str(tmp_path / "publish")]
+    assert model_zoo.main(arguments) == ["hf-srcfeat/baseline-multi30k-en-de"], "only systems with results"
+    [entry] = json.loads((tmp_path / "published.json").read_text())
+    expected = json.loads((benchmark_dir / "baseline_seed1.json").read_text())["test"]["bleu"]
+    assert entry["results"]["bleu"] == expected and entry["results"]["seed"] == 1
+    assert model_zoo.main(arguments) == [], "a published system is not published again"
 
 
 def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, test_sentences, tmp_path):

@@ -148,13 +148,14 @@ def report(by_system: dict[str, list[dict]], plot_name: str) -> str:
     return "\n".join(lines)
 
 
-def replace_readme_section(readme: Path, text: str) -> None:
+def replace_readme_section(readme: Path, text: str, start: str = README_START, end: str = README_END) -> None:
+    """Replace what lies between the `start` and `end` markers; the rest of the README is kept as it is."""
     content = readme.read_text()
-    if README_START not in content or README_END not in content:
-        raise SystemExit(f"{readme} has no {README_START} ... {README_END} section to replace.")
-    before, rest = content.split(README_START, 1)
-    _, after = rest.split(README_END, 1)
-    readme.write_text(f"{before}{README_START}\n{text}\n{README_END}{after}")
+    if start not in content or end not in content:
+        raise SystemExit(f"{readme} has no {start} ... {end} section to replace.")
+    before, rest = content.split(start, 1)
+    _, after = rest.split(end, 1)
+    readme.write_text(f"{before}{start}\n{text}\n{end}{after}")
 
 
 def main(argv: list[str] | None = None) -> str:

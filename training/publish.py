@@ -11,16 +11,20 @@ vocabularies, the model card rendered from `hub_cards/<model_type>.md` as README
 tokenizer code for `trust_remote_code=True` loading (flat sibling modules, registered with `auto_map`).
 The card's results come from the benchmark's result files (`--benchmark_system`) or, failing that, from the
 run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten.
+`--upload` and `--mirror` record the repository in `training/results/published_models.json`, from which
+`training/model_zoo.py` makes the README's model zoo table.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -28,29 +32,58 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_srcfeat  # noqa: F401  (registers the model classes)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 LICENSE = "apache-2.0"
+DEFAULT_REGISTRY = REPO / "training" / "results" / "published_models.json"
 
 
 def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -> dict | None:
-    """Test-set scores: the benchmark's mean over seeds for `system`, else the run's own test metrics."""
+    """Test-set scores of this checkpoint: from the benchmark's result file of `system` for the run's seed (with
+    the mean over every seed of that system), else from the run's own `results.json`."""
+    path = run_dir / "results.json"
+    run = json.loads(path.read_text()) if path.exists() else {}
     if system and benchmark_dir is not None:
         files = sorted(benchmark_dir.glob(f"{system}_seed*.json"))
-        if files:
-            results = [json.loads(path.read_text()) for path in files]
-            return {"source": f"hf_srcfeat benchmark, system `{system}`, seeds "
-                              f"{', '.join(str(r['seed']) for r in results)} (mean)",
-                    "bleu": round(statistics.mean(r["test"]["bleu"] for r in results), 2),
-                    "chrf": round(statistics.mean(r["test"]["chrf"] for r in results), 2),
-                    "bleu_signature": results[0]["test"]["bleu_signature"]}
-    path = run_dir / "results.json"
-    if path.exists():
-        metrics = json.loads(path.read_text()).get("test_metrics") or {}
-        if "test_bleu" in metrics:
-            return {"source": "this run's `results.json` (training/train.py, test_2016_flickr, beam 4)",
-                    "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
-                    "bleu_signature": metrics.get("test_bleu_signature", "sacreBLEU default (13a, cased)")}
+        if not files:
+            raise SystemExit(f"no benchmark result files {system}_seed*.json in {benchmark_dir}.")
+        by_seed = {result["seed"]: result for result in (json.loads(file.read_text()) for file in files)}
+        if run.get("seed") not in by_seed:
+            raise SystemExit(f"{run_dir} is not one of the benchmark runs of {system!r} (seeds {sorted(by_seed)}; "
+                             f"the run's results.json says seed {run.get('seed')}).")
+        own = by_seed[run["seed"]]["test"]
+        seeds = sorted(by_seed)
+        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}",
+                "bleu": own["bleu"], "bleu_lowercase": own["bleu_lowercase"], "chrf": own["chrf"],
+                "bleu_signature": own["bleu_signature"], "system": system, "seed": run["seed"],
+                "trained_by": f"python training/benchmark.py run --systems {system} --seeds {run['seed']}",
+                "mean_over_seeds": {
+                    "seeds": seeds,
+                    "bleu": round(statistics.mean(by_seed[seed]["test"]["bleu"] for seed in seeds), 2),
+                    "chrf": round(statistics.mean(by_seed[seed]["test"]["chrf"] for seed in seeds), 2)}}
+    metrics = run.get("test_metrics") or {}
+    if "test_bleu" in metrics:
+        return {"source": "this run's `results.json` (training/train.py, test_2016_flickr, beam 4)",
+                "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
+                "bleu_signature": metrics.get("test_bleu_signature", "sacreBLEU default (13a, cased)")}
     return None
+
+
+def results_section(results: dict | None) -> str:
+    if results is None:
+        return "\n\nNot measured: no benchmark result and no test metrics were found for this run.\n"
+    text = (f"\n\nMulti30k en→de test_2016_flickr, beam 4: sacreBLEU {results['bleu']}, chrF {results['chrf']}"
+            f"{', lowercased BLEU ' + str(results['bleu_lowercase']) if 'bleu_lowercase' in results else ''} "
+            f"(from {results['source']}; BLEU signature `{results['bleu_signature']}`).")
+    if "mean_over_seeds" in results:
+        mean = results["mean_over_seeds"]
+        text += (f" Mean over the benchmark's seeds {', '.join(map(str, mean['seeds']))}: sacreBLEU {mean['bleu']}, "
+                 f"chrF {mean['chrf']}; the comparison with the baseline and the other methods is the results "
+                 "table of the hf_srcfeat README.\n\nThis checkpoint was trained by "
+                 f"`{results['trained_by']}` (the benchmark's shared size, data, optimiser and budget).")
+    return text + "\n"
 
 
 def render_card(template: str, repo_id: str, results: dict | None) -> str:
@@ -61,22 +94,17 @@ def render_card(template: str, repo_id: str, results: dict | None) -> str:
     body = body.replace("<this repository>", repo_id)
     head, rest = body.split("## Results", 1)
     tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
-    if results is None:
-        section = "\n\nNot measured: no benchmark result and no test metrics were found for this run.\n"
-    else:
+    if results is not None:
         metadata["model-index"] = [{"name": repo_id.split("/")[-1], "results": [{
             "task": {"type": "translation", "name": "Translation en→de"},
             "dataset": {"type": "multi30k", "name": "Multi30k test_2016_flickr", "split": "test"},
             "metrics": [{"type": "bleu", "name": "sacreBLEU", "value": results["bleu"]},
                         {"type": "chrf", "name": "chrF", "value": results["chrf"]}]}]}]
-        section = (f"\n\nMulti30k en→de test_2016_flickr, beam 4: sacreBLEU {results['bleu']}, chrF "
-                   f"{results['chrf']} (from {results['source']}; BLEU signature `{results['bleu_signature']}`).\n")
     return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True) + "---" + head + \
-        "## Results" + section + tail
+        "## Results" + results_section(results) + tail
 
 
-def build_repository(run_dir: Path, repo_id: str, output: Path, benchmark_dir: Path | None,
-                     system: str | None) -> Path:
+def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | None) -> Path:
     if output.exists() and any(output.iterdir()):
         raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)
@@ -92,7 +120,7 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, benchmark_dir: P
     template = REPO / "hub_cards" / f"{model.config.model_type}.md"
     if not template.exists():
         raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
-    card = render_card(template.read_text(), repo_id, run_results(run_dir, benchmark_dir, system))
+    card = render_card(template.read_text(), repo_id, results)
     (output / "README.md").write_text(card, encoding="utf-8")
     return output
 
@@ -134,6 +162,7 @@ def commit_to_mirror(folder: Path, mirror: Path, repo_id: str) -> Path:
 
 
 def upload(folder: Path, repo_id: str) -> str:
+    """Upload with HfApi.upload_folder; returns the new commit's id."""
     from huggingface_hub import HfApi
 
     token = os.environ.get("HF_TOKEN")
@@ -141,7 +170,17 @@ def upload(folder: Path, repo_id: str) -> str:
         raise SystemExit("set HF_TOKEN to a Hub token with write access to upload (or use --dry-run / --mirror).")
     api = HfApi(token=token)
     api.create_repo(repo_id, exist_ok=True)
-    return str(api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Publish with hf_srcfeat"))
+    return api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Publish with hf_srcfeat").oid
+
+
+def record_publication(registry: Path, entry: dict) -> None:
+    """Add (or replace, by repo id) the entry in the registry the README's model zoo table is made from."""
+    entries = json.loads(registry.read_text()) if registry.exists() else []
+    entries = [old for old in entries if old["repo_id"] != entry["repo_id"]] + [entry]
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    temporary = registry.with_suffix(".tmp")
+    temporary.write_text(json.dumps(sorted(entries, key=lambda e: e["repo_id"]), indent=2, ensure_ascii=False) + "\n")
+    temporary.replace(registry)
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -151,6 +190,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--output", type=Path, required=True, help="where to build the repository folder")
     parser.add_argument("--benchmark_system", help="take the card's results from this benchmark system")
     parser.add_argument("--benchmark_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
+    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY,
+                        help="published models, read by training/model_zoo.py (default: %(default)s)")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--dry-run", action="store_true", help="build the folder and stop")
     target.add_argument("--upload", action="store_true", help="upload with HfApi.upload_folder ($HF_TOKEN)")
@@ -158,12 +199,25 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     if args.repo_id.count("/") != 1:
         raise SystemExit(f"--repo_id must be org/name, got {args.repo_id!r}.")
-    folder = build_repository(args.run_dir, args.repo_id, args.output, args.benchmark_dir, args.benchmark_system)
+    results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)
+    folder = build_repository(args.run_dir, args.repo_id, args.output, results)
     print(f"built {folder}")
+    if args.dry_run:
+        return folder
     if args.mirror:
-        print(f"committed to {commit_to_mirror(folder, args.mirror, args.repo_id)}")
-    elif args.upload:
-        print(f"uploaded: {upload(folder, args.repo_id)}")
+        repository = commit_to_mirror(folder, args.mirror, args.repo_id)
+        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        destination = "local mirror"
+        print(f"committed to {repository}")
+    else:
+        revision, destination = upload(folder, args.repo_id), "huggingface.co"
+        print(f"uploaded {args.repo_id} at {revision}")
+    record_publication(args.registry, {
+        "repo_id": args.repo_id, "model_type": json.loads((folder / "config.json").read_text())["model_type"],
+        "destination": destination, "revision": revision,
+        "published": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "code_version": train.code_version(), "results": results})
     return folder
 
 
