@@ -178,7 +178,7 @@ def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(publishe
     section, after = rest.split(model_zoo.ZOO_END)
     [row] = [line for line in section.splitlines() if line.startswith(f"| `{REPO_ID}`")]
     assert "Deps-SAN" in row and "local mirror" in row and mirror_head[:7] in row
-    assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in row
+    assert f'hf_srcfeat.pipeline("translation", model="{REPO_ID}")' in row
     original = (REPO / "README.md").read_text()
     assert original.startswith(before) and original.endswith(after), "only the zoo section changes"
 
