@@ -4,6 +4,7 @@ the baseline of the same seed, finished runs never redone, interrupted runs resu
 from __future__ import annotations
 
 import json
+import string
 import sys
 
 import pytest
@@ -45,7 +46,8 @@ def test_every_run_writes_a_complete_result_file(tiny_benchmark):
     assert [point["step"] for point in result["validation_loss_curve"]] == [6, 12]
     test = result["test"]
     assert test["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    assert {"bleu", "bleu_lowercase", "chrf", "chrf_signature"} <= set(test) and result["test_sentences"] == 20
+    assert {"bleu", "bleu_lowercase", "chrf", "chrf_signature", "bleu_lowercase_moses_tokenized"} <= set(test)
+    assert result["test_sentences"] == 20
     significance = test["significance_vs_baseline"]
     assert 0 <= significance["p_value"] <= 1 and significance["samples"] == 1000
     baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
@@ -78,6 +80,35 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tiny_benchmark):
     assert [point["step"] for point in result["validation_loss_curve"]] == [6, 12]
 
 
+def test_tokenized_bleu_compares_words_and_punctuation_the_way_published_multi30k_scores_do(multi30k_dir):
+    from hf_srcfeat.multi30k import load_multi30k
+
+    references = list(load_multi30k("test_2016_flickr", "en", "de", multi30k_dir)["target"])[:50]
+    spaced = [reference.rstrip(".") + " ." if reference.endswith(".") else reference for reference in references]
+    assert spaced != references
+    shouted = [text.translate(str.maketrans(string.ascii_lowercase, string.ascii_uppercase)) for text in spaced]
+    assert benchmark.moses_tokenized_lowercase_bleu(shouted, references) == 100.0
+    assert benchmark.score(shouted, references)["bleu"] < 100.0, "cased BLEU sees the difference"
+
+
+def test_rescore_adds_a_new_metric_to_finished_runs_from_their_saved_translations(tiny_benchmark):
+    folder, _ = tiny_benchmark
+    path = folder / "results" / "baseline_seed1.json"
+    finished = json.loads(path.read_text())
+    expected = finished["test"].pop("bleu_lowercase_moses_tokenized")
+    path.write_text(json.dumps(finished))  # a result file written before the metric existed
+    arguments = ["--systems", "baseline", "--seeds", "1", "--runs_dir", str(folder / "runs"), "--results_dir",
+                 str(folder / "results"), "--max_test_samples", "20"]
+    benchmark.main(["rescore", *arguments])
+    rescored = json.loads(path.read_text())
+    assert rescored["test"]["bleu_lowercase_moses_tokenized"] == expected
+    assert {key: rescored["test"][key] for key in finished["test"]} == finished["test"], "nothing else changes"
+    assert list(rescored["metrics_added_later"]) == ["bleu_lowercase_moses_tokenized"]
+    before = path.stat().st_mtime_ns
+    benchmark.main(["rescore", *arguments])
+    assert path.stat().st_mtime_ns == before, "a complete file is left alone"
+
+
 def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_curves(tiny_benchmark):
     import benchmark_report
 
@@ -95,5 +126,6 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
     verdicts = [line for line in text.splitlines() if line.startswith("- `relevance_self`")]
     assert len(verdicts) == 1 and "BLEU" in verdicts[0]
+    assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated

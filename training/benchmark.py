@@ -5,6 +5,7 @@ tokenizer, optimiser, schedule and training budget, several seeds, measured qual
     python training/benchmark.py run --seeds 1 2          # trains what is missing, resumes what was cut
     python training/benchmark.py run --systems baseline deps_san --seeds 1
     python training/benchmark.py status                   # what is done, running or missing
+    python training/benchmark.py rescore                  # add metrics introduced after a run finished
 
 Runs live in `--runs_dir` (default runs/benchmark/<system>/seed<k>); a run whose result file exists in
 `--results_dir` (default training/results/benchmark/<system>_seed<k>.json) is never redone, and an interrupted
@@ -156,6 +157,22 @@ def translate(model, tokenizer, sources: list[str], num_beams: int, batch_size: 
     return hypotheses, seconds
 
 
+def moses_tokenized_lowercase_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """BLEU as most published Multi30k numbers are computed: Moses-tokenized, lowercased text scored without
+    further tokenization (multi-bleu.perl -lc). Not comparable with detokenized sacreBLEU."""
+    import sacrebleu
+    from sacremoses import MosesTokenizer
+
+    moses = MosesTokenizer(lang="de")
+
+    def tokenize(texts: list[str]) -> list[str]:
+        return [moses.tokenize(text, escape=False, return_str=True) for text in texts]
+
+    # force: the input is tokenized on purpose (sacreBLEU would warn that it looks tokenized).
+    bleu = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
+    return round(bleu.corpus_score(tokenize(hypotheses), [tokenize(references)]).score, 2)
+
+
 def score(hypotheses: list[str], references: list[str]) -> dict:
     import sacrebleu
 
@@ -166,7 +183,8 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     chrf = chrf_metric.corpus_score(hypotheses, [references])
     return {"bleu": round(cased.score, 2), "bleu_signature": str(bleu.get_signature()),
             "bleu_lowercase": round(lowercased.score, 2), "chrf": round(chrf.score, 2),
-            "chrf_signature": str(chrf_metric.get_signature())}
+            "chrf_signature": str(chrf_metric.get_signature()),
+            "bleu_lowercase_moses_tokenized": moses_tokenized_lowercase_bleu(hypotheses, references)}
 
 
 def paired_bootstrap(baseline: list[str], system: list[str], references: list[str], samples: int = 1000,
@@ -263,6 +281,30 @@ def add_significance(args, result: dict) -> None:
         translations(baseline_folder), translations(system_folder), references)
 
 
+def rescore(args, system: str, seed: int) -> bool:
+    """Add metrics that `score` gained after a run finished, from the run's saved test translations; the
+    metrics already there are kept, and the file records which were added and by which code version."""
+    from hf_srcfeat.multi30k import load_multi30k
+
+    path = result_path(args, system, seed)
+    result = json.loads(path.read_text())
+    predictions = args.runs_dir / system / f"seed{seed}" / "test_predictions.beam4.txt"
+    if not predictions.exists():
+        raise SystemExit(f"cannot rescore {path.name}: its translations {predictions} are gone.")
+    hypotheses = predictions.read_text(encoding="utf-8").splitlines()
+    references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir)["target"])[:len(hypotheses)]
+    scores = score(hypotheses, references)
+    added = {key: value for key, value in scores.items() if key not in result["test"]}
+    if not added:
+        return False
+    if scores["bleu"] != result["test"]["bleu"]:
+        raise SystemExit(f"{predictions} does not give the BLEU recorded in {path.name}; not rescoring.")
+    result["test"].update(added)
+    result.setdefault("metrics_added_later", {}).update({key: train.code_version() for key in added})
+    write_json(path, result)
+    return True
+
+
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -272,7 +314,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run", "status"])
+    parser.add_argument("command", choices=["run", "status", "rescore"])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
@@ -295,6 +337,11 @@ def main(argv: list[str] | None = None) -> None:
             state = ("done" if result_path(args, system, seed).exists() else
                      f"running or interrupted, last checkpoint {latest_checkpoint(folder).name}" if latest_checkpoint(folder) else "missing")
             print(f"{system:22s} seed {seed}: {state}")
+        return
+    if args.command == "rescore":
+        for system, seed in order:
+            if result_path(args, system, seed).exists() and rescore(args, system, seed):
+                print(f"{system} seed {seed}: added metrics", flush=True)
         return
     tokenizer_dir = ensure_tokenizer(args)
     for system, seed in order:
