@@ -116,7 +116,7 @@ def baseline_against_reference(baseline: list[dict]) -> str:
         f"Baseline against a published reference: {PUBLISHED_REFERENCE[0]}: {PUBLISHED_REFERENCE[1]}. In that "
         f"metric (lowercased, Moses-tokenized, `bleu_lowercase_moses_tokenized`) our baseline scores "
         f"{mean_and_spread(tokenized)}, so the metric explains almost nothing of the gap (sacreBLEU lowercased: "
-        f"{mean_and_spread([r['test']['bleu_lowercase'] for r in baseline])}). The budget does: every system "
+        f"{mean_and_spread([r['test']['bleu_lowercase'] for r in baseline])}). The likely cause is the budget: every system "
         f"trains {epochs:.2f} epochs, sized so that a run fits this 2-core CPU, and the baseline's validation loss "
         f"was still falling by {statistics.mean(last_drops):.3f} over its last {interval} steps, i.e. the runs "
         "stop long before convergence. The benchmark therefore compares the methods at one equal, small budget; "
