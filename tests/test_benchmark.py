@@ -127,5 +127,6 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     verdicts = [line for line in text.splitlines() if line.startswith("- `relevance_self`")]
     assert len(verdicts) == 1 and "BLEU" in verdicts[0]
     assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
+    assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated

@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REPO = Path(__file__).resolve().parents[1]
 README_START, README_END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
@@ -143,12 +146,26 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
     plt.close(figure)
 
 
-def report(by_system: dict[str, list[dict]], plot_name: str) -> str:
+def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None:
+    """Which of the benchmark's planned runs (every system, every seed) have no result file yet."""
+    from benchmark import SYSTEMS
+
+    done = {(r["system"], r["seed"]) for results in by_system.values() for r in results}
+    missing = [f"{system} seed {seed}" for seed in seeds for system in SYSTEMS if (system, seed) not in done]
+    if not missing:
+        return None
+    return (f"**Not finished yet**: {len(missing)} of {len(SYSTEMS) * len(seeds)} planned runs have no result "
+            f"({', '.join(missing)}); the table shows the finished ones.")
+
+
+def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int]) -> str:
     baseline = by_system["baseline"][0]
     shared = baseline["shared_arguments"]
     seeds = sorted({r["seed"] for results in by_system.values() for r in results})
     versions = sorted({r["code_version"][:7] for results in by_system.values() for r in results})
+    status = unfinished(by_system, planned_seeds)
     lines = [
+        *([status, ""] if status else []),
         f"Multi30k en→de, test_2016_flickr ({baseline['test_sentences']} sentences), beam 4; every system trained "
         f"for {shared['max_steps']} steps of {shared['per_device_train_batch_size']} sentence pairs with the same "
         f"tokenizer, model size (d_model {shared['d_model']}, {shared['encoder_layers']}+{shared['decoder_layers']} "
@@ -157,7 +174,7 @@ def report(by_system: dict[str, list[dict]], plot_name: str) -> str:
         "BLEU lc: the same, lowercased; p: paired bootstrap resampling against the baseline of the same seed "
         "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
         "decoded sentence; 1.50x = 50% slower), the papers' convention; "
-        f"{baseline['torch_threads']} torch thread per run, two runs side by side on the 2-core CPU.",
+        f"{baseline['torch_threads']} torch thread(s) per run.",
         "",
         results_table(by_system),
         "",
@@ -186,16 +203,17 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--results_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "benchmark_report.md")
     parser.add_argument("--update_readme", action="store_true")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the seeds every system should have")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
     by_system = load_results(args.results_dir)
     plot = args.output.with_suffix(".png")
     plot_validation_loss(by_system, plot)
-    text = report(by_system, plot.name)
+    text = report(by_system, plot.name, args.seeds)
     args.output.write_text(text + "\n")
     if args.update_readme:
         relative_plot = plot.resolve().relative_to(args.readme.resolve().parent)
-        replace_readme_section(args.readme, report(by_system, str(relative_plot)))
+        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds))
     print(text)
     return text
 
