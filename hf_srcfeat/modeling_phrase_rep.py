@@ -9,7 +9,8 @@
 
 The per-layer phrase vectors travel from encoder to decoder as one tensor [batch, layers + 1, phrases, d_model]
 with a phrase mask [batch, phrases], so `generate` expands them for beam search like the encoder states.
-Phrase keys/values are recomputed at each decoding step (a few phrases; no cache entry needed).
+When generating, each decoder layer's phrase keys/values are computed once, like the source's: they live in the
+cross-attention cache, in the slots after the decoder layers' own (`decoder_layers + layer_idx`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
 
 from .attention import SrcFeatAttention
@@ -114,18 +116,21 @@ class AttentiveCombination(nn.Module):
     """out = W_4 sigmoid(W_3 [x | Attn_MH(x, R_phrase)] + b_3) + b_4 (Eq. 7-8); the residual connection and
     layer normalisation around it are the caller's `ResidualSublayer`."""
 
-    def __init__(self, config: PhraseRepConfig, num_heads: int):
+    def __init__(self, config: PhraseRepConfig, num_heads: int, cache_slot: int | None = None):
         super().__init__()
         self.config = config
-        self.attention = SrcFeatAttention(config, num_heads, is_cross_attention=True)  # no cache: layer_idx None
+        # cache_slot: where a decoder layer keeps its phrase keys/values in the cross-attention cache.
+        self.attention = SrcFeatAttention(config, num_heads, is_cross_attention=True, layer_idx=cache_slot)
         self.hidden = nn.Linear(2 * config.d_model, config.phrase_hidden_size)  # W_3, b_3
         self.output = nn.Linear(config.phrase_hidden_size, config.d_model)  # W_4, b_4
 
     def forward(self, hidden_states: torch.Tensor, phrases: torch.Tensor, phrase_mask: torch.Tensor,
-                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                past_key_values: EncoderDecoderCache | None = None, output_attentions: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                          attention_mask=phrase_mask.long(), encoder_hidden_states=phrases)
         attended, weights = self.attention(hidden_states, key_value_states=phrases, attention_mask=mask,
+                                           past_key_values=past_key_values,
                                            output_attentions=output_attentions)  # Eq. (7)
         combined = self.output(torch.sigmoid(self.hidden(torch.cat([hidden_states, attended], -1))))  # Eq. (8)
         return combined, weights
@@ -210,13 +215,24 @@ class PhraseRepDecoderLayer(SrcFeatDecoderLayer):
 
     def __init__(self, config: PhraseRepConfig, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.phrase_combination = AttentiveCombination(config, config.decoder_attention_heads)
+        self.phrase_cache_slot = config.decoder_layers + layer_idx
+        self.phrase_combination = AttentiveCombination(config, config.decoder_attention_heads,
+                                                       cache_slot=self.phrase_cache_slot)
         self.phrase_sublayer = ResidualSublayer(config)
 
-    def before_cross_attention(self, hidden_states: torch.Tensor, context: PhraseDecoderLayerContext
-                               ) -> torch.Tensor:
+    def before_cross_attention(self, hidden_states: torch.Tensor, context: PhraseDecoderLayerContext,
+                               past_key_values: Cache | None = None) -> torch.Tensor:
+        cache = past_key_values if isinstance(past_key_values, EncoderDecoderCache) else None
+        if cache is not None:
+            reserve_cache_layers(cache.cross_attention_cache, self.phrase_cache_slot + 1)
         return self.phrase_sublayer(
-            hidden_states, lambda x: self.phrase_combination(x, context.phrases, context.phrase_mask)[0])[0]
+            hidden_states, lambda x: self.phrase_combination(x, context.phrases, context.phrase_mask, cache)[0])[0]
+
+
+def reserve_cache_layers(cache: Cache, count: int) -> None:
+    """A cache built from the config holds one layer per decoder layer; the phrase slots come after them."""
+    while len(cache.layers) < count:
+        cache.layers.append(DynamicLayer())
 
 
 class TransparentAttention(nn.Module):

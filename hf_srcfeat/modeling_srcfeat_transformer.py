@@ -143,8 +143,10 @@ class SrcFeatDecoderLayer(nn.Module):
         self.ffn = FeedForward(config, config.decoder_ffn_dim)
         self.ffn_sublayer = ResidualSublayer(config)
 
-    def before_cross_attention(self, hidden_states: torch.Tensor, context: DecoderLayerContext) -> torch.Tensor:
-        """Hook for sublayers between self- and cross-attention (e.g. attention to phrases). Identity here."""
+    def before_cross_attention(self, hidden_states: torch.Tensor, context: DecoderLayerContext,
+                               past_key_values: Cache | None = None) -> torch.Tensor:
+        """Hook for sublayers between self- and cross-attention (e.g. attention to phrases, which may cache what
+        depends only on the encoder in `past_key_values`). Identity here."""
         return hidden_states
 
     def forward(self, hidden_states, self_attention_mask, encoder_hidden_states, cross_attention_mask,
@@ -155,7 +157,7 @@ class SrcFeatDecoderLayer(nn.Module):
             lambda x: self.self_attn(x, attention_mask=self_attention_mask, past_key_values=past_key_values,
                                      output_attentions=output_attentions),
         )
-        hidden_states = self.before_cross_attention(hidden_states, context)
+        hidden_states = self.before_cross_attention(hidden_states, context, past_key_values)
         hidden_states, cross_weights = self.encoder_attn_sublayer(
             hidden_states,
             lambda x: self.encoder_attn(x, key_value_states=encoder_hidden_states,

@@ -137,7 +137,7 @@ class SummaryDecoderLayer(SrcFeatDecoderLayer):
         self.summary_attn = SrcFeatAttention(config, config.decoder_attention_heads)
         self.summary_sublayer = type(self.encoder_attn_sublayer)(config)
 
-    def before_cross_attention(self, hidden_states, context):
+    def before_cross_attention(self, hidden_states, context, past_key_values=None):
         self.seen_batch_sizes.append((hidden_states.shape[0], context.summary.shape[0]))
         hidden_states, _ = self.summary_sublayer(
             hidden_states, lambda x: self.summary_attn(x, key_value_states=context.summary))

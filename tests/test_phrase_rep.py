@@ -188,6 +188,22 @@ def test_a_parse_phrase_model_generates_the_same_alone_and_in_a_padded_batch(phr
             feature_tokenizer.decode(together[index], skip_special_tokens=True)
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_decoding_projects_each_layer_s_phrase_keys_once_per_generation(phrase_config, feature_tokenizer,
+                                                                        test_sentences, num_beams):
+    model = random_model(PhraseRepForConditionalGeneration, phrase_config("max_attn_ta"))
+    batch = feature_tokenizer(test_sentences[:2], padding=True, return_tensors="pt")
+    projections = []
+    for layer in model.model.decoder.layers:
+        layer.phrase_combination.attention.k_proj.register_forward_hook(
+            lambda module, inputs, output: projections.append(module))
+    steps = model.generate(**batch, num_beams=num_beams, min_new_tokens=6, max_new_tokens=6).shape[1] - 1
+    assert steps == 6 and len(projections) == len(model.model.decoder.layers), "cached: once per layer"
+    projections.clear()
+    model.generate(**batch, num_beams=num_beams, min_new_tokens=6, max_new_tokens=6, use_cache=False)
+    assert len(projections) == steps * len(model.model.decoder.layers), "uncached: every step"
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"phrase_segmentation": "chunks"}, "phrase_segmentation"),
     ({"phrase_glance": "sum"}, "phrase_glance"),
