@@ -146,6 +146,11 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
     plt.close(figure)
 
 
+def minutes(by_system: dict[str, list[dict]]) -> str:
+    seconds = [r["train_seconds"] for results in by_system.values() for r in results]
+    return f"{min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes"
+
+
 def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None:
     """Which of the benchmark's planned runs (every system, every seed) have no result file yet."""
     from benchmark import SYSTEMS
@@ -174,7 +179,7 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         "BLEU lc: the same, lowercased; p: paired bootstrap resampling against the baseline of the same seed "
         "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
         "decoded sentence; 1.50x = 50% slower), the papers' convention; "
-        f"{baseline['torch_threads']} torch thread(s) per run.",
+        f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run.",
         "",
         results_table(by_system),
         "",
