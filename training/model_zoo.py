@@ -49,7 +49,10 @@ def zoo_table(entries: list[dict]) -> str:
         mean = results.get("mean_over_seeds")
         mean_text = f"{mean['bleu']} (seeds {', '.join(map(str, mean['seeds']))})" if mean else "–"
         load = f'`hf_srcfeat.pipeline("translation", model="{entry["repo_id"]}")`'
-        lines.append(f"| `{entry['repo_id']}` | {method_name(entry['model_type'])} | {scores} | {mean_text} | "
+        method = method_name(entry["model_type"])
+        if "system" in results:  # several benchmark systems share a model type (e.g. relevance_self, _word)
+            method += f" (`{results['system']}`)"
+        lines.append(f"| `{entry['repo_id']}` | {method} | {scores} | {mean_text} | "
                      f"{entry['destination']} ({entry['revision'][:7]}) | {load} |")
     notes = ["Scores: Multi30k en→de test_2016_flickr, beam 4, sacreBLEU (cased, detokenized) / chrF, from each "
              "model's card. Load: hf_srcfeat's translation pipeline (Transformers 5 removed its own "
