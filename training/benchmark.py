@@ -343,6 +343,7 @@ def main(argv: list[str] | None = None) -> None:
             if result_path(args, system, seed).exists() and rescore(args, system, seed):
                 print(f"{system} seed {seed}: added metrics", flush=True)
         return
+    train.code_version()  # pinned now: the runs record the code this worker imported, not later checkouts
     tokenizer_dir = ensure_tokenizer(args)
     for system, seed in order:
         path = result_path(args, system, seed)

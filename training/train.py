@@ -10,6 +10,7 @@ Arguments can also come from one JSON file: python training/train.py recipe.json
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -102,16 +103,19 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_training_stop = True  # train.py then saves the model as after any training
 
 
+@functools.cache
 def code_version() -> str:
-    """Git commit of the code (with '+dirty' when there are uncommitted changes), or 'unknown'."""
+    """Git commit of the code this process runs, taken at the first call (a long benchmark worker keeps the
+    code it imported even when the checkout moves on), with '+dirty' when the library, the training scripts or
+    pyproject.toml had uncommitted changes; 'unknown' outside a git checkout."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                                 check=True).stdout.strip()
         # Result files written by the measurement scripts themselves do not make the code dirty.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/",
-                                ":(exclude,top)training/results"], cwd=here, capture_output=True, text=True,
-                               check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)hf_srcfeat",
+                                ":(top)training", ":(top)pyproject.toml", ":(exclude,top)training/results"],
+                               cwd=here, capture_output=True, text=True, check=True).stdout.strip()
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
