@@ -183,7 +183,8 @@ def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(publishe
     assert original.startswith(before) and original.endswith(after), "only the zoo section changes"
 
 
-def test_the_zoo_publishes_each_finished_benchmark_system_once(published, tmp_path):
+def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_its_results_change(
+        published, tmp_path):
     folder, _ = published
     benchmark_dir, run = tmp_path / "results", tmp_path / "runs" / "baseline" / "seed1"
     benchmark_dir.mkdir()
@@ -191,13 +192,19 @@ def test_the_zoo_publishes_each_finished_benchmark_system_once(published, tmp_pa
     shutil.copytree(folder / "run", run)
     (run / "results.json").write_text(json.dumps({"seed": 1}))
     arguments = ["--registry", str(tmp_path / "published.json"), "publish", "--mirror", str(tmp_path / "mirrors"),
-                 "--runs_dir", str(tmp_path / "runs"), "--benchmark_dir", str(benchmark_dir),
-                 "--output_dir", str(tmp_path / "publish")]
+                 "--runs_dir", str(tmp_path / "runs"), "--benchmark_dir", str(benchmark_dir)]
     assert model_zoo.main(arguments) == ["hf-srcfeat/baseline-multi30k-en-de"], "only systems with results"
     [entry] = json.loads((tmp_path / "published.json").read_text())
     expected = json.loads((benchmark_dir / "baseline_seed1.json").read_text())["test"]["bleu"]
-    assert entry["results"]["bleu"] == expected and entry["results"]["seed"] == 1
-    assert model_zoo.main(arguments) == [], "a published system is not published again"
+    assert entry["results"]["bleu"] == expected and entry["results"]["mean_over_seeds"]["seeds"] == [1]
+    assert model_zoo.main(arguments) == [], "an up-to-date system is not published again"
+    shutil.copy(REPO / "training" / "results" / "benchmark" / "baseline_seed2.json", benchmark_dir)
+    assert model_zoo.main(arguments) == ["hf-srcfeat/baseline-multi30k-en-de"], "seed 2 changes the card's mean"
+    [entry] = json.loads((tmp_path / "published.json").read_text())
+    assert entry["results"]["mean_over_seeds"]["seeds"] == [1, 2]
+    history = subprocess.run(["git", "log", "--oneline"], cwd=tmp_path / "mirrors" / "models" / entry["repo_id"],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(history) == 2, "the mirror keeps both versions"
 
 
 def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, test_sentences, tmp_path):

@@ -4,8 +4,9 @@
     python training/model_zoo.py publish --mirror runs/hub_mirror     # or --upload ($HF_TOKEN)
     python training/model_zoo.py table --update_readme
 
-`publish` runs training/publish.py for one seed of every benchmark system whose result file exists and which
-the registry (`training/results/published_models.json`) does not list at that destination yet; repo ids are
+`publish` runs training/publish.py for one seed of every benchmark system whose result file exists, unless the
+registry (`training/results/published_models.json`) lists it at that destination with the same results (a
+system is published again when, say, its second seed finishes and the card's mean changes); repo ids are
 `<org>/<system>-multi30k-en-de`. `table` turns the registry into one row per published model: its card's
 method name, this checkpoint's test scores and the mean over the benchmark's seeds (as in its card), where it
 is served, and a one-line load snippet. Nothing in the table is typed by hand.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,19 +72,24 @@ def zoo_table(entries: list[dict]) -> str:
 
 
 def publish_benchmark(args: argparse.Namespace) -> list[str]:
+    """Publish each system whose checkpoint is finished and whose published card is missing or out of date
+    (e.g. another seed finished since, changing the mean); returns the repo ids published."""
     destination, target = ("local mirror", ["--mirror", str(args.mirror)]) if args.mirror else \
         ("huggingface.co", ["--upload"])
     registry = json.loads(args.registry.read_text()) if args.registry.exists() else []
-    done = {entry["repo_id"] for entry in registry if entry["destination"] == destination}
+    published_results = {entry["repo_id"]: entry["results"] for entry in registry
+                         if entry["destination"] == destination}
     published = []
     for system in benchmark.SYSTEMS:
-        repo_id = repo_id_for(args.organisation, system)
-        if repo_id in done or not (args.benchmark_dir / f"{system}_seed{args.seed}.json").exists():
+        repo_id, run = repo_id_for(args.organisation, system), args.runs_dir / system / f"seed{args.seed}"
+        if not (args.benchmark_dir / f"{system}_seed{args.seed}.json").exists():
             continue
-        folder = args.output_dir / target[0].removeprefix("--") / repo_id.split("/")[1]
-        publish.main([str(args.runs_dir / system / f"seed{args.seed}"), "--repo_id", repo_id,
-                      "--output", str(folder), "--benchmark_system", system,
-                      "--benchmark_dir", str(args.benchmark_dir), "--registry", str(args.registry), *target])
+        if published_results.get(repo_id) == publish.run_results(run, args.benchmark_dir, system):
+            continue
+        with tempfile.TemporaryDirectory() as staging:  # the mirror's git history or the Hub keeps each version
+            publish.main([str(run), "--repo_id", repo_id, "--output", str(Path(staging) / "repository"),
+                          "--benchmark_system", system, "--benchmark_dir", str(args.benchmark_dir),
+                          "--registry", str(args.registry), *target])
         published.append(repo_id)
     return published
 
@@ -99,7 +106,6 @@ def main(argv: list[str] | None = None) -> str | list[str]:
     publishing.add_argument("--seed", type=int, default=1, help="which seed's checkpoint to publish")
     publishing.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     publishing.add_argument("--benchmark_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
-    publishing.add_argument("--output_dir", type=Path, default=REPO / "runs" / "publish")
     table = commands.add_parser("table", help="print the zoo table; --update_readme writes it into the README")
     table.add_argument("--update_readme", action="store_true")
     table.add_argument("--readme", type=Path, default=REPO / "README.md")
