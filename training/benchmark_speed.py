@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 import hf_srcfeat
 from hf_srcfeat.annotation import StanzaAnnotator
@@ -53,6 +54,11 @@ def main() -> None:
     parser.add_argument("--model_types", nargs="+", default=["srcfeat_transformer", "deps_san"],
                         help="model types, or label=model_type; the first is the reference")
     parser.add_argument("--config_overrides", default="{}", help="JSON object of label -> config arguments")
+    parser.add_argument("--benchmark_systems", action="store_true", help=(
+        "measure the systems of training/benchmark.py (instead of --model_types); lfe_dae is left out: it is "
+        "lfe_joint's network, only its LFE starts from the autoencoder's weights"))
+    parser.add_argument("--tokenizer", help="a trained tokenizer folder (e.g. runs/benchmark/tokenizer); default: "
+                        "train one with a 4,000-subword vocabulary on the measured pairs")
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=4)
@@ -72,14 +78,22 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     overrides = json.loads(args.config_overrides)
     systems = dict(entry.split("=", 1) if "=" in entry else (entry, entry) for entry in args.model_types)
+    if args.benchmark_systems:
+        from benchmark import SYSTEMS
+
+        measured = {name: entry for name, entry in SYSTEMS.items() if name != "lfe_dae"}
+        systems = {name: model_type for name, (model_type, _) in measured.items()}
+        overrides = {name: system_overrides for name, (_, system_overrides) in measured.items()}
     unknown = sorted(set(systems.values()) - set(MODEL_CONFIGS))
     if unknown:
         raise SystemExit(f"unknown model types {unknown}; choose from {sorted(MODEL_CONFIGS)}")
 
     pairs = load_multi30k("train", limit=args.batch_size * args.batches)
-    annotator = StanzaAnnotator()
-    tokenizer = train_source_feature_tokenizer(list(pairs["source"]), list(pairs["target"]), vocab_size=4000,
-                                               annotator=annotator)
+    if args.tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    else:
+        tokenizer = train_source_feature_tokenizer(list(pairs["source"]), list(pairs["target"]), vocab_size=4000,
+                                                   annotator=StanzaAnnotator())
     batches = make_batches(tokenizer, pairs, args.batch_size, args.batches)
     results: dict = {"code_version": code_version(), "args": vars(args), "torch_threads": args.threads,
                      "torch_version": torch.__version__, "cpu": platform.processor() or platform.machine(),
