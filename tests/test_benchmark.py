@@ -116,7 +116,8 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     readme = folder / "README.md"
     readme.write_text(f"# Results\n{benchmark_report.README_START}\nold\n{benchmark_report.README_END}\nrest\n")
     text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(folder / "report.md"),
-                                  "--update_readme", "--readme", str(readme)])
+                                  "--update_readme", "--readme", str(readme),
+                                  "--speed_results", str(folder / "no_speed_run.json")])
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert {"baseline", "relevance_self", "lfe_dae"} <= set(rows)
     baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
@@ -128,5 +129,28 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert len(verdicts) == 1 and "BLEU" in verdicts[0]
     assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
     assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
+    assert "Speed overheads: not measured yet" in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated
+
+
+def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_papers(tiny_benchmark, tmp_path):
+    import benchmark_report
+    import benchmark_speed
+
+    folder, _ = tiny_benchmark
+    speed_file = tmp_path / "speed.json"
+    benchmark_speed.main(["--benchmark_systems", "--tokenizer", str(folder / "tokenizer"), "--d_model", "32",
+                          "--ffn_dim", "64", "--layers", "1", "--batch_size", "4", "--batches", "1", "--rounds", "2",
+                          "--steps_per_round", "1", "--decode_beams", "1", "4", "--decode_tokens", "2",
+                          "--output", str(speed_file)])
+    speed = json.loads(speed_file.read_text())
+    assert set(speed["models"]) == set(benchmark.SYSTEMS) - {"lfe_dae"}
+    text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(folder / "report.md"),
+                                  "--speed_results", str(speed_file)])
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    phrase = speed["models"]["phrase_max_attn_ta"]
+    train_time = speed["models"]["baseline"]["target_tokens_per_second"] / phrase["target_tokens_per_second"]
+    assert rows["phrase_max_attn_ta"].split(" | ")[1].startswith(f"{train_time:.2f}x")
+    assert "1.75x train (Table 2)" in rows["phrase_max_attn_ta"]
+    assert "(lfe_joint's network)" in text and "1.12x train" in rows["lfe_dae (lfe_joint's network)"]

@@ -32,6 +32,9 @@ PAPER_OVERHEADS = {
     "lfe_joint": ("1.12x train (Table 1, s/iteration)", None),
     "lfe_dae": ("1.12x train (Table 1, s/iteration)", None),
 }
+SPEED_COMMAND = ("python training/benchmark_speed.py --benchmark_systems --tokenizer runs/benchmark/tokenizer "
+                 "--rounds 8 --steps_per_round 3 --decode_beams 1 4 "
+                 "--output training/results/speed_benchmark_systems.json")
 #: A published Multi30k test_2016 (en->de) number for a small Transformer, to place the baseline.
 PUBLISHED_REFERENCE = ("fairseq `transformer_tiny` on Multi30k en→de test_2016",
                        "41.0 lowercased, tokenized BLEU (the figure the benchmark issue cites; not re-measured here)")
@@ -62,13 +65,12 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
     baseline = by_system["baseline"]
     baseline_bleu = statistics.mean(r["test"]["bleu"] for r in baseline)
     header = ["system", "seeds", "BLEU", "Δ BLEU", "p (per seed)", "BLEU lc", "chrF", "parameters",
-              "train time", "decode time beam 4", "decode time greedy", "paper's overhead"]
+              "train time", "decode time beam 4", "decode time greedy"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for system, results in by_system.items():
         results = sorted(results, key=lambda r: r["seed"])
         bleu = [r["test"]["bleu"] for r in results]
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
-        paper_train, paper_decode = PAPER_OVERHEADS.get(system, (None, None))
         row = [
             system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
             "–" if system == "baseline" else f"{statistics.mean(bleu) - baseline_bleu:+.2f}",
@@ -78,10 +80,48 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
             f"{time_ratio(results, baseline, 'train_target_tokens_per_second'):.2f}x",
             f"{time_ratio(results, baseline, 'decode_beam4_sentences_per_second'):.2f}x",
             f"{time_ratio(results, baseline, 'decode_greedy_sentences_per_second'):.2f}x",
-            "; ".join(part for part in (paper_train, paper_decode) if part) or "not reported",
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def overhead_table(speed: dict) -> str:
+    """Time relative to the baseline from one interleaved benchmark_speed.py run, next to the papers' figures."""
+    models, reference = speed["models"], speed["models"]["baseline"]
+    header = ["system", "train time (per-round range)", "decode time greedy", "decode time beam 4",
+              "paper's overhead"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for system, paper in {"baseline": (None, None), **PAPER_OVERHEADS}.items():
+        paper_text = "; ".join(part for part in paper if part) or ("–" if system == "baseline" else "not reported")
+        measured = models.get("lfe_joint" if system == "lfe_dae" else system)
+        if measured is None:
+            lines.append(f"| {system} | not measured | | | {paper_text} |")
+            continue
+        rounds = [base / rate for base, rate in zip(reference["round_target_tokens_per_second"],
+                                                     measured["round_target_tokens_per_second"], strict=True)]
+        train = reference["target_tokens_per_second"] / measured["target_tokens_per_second"]
+        decode = [reference[f"decode_beam{beams}_sentences_per_second"] /
+                  measured[f"decode_beam{beams}_sentences_per_second"] for beams in (1, 4)]
+        note = " (lfe_joint's network)" if system == "lfe_dae" else ""
+        lines.append(f"| {system}{note} | {train:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}) | {decode[0]:.2f}x | "
+                     f"{decode[1]:.2f}x | {paper_text} |")
+    return "\n".join(lines)
+
+
+def overhead_section(speed_file: Path) -> list[str]:
+    if not speed_file.exists():
+        return [f"Speed overheads: not measured yet (`{SPEED_COMMAND}`)."]
+    speed = json.loads(speed_file.read_text())
+    return [
+        f"Speed overheads, measured in one run on this machine: `{SPEED_COMMAND}` (code version "
+        f"{speed['code_version'][:7]}, {speed['rounds_done']} rounds of {speed['args']['steps_per_round']} training "
+        f"steps on the same 64-pair batches, then decoding the same 64 sources into exactly "
+        f"{speed['args']['decode_tokens']} tokens each; the models take turns, so changes in machine load hit all "
+        "alike). Times relative to the baseline, as the papers report them. The per-run times in the table above "
+        "come from training runs that shared the machine with another run, and are noisier.",
+        "",
+        overhead_table(speed),
+    ]
 
 
 def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]:
@@ -163,7 +203,7 @@ def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None
             f"({', '.join(missing)}); the table shows the finished ones.")
 
 
-def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int]) -> str:
+def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int], speed_file: Path) -> str:
     baseline = by_system["baseline"][0]
     shared = baseline["shared_arguments"]
     seeds = sorted({r["seed"] for results in by_system.values() for r in results})
@@ -184,6 +224,8 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         results_table(by_system),
         "",
         *outcomes(by_system),
+        "",
+        *overhead_section(speed_file),
         "",
         f"![validation loss]({plot_name})",
         "",
@@ -209,16 +251,19 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "benchmark_report.md")
     parser.add_argument("--update_readme", action="store_true")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the seeds every system should have")
+    parser.add_argument("--speed_results", type=Path,
+                        default=REPO / "training" / "results" / "speed_benchmark_systems.json",
+                        help="benchmark_speed.py --benchmark_systems output (the overhead table)")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
     by_system = load_results(args.results_dir)
     plot = args.output.with_suffix(".png")
     plot_validation_loss(by_system, plot)
-    text = report(by_system, plot.name, args.seeds)
+    text = report(by_system, plot.name, args.seeds, args.speed_results)
     args.output.write_text(text + "\n")
     if args.update_readme:
         relative_plot = plot.resolve().relative_to(args.readme.resolve().parent)
-        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds))
+        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds, args.speed_results))
     print(text)
     return text
 

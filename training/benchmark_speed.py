@@ -49,7 +49,7 @@ def make_batches(tokenizer, pairs, batch_size: int, count: int) -> list[dict[str
     return batches
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_types", nargs="+", default=["srcfeat_transformer", "deps_san"],
                         help="model types, or label=model_type; the first is the reference")
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = json.loads(args.config_overrides)
     systems = dict(entry.split("=", 1) if "=" in entry else (entry, entry) for entry in args.model_types)
