@@ -54,6 +54,12 @@ def mean_and_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def paired_delta(results: list[dict], baseline: list[dict]) -> float:
+    """Mean over the system's seeds of its BLEU minus the BLEU of the baseline run with the same seed."""
+    baseline_by_seed = {r["seed"]: r["test"]["bleu"] for r in baseline}
+    return statistics.mean(r["test"]["bleu"] - baseline_by_seed[r["seed"]] for r in results)
+
+
 def time_ratio(results: list[dict], baseline: list[dict], speed_key: str) -> float:
     """Time per token or sentence relative to the baseline (the papers' convention: 1.75x = 75% slower)."""
     return statistics.mean(r[speed_key] for r in baseline) / statistics.mean(r[speed_key] for r in results)
@@ -63,7 +69,6 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
     if "baseline" not in by_system:
         raise SystemExit("no baseline results: run `training/benchmark.py run --systems baseline` first.")
     baseline = by_system["baseline"]
-    baseline_bleu = statistics.mean(r["test"]["bleu"] for r in baseline)
     header = ["system", "seeds", "BLEU", "Δ BLEU", "p (per seed)", "BLEU lc", "chrF", "parameters",
               "train time", "decode time beam 4", "decode time greedy"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
@@ -73,7 +78,7 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
         row = [
             system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
-            "–" if system == "baseline" else f"{statistics.mean(bleu) - baseline_bleu:+.2f}",
+            "–" if system == "baseline" else f"{paired_delta(results, baseline):+.2f}",
             "–" if system == "baseline" else ", ".join(f"{p:.3f}" for p in p_values if p is not None),
             mean_and_spread([r["test"]["bleu_lowercase"] for r in results]),
             mean_and_spread([r["test"]["chrf"] for r in results]), f"{results[0]['num_parameters']:,}",
@@ -126,12 +131,11 @@ def overhead_section(speed_file: Path) -> list[str]:
 
 def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]:
     """One sentence per system, as measured: better/worse only when significant in every seed."""
-    baseline_bleu = statistics.mean(r["test"]["bleu"] for r in by_system["baseline"])
     lines = []
     for system, results in by_system.items():
         if system == "baseline":
             continue
-        delta = statistics.mean(r["test"]["bleu"] for r in results) - baseline_bleu
+        delta = paired_delta(results, by_system["baseline"])
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value", 1.0) for r in results]
         significant = all(p < level for p in p_values)
         if significant and delta > 0:
@@ -216,7 +220,8 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         f"tokenizer, model size (d_model {shared['d_model']}, {shared['encoder_layers']}+{shared['decoder_layers']} "
         f"layers, {shared['attention_heads']} heads), optimiser and schedule; seeds {', '.join(map(str, seeds))}; "
         f"code version(s) {', '.join(versions)}. BLEU: sacreBLEU `{baseline['test']['bleu_signature']}`; "
-        "BLEU lc: the same, lowercased; p: paired bootstrap resampling against the baseline of the same seed "
+        "BLEU lc: the same, lowercased; Δ BLEU: mean over seeds of the difference to the baseline run of the "
+        "same seed; p: paired bootstrap resampling against the baseline of the same seed "
         "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
         "decoded sentence; 1.50x = 50% slower), the papers' convention; "
         f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run.",
