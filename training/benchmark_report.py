@@ -191,7 +191,10 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
 
 
 def minutes(by_system: dict[str, list[dict]]) -> str:
-    seconds = [r["train_seconds"] for results in by_system.values() for r in results]
+    """Range of training minutes per run; a run resumed from a checkpoint is scaled to the whole budget."""
+    seconds = [r["train_seconds"] * r["shared_arguments"]["max_steps"] /
+               (r["shared_arguments"]["max_steps"] - r["resumed_from_step"])
+               for results in by_system.values() for r in results]
     return f"{min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes"
 
 
@@ -224,7 +227,8 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         "same seed; p: paired bootstrap resampling against the baseline of the same seed "
         "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
         "decoded sentence; 1.50x = 50% slower), the papers' convention; "
-        f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run.",
+        f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run "
+        "(resumed runs scaled to the whole budget).",
         "",
         results_table(by_system),
         "",
