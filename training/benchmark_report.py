@@ -122,8 +122,9 @@ def overhead_section(speed_file: Path) -> list[str]:
         f"{speed['code_version'][:7]}, {speed['rounds_done']} rounds of {speed['args']['steps_per_round']} training "
         f"steps on the same 64-pair batches, then decoding the same 64 sources into exactly "
         f"{speed['args']['decode_tokens']} tokens each; the models take turns, so changes in machine load hit all "
-        "alike). Times relative to the baseline, as the papers report them. The per-run times in the table above "
-        "come from training runs that shared the machine with another run, and are noisier.",
+        "alike). Times relative to the baseline, as the papers report them; the per-round ranges show the noise "
+        "of this shared machine, so smaller differences between systems mean nothing. The per-run times in the "
+        "table above come from training runs that shared the machine with another run, and are noisier still.",
         "",
         overhead_table(speed),
     ]
