@@ -5,8 +5,10 @@
     python training/benchmark_report.py --update_readme  # also replaces the README's results section
 
 Every number comes from `training/results/benchmark/*.json` (written by `training/benchmark.py`): mean and
-standard deviation over seeds, the difference to the baseline, the paired bootstrap p-values of each seed,
-and training/decoding speed relative to the baseline runs next to the overheads the papers report.
+standard deviation over seeds, the difference to the baseline, the paired bootstrap p-values of each seed and
+each run's training/decoding time relative to the baseline; and from one interleaved speed run of all systems
+(`training/benchmark_speed.py --benchmark_systems`, `--speed_results`), set next to the overheads the papers
+report.
 """
 
 from __future__ import annotations
@@ -117,8 +119,12 @@ def overhead_section(speed_file: Path) -> list[str]:
     if not speed_file.exists():
         return [f"Speed overheads: not measured yet (`{SPEED_COMMAND}`)."]
     speed = json.loads(speed_file.read_text())
+    arguments = speed["args"]
+    command = (f"python training/benchmark_speed.py --benchmark_systems --tokenizer {arguments['tokenizer']} "
+               f"--rounds {arguments['rounds']} --steps_per_round {arguments['steps_per_round']} --decode_beams "
+               f"{' '.join(map(str, arguments['decode_beams']))} --output {arguments['output']}")
     return [
-        f"Speed overheads, measured in one run on this machine: `{SPEED_COMMAND}` (code version "
+        f"Speed overheads, measured in one run on this machine: `{command}` (code version "
         f"{speed['code_version'][:7]}, {speed['rounds_done']} rounds of {speed['args']['steps_per_round']} training "
         f"steps on the same 64-pair batches, then decoding the same 64 sources into exactly "
         f"{speed['args']['decode_tokens']} tokens each; the models take turns, so changes in machine load hit all "
