@@ -233,3 +233,53 @@ def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test
     offline = {**cache, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}  # nothing there
     loaded = load_in_fresh_process("remote", offline, test_sentences[:3], blocked="hf_srcfeat")
     assert loaded["translations"] == expected
+
+
+#: Run in a fresh interpreter without hf_srcfeat: load each published folder through its shipped code alone.
+REMOTE_CODE_LOADER = """
+import json, sys
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "hf_srcfeat":
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, Blocker())
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+folders, sentences = json.loads(sys.stdin.read())
+generated = {}
+for model_type, folder in folders.items():
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+    with torch.no_grad():
+        output = model.generate(**tokenizer(sentences, padding=True, return_tensors="pt"), num_beams=4,
+                                min_new_tokens=8, max_new_tokens=8)
+    generated[model_type] = output.tolist()
+print(json.dumps(generated))
+"""
+
+
+def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_code_alone(
+        feature_tokenizer, test_sentences, tmp_path):
+    from train import feature_vocabulary_arguments
+
+    from hf_srcfeat import MODEL_CLASSES_BY_TYPE
+
+    sentences, folders, expected = test_sentences[:2], {}, {}
+    batch = feature_tokenizer(sentences, padding=True, return_tensors="pt")
+    for model_type, model_class in MODEL_CLASSES_BY_TYPE.items():
+        torch.manual_seed(0)
+        config_class = model_class.config_class
+        config = tiny_method_config(config_class, feature_tokenizer,
+                                    **feature_vocabulary_arguments(config_class, feature_tokenizer))
+        model = model_class(config).eval()
+        model.save_pretrained(tmp_path / model_type / "run")
+        feature_tokenizer.save_pretrained(tmp_path / model_type / "run")
+        folders[model_type] = str(publish.main([str(tmp_path / model_type / "run"), "--repo_id", f"test/{model_type}",
+                                                "--output", str(tmp_path / model_type / "repository"), "--dry-run"]))
+        with torch.no_grad():
+            expected[model_type] = model.generate(**batch, num_beams=4, min_new_tokens=8, max_new_tokens=8).tolist()
+    completed = subprocess.run([sys.executable, "-c", REMOTE_CODE_LOADER], input=json.dumps([folders, sentences]),
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == expected
