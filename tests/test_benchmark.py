@@ -80,6 +80,35 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tiny_benchmark):
     assert [point["step"] for point in result["validation_loss_curve"]] == [6, 12]
 
 
+
+def test_a_longer_budget_continues_the_shorter_run_and_equals_training_it_from_the_start(tiny_benchmark):
+    folder, _ = tiny_benchmark
+
+    def run_18_steps(name: str, *extra: str) -> dict:
+        benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(folder / name),
+                        "--results_dir", str(folder / f"{name}_results"), "--tokenizer", str(folder / "tokenizer"),
+                        "--max_test_samples", "20", "--shared_overrides", json.dumps({**TINY, "max_steps": 18}),
+                        *extra])
+        return json.loads((folder / f"{name}_results" / "baseline_seed1.json").read_text())
+
+    continued = run_18_steps("continued", "--continue_from", str(folder / "runs"))
+    assert continued["resumed_from_step"] == 12
+    assert continued["continued_from"] == str(folder / "runs" / "baseline" / "seed1" / "checkpoint-12")
+    from_scratch = run_18_steps("from_scratch")
+    assert continued["validation_loss_curve"] == from_scratch["validation_loss_curve"]
+    assert [point["step"] for point in continued["validation_loss_curve"]] == [6, 12, 18]
+    assert continued["test"]["bleu"] == from_scratch["test"]["bleu"]
+
+
+def test_continuing_a_run_trained_with_another_set_up_is_refused(tiny_benchmark):
+    folder, _ = tiny_benchmark
+    with pytest.raises(SystemExit, match="different set-up.*d_model"):
+        benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(folder / "wider"),
+                        "--results_dir", str(folder / "wider_results"), "--tokenizer", str(folder / "tokenizer"),
+                        "--shared_overrides", json.dumps({**TINY, "max_steps": 18, "d_model": 64}),
+                        "--continue_from", str(folder / "runs")])
+
+
 def test_tokenized_bleu_compares_words_and_punctuation_the_way_published_multi30k_scores_do(multi30k_dir):
     from hf_srcfeat.multi30k import load_multi30k
 
@@ -107,6 +136,32 @@ def test_rescore_adds_a_new_metric_to_finished_runs_from_their_saved_translation
     before = path.stat().st_mtime_ns
     benchmark.main(["rescore", *arguments])
     assert path.stat().st_mtime_ns == before, "a complete file is left alone"
+
+
+
+def test_significance_is_retested_against_a_retrained_baseline(tiny_benchmark, tmp_path):
+    import shutil
+
+    from hf_srcfeat.multi30k import load_multi30k
+
+    folder, _ = tiny_benchmark
+    for name in ("runs", "results"):
+        shutil.copytree(folder / name, tmp_path / name)
+    references = list(load_multi30k("test_2016_flickr", "en", "de")["target"])[:20]
+    retrained = references[:10] + ["Ein Hund."] * 10  # stands for the translations of a retrained baseline
+    (tmp_path / "runs" / "baseline" / "seed1" / "test_predictions.beam4.txt").write_text("\n".join(retrained) + "\n")
+    arguments = ["--seeds", "1", "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results"),
+                 "--max_test_samples", "20"]
+    benchmark.main(["significance", *arguments])
+
+    path = tmp_path / "results" / "relevance_self_seed1.json"
+    result = json.loads(path.read_text())
+    system = (tmp_path / "runs" / "relevance_self" / "seed1" / "test_predictions.beam4.txt").read_text().splitlines()
+    assert result["test"]["significance_vs_baseline"] == benchmark.paired_bootstrap(retrained, system, references)
+    assert result["significance_retested"]
+    before = path.stat().st_mtime_ns
+    benchmark.main(["significance", *arguments])
+    assert path.stat().st_mtime_ns == before, "a test against the baseline in place is left alone"
 
 
 def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_curves(tiny_benchmark):

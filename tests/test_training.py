@@ -106,3 +106,18 @@ def test_every_pretraining_recipe_parses_and_matches_its_translation_recipe(reci
 
 def dae_args_output(recipe) -> str:
     return json.loads(recipe.read_text())["output_dir"]
+
+
+def test_a_new_model_starts_from_its_seed_whatever_drew_from_the_random_generator_before(feature_tokenizer):
+    """Annotating uncached sentences builds Stanza's layers, which draws from torch's generator between start-up and
+    the model; the initial weights must not depend on that (i.e. on what the annotation cache held)."""
+    import torch
+
+    model_args = train.ModelArguments(model_type="srcfeat_transformer", d_model=32, ffn_dim=64, encoder_layers=1,
+                                      decoder_layers=1, attention_heads=4)
+    first = train.build_model(model_args, feature_tokenizer, seed=5)
+    torch.nn.Linear(256, 256)  # what building a Stanza model does to the generator
+    second = train.build_model(model_args, feature_tokenizer, seed=5)
+    assert all(torch.equal(first.state_dict()[name], weight) for name, weight in second.state_dict().items())
+    other_seed = train.build_model(model_args, feature_tokenizer, seed=6)
+    assert not torch.equal(first.model.shared.weight, other_seed.model.shared.weight)

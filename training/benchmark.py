@@ -6,6 +6,7 @@ tokenizer, optimiser, schedule and training budget, several seeds, measured qual
     python training/benchmark.py run --systems baseline deps_san --seeds 1
     python training/benchmark.py status                   # what is done, running or missing
     python training/benchmark.py rescore                  # add metrics introduced after a run finished
+    python training/benchmark.py significance             # re-test every system after a baseline was retrained
 
 Runs live in `--runs_dir` (default runs/benchmark/<system>/seed<k>); a run whose result file exists in
 `--results_dir` (default training/results/benchmark/<system>_seed<k>.json) is never redone, and an interrupted
@@ -91,6 +92,43 @@ def resume_arguments(folder: Path) -> dict:
     if checkpoint is not None:
         return {"resume_from_checkpoint": str(checkpoint)}
     return {"overwrite_output_dir": True} if folder.exists() and any(folder.iterdir()) else {}
+
+
+#: Set-up entries that may differ between a run and the shorter run it continues (see `--continue_from`): the
+#: budget, and settings that do not change what is trained (TrainingArguments records report_to="none" as []).
+NOT_COMPARED_WHEN_CONTINUING = {"max_steps", "report_to", "disable_tqdm", "logging_steps"}
+
+
+CONTINUED_FROM = "continued_from.json"
+
+
+def continue_shorter_run(args, system: str, seed: int, folder: Path) -> None:
+    """Copy the last checkpoint of the same run under `--continue_from` into `folder`, so that a longer budget costs
+    only the extra steps. The continued run is the run that would have been trained with the longer budget from the
+    start: same seed and data order, and the inverse-sqrt schedule does not depend on `max_steps`. Refused when the
+    shorter run was trained with a different set-up."""
+    import shutil
+
+    source = args.continue_from / system / f"seed{seed}"
+    checkpoint = latest_checkpoint(source)
+    if checkpoint is None:
+        raise SystemExit(f"--continue_from: {source} has no checkpoint to continue.")
+    shared = shared_arguments(args)
+    if shared["lr_scheduler_type"] != "inverse_sqrt":
+        raise SystemExit("--continue_from needs a schedule that does not depend on max_steps (inverse_sqrt).")
+    step = int(checkpoint.name.split("-")[1])
+    if step >= shared["max_steps"]:
+        raise SystemExit(f"--continue_from: {checkpoint} is at step {step}, not before max_steps {shared['max_steps']}.")
+    recorded = json.loads((source / "results.json").read_text())
+    recorded = {**recorded["model_args"], **recorded["data_args"],
+                **json.loads((source / "training_args.json").read_text())}
+    different = {key: (recorded.get(key), value) for key, value in shared.items()
+                 if key not in NOT_COMPARED_WHEN_CONTINUING and key in recorded and recorded[key] != value}
+    if different:
+        raise SystemExit(f"--continue_from: {source} was trained with a different set-up (recorded, now): {different}")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(checkpoint, folder / checkpoint.name)
+    (folder / CONTINUED_FROM).write_text(json.dumps({"checkpoint": str(checkpoint)}))
 
 
 def shared_arguments(args) -> dict:
@@ -219,6 +257,10 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     if system == "lfe_dae":
         overrides["lfe_pretrained_from"] = str(ensure_autoencoder(args, tokenizer_dir, seed))
     folder = args.runs_dir / system / f"seed{seed}"
+    if args.continue_from and latest_checkpoint(folder) is None:
+        continue_shorter_run(args, system, seed, folder)
+    continued_from = json.loads((folder / CONTINUED_FROM).read_text())["checkpoint"] \
+        if (folder / CONTINUED_FROM).exists() else None
     resume = resume_arguments(folder)
     resumed_from_step = int(Path(resume["resume_from_checkpoint"]).name.split("-")[1]) if "resume_from_checkpoint" \
         in resume else 0
@@ -252,6 +294,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
             str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in ("en", "de")],
         "num_parameters": training["num_parameters"], "torch_threads": args.threads,
         "train_seconds": round(training["train_seconds"], 1), "resumed_from_step": resumed_from_step,
+        **({"continued_from": continued_from} if continued_from else {}),
         "train_target_tokens_per_second": round(samples * tokens_per_sentence / runtime, 1),
         "decode_beam4_sentences_per_second": round(len(sources) / beam_seconds, 2),
         "decode_greedy_sentences_per_second": round(len(sources) / greedy_seconds, 2),
@@ -305,6 +348,20 @@ def rescore(args, system: str, seed: int) -> bool:
     return True
 
 
+def retest(args, system: str, seed: int) -> bool:
+    """Redo the paired bootstrap of a finished run against the baseline run now in place for its seed (after that
+    baseline was retrained); the file records when the test changed and by which code version."""
+    path = result_path(args, system, seed)
+    result = json.loads(path.read_text())
+    before = result["test"].get("significance_vs_baseline")
+    add_significance(args, result)
+    if result["test"]["significance_vs_baseline"] == before:
+        return False
+    result["significance_retested"] = train.code_version()
+    write_json(path, result)
+    return True
+
+
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -314,7 +371,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run", "status", "rescore"])
+    parser.add_argument("command", choices=["run", "status", "rescore", "significance"])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
@@ -324,6 +381,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shared_overrides", type=json.loads, default={}, help=(
         "JSON object replacing entries of the shared set-up for every run and autoencoder, e.g. a smaller model "
         "and budget for a smoke test: '{\"d_model\": 64, \"max_steps\": 20}' (then not the benchmark)"))
+    parser.add_argument("--continue_from", type=Path, help=(
+        "runs folder of the same set-up with a shorter budget: a run with no checkpoint of its own starts from that "
+        "run's last checkpoint, e.g. a longer baseline: --systems baseline --shared_overrides '{\"max_steps\": 2400}' "
+        "--continue_from runs/benchmark --runs_dir runs/benchmark_2400 --results_dir training/results/benchmark_2400"))
     parser.add_argument("--tokenizer", help="use this trained tokenizer folder instead of training the shared one")
     parser.add_argument("--max_test_samples", type=int, default=None, help="score only the first N test pairs")
     args = parser.parse_args(argv)
@@ -342,6 +403,11 @@ def main(argv: list[str] | None = None) -> None:
         for system, seed in order:
             if result_path(args, system, seed).exists() and rescore(args, system, seed):
                 print(f"{system} seed {seed}: added metrics", flush=True)
+        return
+    if args.command == "significance":
+        for system, seed in order:
+            if system != "baseline" and result_path(args, system, seed).exists() and retest(args, system, seed):
+                print(f"{system} seed {seed}: significance re-tested", flush=True)
         return
     train.code_version()  # pinned now: the runs record the code this worker imported, not later checkouts
     tokenizer_dir = ensure_tokenizer(args)

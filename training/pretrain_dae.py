@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = train.build_tokenizer(model_args, data_args, training_args, multi30k_train, to_parse)
     sentences, data_files = monolingual_sentences(args, multi30k_train)
 
-    model = train.build_model(model_args, tokenizer)
+    model = train.build_model(model_args, tokenizer, training_args.seed)
     collator = DenoisingCollator(tokenizer, args.max_length, training_args.seed, args.swaps, args.drop_ratio,
                                  args.mask_ratio)
     trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),

@@ -172,7 +172,11 @@ def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
     return {name: size for name, size in tokenizer.feature_vocabularies.sizes().items() if name in accepted}
 
 
-def build_model(model_args: ModelArguments, tokenizer):
+def build_model(model_args: ModelArguments, tokenizer, seed: int):
+    """A new model of `--model_type` initialised from `seed`, or the pretrained `--model_name_or_path`."""
+    # Seeded here, not only at start-up: annotating uncached sentences loads Stanza, whose layers draw from the global
+    # RNG when built, so without this the initial weights would depend on what the annotation cache held.
+    set_seed(seed)
     if model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
     if model_args.model_type not in MODEL_CONFIGS:
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     source_texts = [text for split in (train_data, eval_data, test_data) for text in split["source"]]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, source_texts)
-    model = build_model(model_args, tokenizer)
+    model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
 
