@@ -209,3 +209,18 @@ def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_
     assert rows["phrase_max_attn_ta"].split(" | ")[1].startswith(f"{train_time:.2f}x")
     assert "1.75x train (Table 2)" in rows["phrase_max_attn_ta"]
     assert "(lfe_joint's network)" in text and "1.12x train" in rows["lfe_dae (lfe_joint's network)"]
+
+
+@pytest.mark.parametrize(("p_values", "verdict"), [
+    ((0.001, 0.02), "beats the baseline by +1.00 BLEU, significant (p < 0.05) in each of its 2 seeds"),
+    ((0.003, 0.314), "differs from the baseline by +1.00 BLEU, significantly (p < 0.05) in only 1 of 2 seeds"),
+    ((0.2, 0.314), "does not differ significantly from the baseline at this scale (+1.00 BLEU; p = 0.200, 0.314)"),
+])
+def test_a_method_is_called_better_only_when_it_is_significant_in_every_seed(p_values, verdict):
+    import benchmark_report
+
+    baseline = [{"seed": seed, "test": {"bleu": 30.0}} for seed in (1, 2)]
+    method = [{"seed": seed, "test": {"bleu": 31.0, "significance_vs_baseline": {"p_value": p}}}
+              for seed, p in zip((1, 2), p_values, strict=True)]
+    [line] = benchmark_report.outcomes({"baseline": baseline, "method": method})
+    assert line.startswith(f"- `method` {verdict}")

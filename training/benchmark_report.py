@@ -144,15 +144,18 @@ def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]
             continue
         delta = paired_delta(results, by_system["baseline"])
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value", 1.0) for r in results]
-        significant = all(p < level for p in p_values)
+        significant_seeds = sum(p < level for p in p_values)
+        listed = f"p = {', '.join(f'{p:.3f}' for p in p_values)}"
         seeds = f"in each of its {len(results)} seeds" if len(results) > 1 else "in its one finished seed"
-        if significant and delta > 0:
+        if significant_seeds == len(results) and delta > 0:
             verdict = f"beats the baseline by {delta:+.2f} BLEU, significant (p < {level}) {seeds}"
-        elif significant and delta < 0:
+        elif significant_seeds == len(results) and delta < 0:
             verdict = f"is worse than the baseline by {delta:+.2f} BLEU, significant (p < {level}) {seeds}"
+        elif significant_seeds == 0:
+            verdict = f"does not differ significantly from the baseline at this scale ({delta:+.2f} BLEU; {listed})"
         else:
-            verdict = (f"does not differ significantly from the baseline at this scale ({delta:+.2f} BLEU; "
-                       f"p = {', '.join(f'{p:.3f}' for p in p_values)})")
+            verdict = (f"differs from the baseline by {delta:+.2f} BLEU, significantly (p < {level}) in only "
+                       f"{significant_seeds} of {len(results)} seeds ({listed}): no consistent difference at this scale")
         lines.append(f"- `{system}` {verdict}.")
     return lines
 
