@@ -172,7 +172,8 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     readme.write_text(f"# Results\n{benchmark_report.README_START}\nold\n{benchmark_report.README_END}\nrest\n")
     text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(folder / "report.md"),
                                   "--update_readme", "--readme", str(readme),
-                                  "--speed_results", str(folder / "no_speed_run.json")])
+                                  "--speed_results", str(folder / "no_speed_run.json"),
+                                  "--longer_budget_dir", str(folder / "no_longer_runs")])
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert {"baseline", "relevance_self", "lfe_dae"} <= set(rows)
     baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
@@ -184,7 +185,7 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert len(verdicts) == 1 and "BLEU" in verdicts[0]
     assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
     assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
-    assert "Speed overheads: not measured yet" in text
+    assert "Speed overheads: not measured yet" in text and "trained on" not in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated
 
@@ -224,3 +225,20 @@ def test_a_method_is_called_better_only_when_it_is_significant_in_every_seed(p_v
               for seed, p in zip((1, 2), p_values, strict=True)]
     [line] = benchmark_report.outcomes({"baseline": baseline, "method": method})
     assert line.startswith(f"- `method` {verdict}")
+
+
+def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baseline(tiny_benchmark, tmp_path):
+    import benchmark_report
+
+    folder, _ = tiny_benchmark
+    benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(tmp_path / "runs"),
+                    "--results_dir", str(tmp_path / "results"), "--tokenizer", str(folder / "tokenizer"),
+                    "--max_test_samples", "20", "--shared_overrides", json.dumps({**TINY, "max_steps": 18}),
+                    "--continue_from", str(folder / "runs")])
+    longer = json.loads((tmp_path / "results" / "baseline_seed1.json").read_text())
+    text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(tmp_path / "report.md"),
+                                  "--speed_results", str(tmp_path / "no_speed_run.json"),
+                                  "--longer_budget_dir", str(tmp_path / "results")])
+    [paragraph] = [line for line in text.splitlines() if line.startswith("The baseline trained on")]
+    assert f"seed 1: BLEU {longer['test']['bleu']:.2f}" in paragraph and "after 18 steps" in paragraph
+    assert "after 12 steps" in paragraph and '--shared_overrides \'{"max_steps": 18}\'' in paragraph
