@@ -159,9 +159,21 @@ def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_pa
     assert results["mean_over_seeds"]["bleu"] == round((by_seed[1]["bleu"] + by_seed[2]["bleu"]) / 2, 2)
     card = publish.render_card((REPO / "hub_cards" / "srcfeat_transformer.md").read_text(), REPO_ID, results)
     assert "python training/benchmark.py run --systems baseline --seeds 2" in card, "the exact training command"
+    assert "The baseline trained with the same seed" not in card, "the baseline is not compared with itself"
     (tmp_path / "results.json").write_text(json.dumps({"seed": 7}))
     with pytest.raises(SystemExit, match="not one of the benchmark runs of 'baseline'"):
         publish.run_results(tmp_path, benchmark_dir, "baseline")
+
+
+def test_a_method_card_states_the_difference_to_the_baseline_of_its_seed_and_its_significance(tmp_path):
+    benchmark_dir = REPO / "training" / "results" / "benchmark"
+    method = json.loads((benchmark_dir / "deps_san_seed1.json").read_text())["test"]
+    (tmp_path / "results.json").write_text(json.dumps({"seed": 1}))
+    card = publish.render_card((REPO / "hub_cards" / "deps_san.md").read_text(), REPO_ID,
+                               publish.run_results(tmp_path, benchmark_dir, "deps_san"))
+    test = method["significance_vs_baseline"]
+    assert (f"scores {test['baseline_bleu']} (difference {method['bleu'] - test['baseline_bleu']:+.2f} BLEU; "
+            f"paired bootstrap resampling, p = {test['p_value']:.3f})") in card
 
 
 def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(published, tmp_path):

@@ -55,7 +55,10 @@ def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -
                              f"the run's results.json says seed {run.get('seed')}).")
         own = by_seed[run["seed"]]["test"]
         seeds = sorted(by_seed)
-        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}",
+        against_baseline = {"against_baseline": {
+            "baseline_bleu": own["significance_vs_baseline"]["baseline_bleu"],
+            "p_value": round(own["significance_vs_baseline"]["p_value"], 4)}} if "significance_vs_baseline" in own else {}
+        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}", **against_baseline,
                 "bleu": own["bleu"], "bleu_lowercase": own["bleu_lowercase"], "chrf": own["chrf"],
                 "bleu_signature": own["bleu_signature"], "system": system, "seed": run["seed"],
                 "trained_by": f"python training/benchmark.py run --systems {system} --seeds {run['seed']}",
@@ -77,6 +80,11 @@ def results_section(results: dict | None) -> str:
     text = (f"\n\nMulti30k en→de test_2016_flickr, beam 4: sacreBLEU {results['bleu']}, chrF {results['chrf']}"
             f"{', lowercased BLEU ' + str(results['bleu_lowercase']) if 'bleu_lowercase' in results else ''} "
             f"(from {results['source']}; BLEU signature `{results['bleu_signature']}`).")
+    if "against_baseline" in results:
+        baseline = results["against_baseline"]
+        text += (f" The baseline trained with the same seed, size, data and budget scores {baseline['baseline_bleu']} "
+                 f"(difference {results['bleu'] - baseline['baseline_bleu']:+.2f} BLEU; paired bootstrap resampling, "
+                 f"p = {baseline['p_value']:.3f}).")
     if "mean_over_seeds" in results:
         mean = results["mean_over_seeds"]
         text += (f" Mean over the benchmark's seeds {', '.join(map(str, mean['seeds']))}: sacreBLEU {mean['bleu']}, "
