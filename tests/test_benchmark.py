@@ -60,6 +60,9 @@ def test_the_pretrained_lfe_system_trains_its_autoencoder_first(tiny_benchmark):
     autoencoder = folder / "runs" / "dae" / "seed1"
     assert result["config"]["lfe_pretrained_from"] == str(autoencoder)
     assert (autoencoder / "dae_results.json").exists() and (autoencoder / "model.safetensors").exists()
+    pretraining = json.loads((autoencoder / "dae_results.json").read_text())
+    assert result["pretraining"]["train_seconds"] == pretraining["train_seconds"] > 0, "its cost is on record"
+    assert result["pretraining"]["reconstruction"] == pretraining["reconstruction"]
 
 
 def test_finished_runs_are_not_redone(tiny_benchmark):
@@ -186,6 +189,7 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
     assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
     assert "Speed overheads: not measured yet" in text and "trained on" not in text
+    assert "`lfe_dae` first pre-trains its latent feature encoder as a denoising autoencoder" in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated
 

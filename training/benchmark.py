@@ -254,8 +254,13 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
 
     model_type, overrides = SYSTEMS[system]
     overrides = dict(overrides)
+    pretraining = {}
     if system == "lfe_dae":
-        overrides["lfe_pretrained_from"] = str(ensure_autoencoder(args, tokenizer_dir, seed))
+        autoencoder = ensure_autoencoder(args, tokenizer_dir, seed)
+        overrides["lfe_pretrained_from"] = str(autoencoder)
+        dae = json.loads((autoencoder / "dae_results.json").read_text())
+        pretraining = {"pretraining": {key: dae.get(key) for key in (
+            "code_version", "seed", "sentences", "num_parameters", "train_seconds", "reconstruction", "dae_args")}}
     folder = args.runs_dir / system / f"seed{seed}"
     if args.continue_from and latest_checkpoint(folder) is None:
         continue_shorter_run(args, system, seed, folder)
@@ -299,7 +304,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "decode_beam4_sentences_per_second": round(len(sources) / beam_seconds, 2),
         "decode_greedy_sentences_per_second": round(len(sources) / greedy_seconds, 2),
         "validation_loss_curve": validation_curve, "eval_metrics": training.get("eval_metrics"),
-        "test": score(beam_hypotheses, references), "test_sentences": len(sources),
+        "test": score(beam_hypotheses, references), "test_sentences": len(sources), **pretraining,
     }
 
 

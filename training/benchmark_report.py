@@ -233,6 +233,16 @@ def minutes(by_system: dict[str, list[dict]]) -> str:
     return f"{min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes"
 
 
+def pretraining_minutes(by_system: dict[str, list[dict]]) -> str:
+    """What the pre-trained systems spend before their translation training (not in the table's train time)."""
+    minutes_per_seed = [r["pretraining"]["train_seconds"] / 60 for results in by_system.values() for r in results
+                        if r.get("pretraining", {}).get("train_seconds")]
+    if not minutes_per_seed:
+        return ""
+    return (f" `lfe_dae` first pre-trains its latent feature encoder as a denoising autoencoder: "
+            f"{min(minutes_per_seed):.0f}-{max(minutes_per_seed):.0f} minutes per seed, not counted in its train time.")
+
+
 def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None:
     """Which of the benchmark's planned runs (every system, every seed) have no result file yet."""
     from benchmark import SYSTEMS
@@ -264,7 +274,7 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
         "decoded sentence; 1.50x = 50% slower), the papers' convention; "
         f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run "
-        "(resumed runs scaled to the whole budget).",
+        f"(resumed runs scaled to the whole budget).{pretraining_minutes(by_system)}",
         "",
         results_table(by_system),
         "",
