@@ -105,9 +105,9 @@ def test_a_longer_budget_continues_the_shorter_run_and_equals_training_it_from_t
 
 def test_continuing_a_run_trained_with_another_set_up_is_refused(tiny_benchmark):
     folder, _ = tiny_benchmark
-    with pytest.raises(SystemExit, match="different set-up.*d_model"):
+    with pytest.raises(SystemExit, match="different set-up.*d_model.*tokenizer_name_or_path"):
         benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(folder / "wider"),
-                        "--results_dir", str(folder / "wider_results"), "--tokenizer", str(folder / "tokenizer"),
+                        "--results_dir", str(folder / "wider_results"), "--tokenizer", str(folder / "runs"),
                         "--shared_overrides", json.dumps({**TINY, "max_steps": 18, "d_model": 64}),
                         "--continue_from", str(folder / "runs")])
 

@@ -102,7 +102,7 @@ NOT_COMPARED_WHEN_CONTINUING = {"max_steps", "report_to", "disable_tqdm", "loggi
 CONTINUED_FROM = "continued_from.json"
 
 
-def continue_shorter_run(args, system: str, seed: int, folder: Path) -> None:
+def continue_shorter_run(args, system: str, seed: int, folder: Path, tokenizer_dir: Path) -> None:
     """Copy the last checkpoint of the same run under `--continue_from` into `folder`, so that a longer budget costs
     only the extra steps. The continued run is the run that would have been trained with the longer budget from the
     start: same seed and data order, and the inverse-sqrt schedule does not depend on `max_steps`. Refused when the
@@ -124,6 +124,8 @@ def continue_shorter_run(args, system: str, seed: int, folder: Path) -> None:
                 **json.loads((source / "training_args.json").read_text())}
     different = {key: (recorded.get(key), value) for key, value in shared.items()
                  if key not in NOT_COMPARED_WHEN_CONTINUING and key in recorded and recorded[key] != value}
+    if Path(recorded["tokenizer_name_or_path"]).resolve() != Path(tokenizer_dir).resolve():
+        different["tokenizer_name_or_path"] = (recorded["tokenizer_name_or_path"], str(tokenizer_dir))
     if different:
         raise SystemExit(f"--continue_from: {source} was trained with a different set-up (recorded, now): {different}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -263,7 +265,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
             "code_version", "seed", "sentences", "num_parameters", "train_seconds", "reconstruction", "dae_args")}}
     folder = args.runs_dir / system / f"seed{seed}"
     if args.continue_from and latest_checkpoint(folder) is None:
-        continue_shorter_run(args, system, seed, folder)
+        continue_shorter_run(args, system, seed, folder, tokenizer_dir)
     continued_from = json.loads((folder / CONTINUED_FROM).read_text())["checkpoint"] \
         if (folder / CONTINUED_FROM).exists() else None
     resume = resume_arguments(folder)
@@ -389,7 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continue_from", type=Path, help=(
         "runs folder of the same set-up with a shorter budget: a run with no checkpoint of its own starts from that "
         "run's last checkpoint, e.g. a longer baseline: --systems baseline --shared_overrides '{\"max_steps\": 2400}' "
-        "--continue_from runs/benchmark --runs_dir runs/benchmark_2400 --results_dir training/results/benchmark_2400"))
+        "--continue_from runs/benchmark --tokenizer runs/benchmark/tokenizer --runs_dir runs/benchmark_2400 "
+        "--results_dir training/results/benchmark_2400"))
     parser.add_argument("--tokenizer", help="use this trained tokenizer folder instead of training the shared one")
     parser.add_argument("--max_test_samples", type=int, default=None, help="score only the first N test pairs")
     args = parser.parse_args(argv)

@@ -178,7 +178,8 @@ def longer_budget(baseline: list[dict], longer: list[dict]) -> str | None:
     steps = longer[0]["shared_arguments"]["max_steps"]
     seeds = " ".join(str(r["seed"]) for r in sorted(longer, key=lambda r: r["seed"]))
     command = (f"python training/benchmark.py run --systems baseline --seeds {seeds} --shared_overrides "
-               f"'{{\"max_steps\": {steps}}}' --continue_from runs/benchmark --runs_dir runs/benchmark_longer_budget "
+               f"'{{\"max_steps\": {steps}}}' --continue_from runs/benchmark --tokenizer runs/benchmark/tokenizer "
+               "--runs_dir runs/benchmark_longer_budget "
                "--results_dir training/results/benchmark_longer_budget")
     return (f"The baseline trained on with everything else equal (`{command}`, which continues the benchmark run "
             f"from its last checkpoint): {'; '.join(findings)}.")
