@@ -190,6 +190,8 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
     assert "Speed overheads: not measured yet" in text and "trained on" not in text
     assert "`lfe_dae` first pre-trains its latent feature encoder as a denoising autoencoder" in text
+    extra = system["num_parameters"] / baseline["num_parameters"]
+    assert f"`relevance_self` {extra:.2f}x: a source embedding of its own" in text
     updated = readme.read_text()
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated
 
