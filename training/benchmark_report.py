@@ -232,20 +232,34 @@ def baseline_against_reference(baseline: list[dict]) -> str:
 
 
 def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None:
+    """Left: each system's validation loss (mean over seeds). Right: its difference to the baseline run of the same
+    seed, where systems that lie on top of each other on the left can be told apart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    baseline_by_seed = {r["seed"]: {point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]}
+                        for r in by_system["baseline"]}
+    figure, (losses, differences) = plt.subplots(1, 2, figsize=(11, 4.5))
     for system, results in by_system.items():
-        curves = [{point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]} for r in results]
-        steps = sorted(set.intersection(*(set(curve) for curve in curves)))
-        axes.plot(steps, [statistics.mean(curve[step] for curve in curves) for step in steps], marker="o",
-                  markersize=3, label=system)
-    axes.set_xlabel("training step")
-    axes.set_ylabel("validation loss (label-smoothed, mean over seeds)")
-    axes.legend(fontsize=7)
+        curves = {r["seed"]: {point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]}
+                  for r in results}
+        steps = sorted(set.intersection(*(set(curve) for curve in curves.values())))
+        losses.plot(steps, [statistics.mean(curve[step] for curve in curves.values()) for step in steps],
+                    marker="o", markersize=3, label=system)
+        paired = [seed for seed in curves if seed in baseline_by_seed]
+        steps = [step for step in steps if all(step in baseline_by_seed[seed] for seed in paired)]
+        if paired:
+            differences.plot(steps, [statistics.mean(curves[seed][step] - baseline_by_seed[seed][step]
+                                                     for seed in paired) for step in steps],
+                             marker="o", markersize=3, label=system)
+    losses.set_xlabel("training step")
+    losses.set_ylabel("validation loss (label-smoothed, mean over seeds)")
+    losses.legend(fontsize=7)
+    differences.axhline(0.0, color="grey", linewidth=0.8)
+    differences.set_xlabel("training step")
+    differences.set_ylabel("minus the baseline's of the same seed (mean)")
     figure.tight_layout()
     figure.savefig(output, dpi=120)
     plt.close(figure)
