@@ -247,4 +247,5 @@ def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baselin
                                   "--longer_budget_dir", str(tmp_path / "results")])
     [paragraph] = [line for line in text.splitlines() if line.startswith("The baseline trained on")]
     assert f"seed 1: BLEU {longer['test']['bleu']:.2f}" in paragraph and "after 18 steps" in paragraph
-    assert "after 12 steps" in paragraph and '--shared_overrides \'{"max_steps": 18}\'' in paragraph
+    assert "after 12 steps" in paragraph and "the gap to the reference's 41.0 shrinks from" in paragraph
+    assert '--shared_overrides \'{"max_steps": 18}\'' in paragraph
