@@ -159,7 +159,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
         rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit)
         columns = {name: [row[name] for row in rows] for name in rows[0]}
-        encoded = self.pad(columns if batched else rows[0], padding=padding, max_length=max_length,
+        # Truncation is done; `pad` reads max_length as a padding length only, and warns when it cannot use it.
+        pad_length = max_length if padding == PaddingStrategy.MAX_LENGTH else None
+        encoded = self.pad(columns if batched else rows[0], padding=padding, max_length=pad_length,
                            pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
                            return_attention_mask=return_attention_mask)
         data = dict(encoded)

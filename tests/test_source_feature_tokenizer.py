@@ -3,6 +3,8 @@ and truncated consistently, saved and reloaded exactly, and robust to awkward in
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from datasets import Dataset
@@ -116,6 +118,17 @@ def test_truncation_cuts_every_feature_at_the_same_token(feature_tokenizer, ewt_
         assert cut[name][:11] == full[name][:11], name
     assert [row[:11] for row in cut["dep_distance"][:11]] == [row[:11] for row in full["dep_distance"][:11]]
     assert cut["dep_distance"][11] == [-1] * 12
+
+
+def test_truncating_a_padded_batch_pads_to_the_longest_row_without_warnings(feature_tokenizer, test_sentences):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        longest = feature_tokenizer(test_sentences, padding=True, truncation=True, max_length=64)
+    assert {len(row) for row in longest["input_ids"]} == {max(len(row) for row in feature_tokenizer(test_sentences)
+                                                               ["input_ids"])}
+    to_max = feature_tokenizer(test_sentences, padding="max_length", truncation=True, max_length=64)
+    assert {len(row) for row in to_max["input_ids"]} == {64}
+    assert {len(row) for row in to_max["dep_distance"]} == {64}
 
 
 def test_labels_are_the_plain_subwords_of_the_target(feature_tokenizer, subword_tokenizer, train_pairs):
