@@ -189,6 +189,7 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert f"our baseline scores {baseline['test']['bleu_lowercase_moses_tokenized']:.2f}" in text
     assert "Not finished yet" in text and "deps_san seed 1" in text and "relevance_self seed 1," not in text
     assert "Speed overheads: not measured yet" in text and "trained on" not in text
+    assert rows["relevance_self"].endswith("| not measured | not measured | not measured |")
     assert "`lfe_dae` first pre-trains its latent feature encoder as a denoising autoencoder" in text
     extra = system["num_parameters"] / baseline["num_parameters"]
     assert f"`relevance_self` {extra:.2f}x: a source embedding of its own" in text
@@ -214,6 +215,12 @@ def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_
     phrase = speed["models"]["phrase_max_attn_ta"]
     train_time = speed["models"]["baseline"]["target_tokens_per_second"] / phrase["target_tokens_per_second"]
     assert rows["phrase_max_attn_ta"].split(" | ")[1].startswith(f"{train_time:.2f}x")
+    joint, baseline = speed["models"]["lfe_joint"], speed["models"]["baseline"]
+    decode_rates = [f"decode_beam{beams}_sentences_per_second" for beams in (4, 1)]
+    lfe_times = [baseline[rate] / joint[rate] for rate in ["target_tokens_per_second", *decode_rates]]
+    [results_row] = [line for line in text.splitlines() if line.startswith("| lfe_dae | ")]
+    assert results_row.endswith(" | ".join(f"{time:.2f}x" for time in lfe_times) + " |"), \
+        "the results table takes its times from the interleaved speed run, lfe_dae's from lfe_joint's network"
     assert "1.75x train (Table 2)" in rows["phrase_max_attn_ta"]
     assert "(lfe_joint's network)" in text and "1.12x train" in rows["lfe_dae (lfe_joint's network)"]
 

@@ -5,10 +5,9 @@
     python training/benchmark_report.py --update_readme  # also replaces the README's results section
 
 Every number comes from `training/results/benchmark/*.json` (written by `training/benchmark.py`): mean and
-standard deviation over seeds, the difference to the baseline, the paired bootstrap p-values of each seed and
-each run's training/decoding time relative to the baseline; and from one interleaved speed run of all systems
-(`training/benchmark_speed.py --benchmark_systems`, `--speed_results`), set next to the overheads the papers
-report.
+standard deviation over seeds, the difference to the baseline and the paired bootstrap p-values of each seed;
+and from one interleaved speed run of all systems (`training/benchmark_speed.py --benchmark_systems`,
+`--speed_results`): training/decoding time relative to the baseline, set next to the overheads the papers report.
 """
 
 from __future__ import annotations
@@ -72,12 +71,23 @@ def paired_delta(results: list[dict], baseline: list[dict]) -> float:
     return statistics.mean(r["test"]["bleu"] - baseline_by_seed[r["seed"]] for r in results)
 
 
-def time_ratio(results: list[dict], baseline: list[dict], speed_key: str) -> float:
-    """Time per token or sentence relative to the baseline (the papers' convention: 1.75x = 75% slower)."""
-    return statistics.mean(r[speed_key] for r in baseline) / statistics.mean(r[speed_key] for r in results)
+def measured_overheads(speed: dict, system: str) -> dict[str, float | list[float]] | None:
+    """Time per training target token and per decoded sentence relative to the baseline (the papers' convention:
+    1.75x = 75% slower) in one interleaved benchmark_speed.py run; `lfe_dae` has `lfe_joint`'s network."""
+    models, reference = speed["models"], speed["models"]["baseline"]
+    measured = models.get("lfe_joint" if system == "lfe_dae" else system)
+    if measured is None:
+        return None
+    return {
+        "train": reference["target_tokens_per_second"] / measured["target_tokens_per_second"],
+        "train_rounds": [base / rate for base, rate in zip(reference["round_target_tokens_per_second"],
+                                                           measured["round_target_tokens_per_second"], strict=True)],
+        **{f"decode_beam{beams}": reference[f"decode_beam{beams}_sentences_per_second"] /
+           measured[f"decode_beam{beams}_sentences_per_second"] for beams in (1, 4)},
+    }
 
 
-def results_table(by_system: dict[str, list[dict]]) -> str:
+def results_table(by_system: dict[str, list[dict]], speed: dict | None) -> str:
     if "baseline" not in by_system:
         raise SystemExit("no baseline results: run `training/benchmark.py run --systems baseline` first.")
     baseline = by_system["baseline"]
@@ -88,47 +98,45 @@ def results_table(by_system: dict[str, list[dict]]) -> str:
         results = sorted(results, key=lambda r: r["seed"])
         bleu = [r["test"]["bleu"] for r in results]
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
+        overheads = measured_overheads(speed, system) if speed else None
+        times = (["not measured"] * 3 if overheads is None else
+                 [f"{overheads[key]:.2f}x" for key in ("train", "decode_beam4", "decode_beam1")])
         row = [
             system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
             "–" if system == "baseline" else f"{paired_delta(results, baseline):+.2f}",
             "–" if system == "baseline" else ", ".join(f"{p:.3f}" for p in p_values if p is not None),
             mean_and_spread([r["test"]["bleu_lowercase"] for r in results]),
-            mean_and_spread([r["test"]["chrf"] for r in results]), f"{results[0]['num_parameters']:,}",
-            f"{time_ratio(results, baseline, 'train_target_tokens_per_second'):.2f}x",
-            f"{time_ratio(results, baseline, 'decode_beam4_sentences_per_second'):.2f}x",
-            f"{time_ratio(results, baseline, 'decode_greedy_sentences_per_second'):.2f}x",
+            mean_and_spread([r["test"]["chrf"] for r in results]), f"{results[0]['num_parameters']:,}", *times,
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def overhead_table(speed: dict) -> str:
-    """Time relative to the baseline from one interleaved benchmark_speed.py run, next to the papers' figures."""
-    models, reference = speed["models"], speed["models"]["baseline"]
-    header = ["system", "train time (per-round range)", "decode time greedy", "decode time beam 4",
+    """The interleaved speed run's overheads with their per-round range, next to the papers' figures."""
+    header = ["system", "train time (per-round range)", "decode time beam 4", "decode time greedy",
               "paper's overhead"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for system, paper in {"baseline": (None, None), **PAPER_OVERHEADS}.items():
         paper_text = "; ".join(part for part in paper if part) or ("–" if system == "baseline" else "not reported")
-        measured = models.get("lfe_joint" if system == "lfe_dae" else system)
-        if measured is None:
+        overheads = measured_overheads(speed, system)
+        if overheads is None:
             lines.append(f"| {system} | not measured | | | {paper_text} |")
             continue
-        rounds = [base / rate for base, rate in zip(reference["round_target_tokens_per_second"],
-                                                     measured["round_target_tokens_per_second"], strict=True)]
-        train = reference["target_tokens_per_second"] / measured["target_tokens_per_second"]
-        decode = [reference[f"decode_beam{beams}_sentences_per_second"] /
-                  measured[f"decode_beam{beams}_sentences_per_second"] for beams in (1, 4)]
+        rounds = overheads["train_rounds"]
         note = " (lfe_joint's network)" if system == "lfe_dae" else ""
-        lines.append(f"| {system}{note} | {train:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}) | {decode[0]:.2f}x | "
-                     f"{decode[1]:.2f}x | {paper_text} |")
+        lines.append(f"| {system}{note} | {overheads['train']:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}) | "
+                     f"{overheads['decode_beam4']:.2f}x | {overheads['decode_beam1']:.2f}x | {paper_text} |")
     return "\n".join(lines)
 
 
-def overhead_section(speed_file: Path) -> list[str]:
-    if not speed_file.exists():
+def load_speed(speed_file: Path) -> dict | None:
+    return json.loads(speed_file.read_text()) if speed_file.exists() else None
+
+
+def overhead_section(speed: dict | None) -> list[str]:
+    if speed is None:
         return [f"Speed overheads: not measured yet (`{SPEED_COMMAND}`)."]
-    speed = json.loads(speed_file.read_text())
     arguments = speed["args"]
     command = (f"python training/benchmark_speed.py --benchmark_systems --tokenizer {arguments['tokenizer']} "
                f"--rounds {arguments['rounds']} --steps_per_round {arguments['steps_per_round']} --decode_beams "
@@ -139,8 +147,7 @@ def overhead_section(speed_file: Path) -> list[str]:
         f"steps on the same 64-pair batches, then decoding the same 64 sources into exactly "
         f"{speed['args']['decode_tokens']} tokens each; the models take turns, so changes in machine load hit all "
         "alike). Times relative to the baseline, as the papers report them; the per-round ranges show the noise "
-        "of this shared machine, so smaller differences between systems mean nothing. The per-run times in the "
-        "table above come from training runs that shared the machine with another run, and are noisier still.",
+        "of this shared machine, so smaller differences between systems mean nothing.",
         "",
         overhead_table(speed),
     ]
@@ -319,6 +326,7 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
     status = unfinished(by_system, planned_seeds)
     extra_parameters = capacity(by_system)
     longer = longer_budget(by_system["baseline"], longer_baselines or [])
+    speed = load_speed(speed_file)
     lines = [
         *([status, ""] if status else []),
         f"Multi30k en→de, test_2016_flickr ({baseline['test_sentences']} sentences), beam 4; every system trained "
@@ -328,17 +336,19 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         f"code version(s) {', '.join(versions)}. BLEU: sacreBLEU `{baseline['test']['bleu_signature']}`; "
         "BLEU lc: the same, lowercased; Δ BLEU: mean over seeds of the difference to the baseline run of the "
         "same seed; p: paired bootstrap resampling against the baseline of the same seed "
-        "(1000 samples). Times are relative to the baseline's mean (time per training target token, per "
-        "decoded sentence; 1.50x = 50% slower), the papers' convention; "
-        f"{baseline['torch_threads']} torch thread(s) per run. Training took {minutes(by_system)} per run "
-        f"(resumed runs scaled to the whole budget).{pretraining_minutes(by_system)}",
+        "(1000 samples). Times are relative to the baseline (time per training target token, per decoded "
+        "sentence; 1.50x = 50% slower, the papers' convention), from the interleaved speed run below, in which "
+        "the systems take turns on the same batches. The training runs themselves are not compared for speed: "
+        "two ran at a time on this 2-core machine, under load that changed from run to run (each result file "
+        f"records its own throughput). {baseline['torch_threads']} torch thread(s) per run; training took "
+        f"{minutes(by_system)} per run (resumed runs scaled to the whole budget).{pretraining_minutes(by_system)}",
         "",
-        results_table(by_system),
+        results_table(by_system, speed),
         "",
         *outcomes(by_system),
         "",
         *([extra_parameters, ""] if extra_parameters else []),
-        *overhead_section(speed_file),
+        *overhead_section(speed),
         "",
         f"![validation loss]({plot_name})",
         "",
