@@ -287,22 +287,27 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
     plt.close(figure)
 
 
+def minute_range(seconds: list[float]) -> str:
+    low, high = round(min(seconds) / 60), round(max(seconds) / 60)
+    return f"{low} minutes" if low == high else f"{low}-{high} minutes"
+
+
 def minutes(by_system: dict[str, list[dict]]) -> str:
     """Range of training minutes per run; a run resumed from a checkpoint is scaled to the whole budget."""
     seconds = [r["train_seconds"] * r["shared_arguments"]["max_steps"] /
                (r["shared_arguments"]["max_steps"] - r["resumed_from_step"])
                for results in by_system.values() for r in results]
-    return f"{min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes"
+    return minute_range(seconds)
 
 
 def pretraining_minutes(by_system: dict[str, list[dict]]) -> str:
     """What the pre-trained systems spend before their translation training (not in the table's train time)."""
-    minutes_per_seed = [r["pretraining"]["train_seconds"] / 60 for results in by_system.values() for r in results
+    seconds_per_seed = [r["pretraining"]["train_seconds"] for results in by_system.values() for r in results
                         if r.get("pretraining", {}).get("train_seconds")]
-    if not minutes_per_seed:
+    if not seconds_per_seed:
         return ""
     return (f" `lfe_dae` first pre-trains its latent feature encoder as a denoising autoencoder: "
-            f"{min(minutes_per_seed):.0f}-{max(minutes_per_seed):.0f} minutes per seed, not counted in its train time.")
+            f"{minute_range(seconds_per_seed)} per seed, not counted in its train time.")
 
 
 def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None:
