@@ -253,6 +253,10 @@ def baseline_against_reference(baseline: list[dict]) -> str:
         "it does not show what they reach when trained to convergence.")
 
 
+def loss_by_step(result: dict) -> dict[int, float]:
+    return {point["step"]: point["eval_loss"] for point in result["validation_loss_curve"]}
+
+
 def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None:
     """Left: each system's validation loss (mean over seeds). Right: its difference to the baseline run of the same
     seed, where systems that lie on top of each other on the left can be told apart."""
@@ -261,12 +265,10 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    baseline_by_seed = {r["seed"]: {point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]}
-                        for r in by_system["baseline"]}
+    baseline_by_seed = {r["seed"]: loss_by_step(r) for r in by_system["baseline"]}
     figure, (losses, differences) = plt.subplots(1, 2, figsize=(11, 4.5))
     for system, results in by_system.items():
-        curves = {r["seed"]: {point["step"]: point["eval_loss"] for point in r["validation_loss_curve"]}
-                  for r in results}
+        curves = {r["seed"]: loss_by_step(r) for r in results}
         steps = sorted(set.intersection(*(set(curve) for curve in curves.values())))
         losses.plot(steps, [statistics.mean(curve[step] for curve in curves.values()) for step in steps],
                     marker="o", markersize=3, label=system)

@@ -49,7 +49,11 @@ def zoo_table(entries: list[dict]) -> str:
         results = entry.get("results") or {}
         scores = f"{results['bleu']} / {results['chrf']}" if results else "not measured"
         mean = results.get("mean_over_seeds")
-        mean_text = f"{mean['bleu']} ({'seeds' if len(mean['seeds']) > 1 else 'seed'} {', '.join(map(str, mean['seeds']))})" if mean else "–"
+        if mean:
+            seeds = f"{'seeds' if len(mean['seeds']) > 1 else 'seed'} {', '.join(map(str, mean['seeds']))}"
+            mean_text = f"{mean['bleu']} ({seeds})"
+        else:
+            mean_text = "–"
         load = f'`hf_srcfeat.pipeline("translation", model="{entry["repo_id"]}")`'
         method = method_name(entry["model_type"])
         if "system" in results:  # several benchmark systems share a model type (e.g. relevance_self, _word)
