@@ -33,6 +33,10 @@ if [ -z "${HF_SRCFEAT_MULTI30K_DIR:-}" ] && [ -d "$shared/data/multi30k" ]; then
     export HF_SRCFEAT_MULTI30K_DIR="$shared/data/multi30k"
 fi
 
+if [ -z "${HF_SRCFEAT_MULTI30K_BLIND_DIR:-}" ] && [ -d "$shared/data/multi30k_blind" ]; then
+    export HF_SRCFEAT_MULTI30K_BLIND_DIR="$shared/data/multi30k_blind"
+fi
+
 if [ -z "${HF_SRCFEAT_STANZA_DIR:-}" ] && [ -d "$shared/stanza_resources" ]; then
     export HF_SRCFEAT_STANZA_DIR="$shared/stanza_resources"
 fi

@@ -2,7 +2,7 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu
+from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu, write_conllu
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
@@ -85,6 +85,7 @@ __all__ = [
     "RelevanceFeaturesModel",
     "pipeline",
     "read_conllu",
+    "write_conllu",
     "train_source_feature_tokenizer",
     "DecoderLayerContext",
     "EncoderLayerContext",

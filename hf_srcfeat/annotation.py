@@ -143,8 +143,11 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
     """
     if isinstance(source, (str, os.PathLike)):
         opener = gzip.open if str(source).endswith(".gz") else open
-        with opener(source, "rt", encoding="utf-8") as handle:
-            yield from read_conllu(list(handle))
+        with opener(source, "rt", encoding="utf-8") as handle:  # streamed: a corpus is never read whole
+            try:
+                yield from read_conllu(handle)
+            except ValueError as error:
+                raise ValueError(f"{source}: {error}") from error
         return
     words: list[AnnotatedWord] = []
     sentence_id, text = "", ""
@@ -184,6 +187,32 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
             multiword = None
     if words:
         yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
+
+
+def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
+    """One sentence as CoNLL-U lines (with `# text` when known, and `SpaceAfter=No`), ending in a blank line;
+    `read_conllu` reads it back to the same words. FEATS, DEPS and other MISC entries are not kept."""
+    lines = [f"# sent_id = {sentence.sentence_id}"] if sentence.sentence_id else []
+    if sentence.text:
+        lines.append(f"# text = {sentence.text}")
+    for index, word in enumerate(sentence.words, start=1):
+        lines.append("\t".join([str(index), word.text, word.lemma, word.upos, word.xpos, "_", str(word.head),
+                                word.deprel, "_", "_" if word.space_after else "SpaceAfter=No"]))
+    return [*lines, ""]
+
+
+def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike, compress: bool | None = None
+                 ) -> int:
+    """Write sentences as a CoNLL-U file, gzip when `compress` (default: when the name ends in .gz); returns how
+    many were written."""
+    compress = str(path).endswith(".gz") if compress is None else compress
+    opener = gzip.open if compress else open
+    count = 0
+    with opener(path, "wt", encoding="utf-8") as handle:
+        for sentence in sentences:
+            handle.write("\n".join(conllu_lines(sentence)) + "\n")
+            count += 1
+    return count
 
 
 class AnnotationCache:

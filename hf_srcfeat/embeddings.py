@@ -56,9 +56,11 @@ class SinusoidalTokenEmbedding(nn.Module):
                 "truncate the input (tokenizer(..., truncation=True)) or raise max_position_embeddings."
             )
 
-    def positional(self, positions: torch.Tensor) -> torch.Tensor:
+    def positional(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The position table in the embeddings' dtype: computed in float32 (exact angles), then cast, so a
+        bfloat16 or float16 model adds positions of its own precision."""
         self.check_positions(positions)
-        return sinusoidal_position_encoding(positions, self.d_model)
+        return sinusoidal_position_encoding(positions, self.d_model).to(dtype)
 
     def token_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(input_ids) * self.embed_scale
@@ -86,7 +88,7 @@ class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
         embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = embeddings.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, embeddings.device)
-        return self.dropout(embeddings + self.positional(positions))
+        return self.dropout(embeddings + self.positional(positions, embeddings.dtype))
 
 
 class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
@@ -96,4 +98,4 @@ class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         positions = torch.arange(past_length, past_length + embeddings.shape[1], device=embeddings.device)
-        return self.dropout(embeddings + self.positional(positions))
+        return self.dropout(embeddings + self.positional(positions, embeddings.dtype))

@@ -104,13 +104,13 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
         for name, width in self.group_widths.items():
             group = self.projections[name](words)
             if name == "global":  # Eq. (2)-(3): v_j = x_j + pe_j
-                outputs[name] = group + sinusoidal_position_encoding(positions, width)
+                outputs[name] = group + sinusoidal_position_encoding(positions, width).to(group.dtype)
             elif name == "recurrence":  # Eq. (8)-(9)
                 outputs[name] = self.recurrence(group, attention_mask)
             elif name == "local":  # Eq. (10)-(11)
                 outputs[name] = self.local(group, attention_mask)
             else:  # Eq. (12)-(13): vp_j = x_j + pe_j + p_j
-                outputs[name] = (group + sinusoidal_position_encoding(positions, width)
+                outputs[name] = (group + sinusoidal_position_encoding(positions, width).to(group.dtype)
                                  + self.pos_embedding(features.require_ids(
                                      "pos_ids", "The syntactic group of the diverse input representation",
                                      self.num_pos_tags, "POS")))

@@ -14,8 +14,11 @@ from pathlib import Path
 from datasets import Dataset
 
 MULTI30K_ENV = "HF_SRCFEAT_MULTI30K_DIR"
+MULTI30K_BLIND_ENV = "HF_SRCFEAT_MULTI30K_BLIND_DIR"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 SPLITS = ("train", "val", "test_2016_flickr")
+#: Further test sets whose sources the benchmark translates as a blind check; their references are not read here.
+BLIND_SPLITS = ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 LANGUAGES = ("en", "de", "fr", "cs")
 
 
@@ -33,8 +36,8 @@ def multi30k_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 def multi30k_file(split: str, language: str, data_dir: str | os.PathLike | None = None) -> Path:
     """Path of one gzip file, downloading it into the cache when no folder was configured."""
-    if split not in SPLITS:
-        raise ValueError(f"Unknown Multi30k split {split!r}; choose from {list(SPLITS)}.")
+    if split not in SPLITS + BLIND_SPLITS:
+        raise ValueError(f"Unknown Multi30k split {split!r}; choose from {list(SPLITS + BLIND_SPLITS)}.")
     if language not in LANGUAGES:
         raise ValueError(f"Unknown Multi30k language {language!r}; choose from {list(LANGUAGES)}.")
     folder = multi30k_dir(data_dir)
@@ -46,6 +49,21 @@ def multi30k_file(split: str, language: str, data_dir: str | os.PathLike | None 
         partial = path.with_suffix(".gz.part")
         urllib.request.urlretrieve(MULTI30K_URL.format(name=path.name), partial)
         partial.rename(path)
+    return path
+
+
+def blind_source_file(split: str, language: str = "en", blind_dir: str | os.PathLike | None = None) -> Path:
+    """Source side of a blind test set: `{split}.{language}.gz` in `blind_dir`, else $HF_SRCFEAT_MULTI30K_BLIND_DIR,
+    else the Multi30k folder (the official raw files include these sets)."""
+    if split not in BLIND_SPLITS:
+        raise ValueError(f"Unknown blind Multi30k split {split!r}; choose from {list(BLIND_SPLITS)}.")
+    chosen = blind_dir or os.environ.get(MULTI30K_BLIND_ENV)
+    if not chosen:
+        return multi30k_file(split, language)
+    path = Path(chosen) / f"{split}.{language}.gz"
+    if not path.exists():
+        raise FileNotFoundError(f"blind test source {path} is missing (from "
+                                f"{'blind_dir' if blind_dir else MULTI30K_BLIND_ENV}).")
     return path
 
 

@@ -29,6 +29,8 @@ class SourceFeatureTranslationPipeline(Pipeline):
     Call with one sentence or a list; returns `[{"translation_text": ...}]` per sentence, as the Transformers
     4 translation pipeline did. Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when
     the pipeline is created or at each call; the model's generation config supplies the rest.
+    `return_scores=True` (beam search only) adds each translation's `score`: beam search's own ranking score,
+    the sum of the token log-probabilities divided by the length to the power `length_penalty`.
     """
 
     _load_tokenizer = True
@@ -38,8 +40,11 @@ class SourceFeatureTranslationPipeline(Pipeline):
     _load_video_processor = False
     _pipeline_calls_generate = True
 
-    def _sanitize_parameters(self, skip_special_tokens: bool | None = None, **generate_kwargs):
+    def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
+                             **generate_kwargs):
         postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
+        if return_scores is not None:
+            generate_kwargs["return_scores"] = return_scores
         return {}, generate_kwargs, postprocess
 
     def __call__(self, inputs: str | AnnotatedSentence | list, **kwargs):
@@ -59,18 +64,32 @@ class SourceFeatureTranslationPipeline(Pipeline):
     def preprocess(self, sentence: AnnotatedSentence) -> dict[str, torch.Tensor]:
         return dict(self.tokenizer(annotations=sentence, truncation=True, return_tensors="pt"))
 
-    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
+    def _forward(self, model_inputs: dict[str, torch.Tensor], return_scores: bool = False, **generate_kwargs
+                 ) -> dict[str, torch.Tensor]:
         batch_size = model_inputs["input_ids"].shape[0]
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
-        output_ids = self.model.generate(**{name: model_inputs[name] for name in MODEL_INPUTS if name in model_inputs},
-                                         **generate_kwargs)
-        # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
-        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+        inputs = {name: model_inputs[name] for name in MODEL_INPUTS if name in model_inputs}
+        if not return_scores:
+            output_ids = self.model.generate(**inputs, **generate_kwargs)
+            # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
+            return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+        generated = self.model.generate(**inputs, **generate_kwargs, return_dict_in_generate=True,
+                                        output_scores=True)
+        if getattr(generated, "sequences_scores", None) is None:
+            raise ValueError("return_scores=True needs beam search (num_beams > 1): only beam search ranks its "
+                             "translations by a score.")
+        output_ids = generated.sequences
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
+                "scores": generated.sequences_scores.float().reshape(batch_size, -1)}
 
     def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True
-                    ) -> list[dict[str, str]]:
-        return [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).strip()}
-                for ids in model_outputs["output_ids"][0]]
+                    ) -> list[dict[str, Any]]:
+        translations = [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+                         .strip()} for ids in model_outputs["output_ids"][0]]
+        if "scores" in model_outputs:
+            for translation, score in zip(translations, model_outputs["scores"][0].tolist(), strict=True):
+                translation["score"] = score
+        return translations
 
     def get_iterator(self, inputs, num_workers: int, batch_size: int, preprocess_params, forward_params,
                      postprocess_params):

@@ -22,7 +22,7 @@ def random_model(model_class, config, seed: int = 0, scale: float = 3.0):
 
 
 def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 32, learning_rate: float = 3e-3,
-                  seed: int = 0) -> list[float]:
+                  seed: int = 0, device: str = "cpu") -> list[float]:
     """A few optimiser steps of teacher-forced training on real pairs; returns the loss of every step."""
     torch.manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
@@ -32,7 +32,7 @@ def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 3
     for step in range(steps):
         start = (step * batch_size) % (len(sources) - batch_size)
         batch = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
-                          padding=True, return_tensors="pt")
+                          padding=True, return_tensors="pt").to(device)
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         loss = model(**batch).loss
         loss.backward()

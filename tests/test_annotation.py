@@ -7,7 +7,13 @@ import shutil
 
 import pytest
 
-from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, annotation_scores, read_conllu
+from hf_srcfeat.annotation import (
+    AnnotatedSentence,
+    StanzaAnnotator,
+    annotation_scores,
+    read_conllu,
+    write_conllu,
+)
 
 
 def test_conllu_reader_reads_every_gold_ewt_dev_sentence_as_one_tree(ewt_dir):
@@ -36,6 +42,22 @@ def test_conllu_reader_keeps_syntactic_words_and_skips_multiword_token_lines():
 
 def spell(sentence: AnnotatedSentence) -> str:
     return "".join(word.text + (" " if word.space_after else "") for word in sentence.words).strip()
+
+
+def test_written_conllu_reads_back_to_the_same_sentences(ewt_dev_sample, tmp_path):
+    path = tmp_path / "parsed.conllu.gz"
+    assert write_conllu(ewt_dev_sample, path) == len(ewt_dev_sample)
+    again = list(read_conllu(path))
+    assert again == ewt_dev_sample
+    assert [s.text for s in again] == [s.text for s in ewt_dev_sample]
+    assert [s.sentence_id for s in again] == [s.sentence_id for s in ewt_dev_sample]
+
+
+def test_an_error_in_a_conllu_file_names_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.conllu"
+    path.write_text("1\tA\ta\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.conllu: CoNLL-U line 2 has 4 columns"):
+        list(read_conllu(path))
 
 
 def test_word_spacing_from_conllu_reproduces_the_raw_text_of_every_gold_ewt_dev_sentence(ewt_dir):

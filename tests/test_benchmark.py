@@ -3,12 +3,18 @@ the baseline of the same seed, finished runs never redone, interrupted runs resu
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import string
 import sys
+from pathlib import Path
 
 import pytest
 
+from hf_srcfeat.multi30k import BLIND_SPLITS
+
+from .conftest import BLIND_SOURCE_LINES
 from .helpers import REPO
 
 sys.path.insert(0, str(REPO / "training"))
@@ -21,14 +27,21 @@ TINY = {"d_model": 32, "ffn_dim": 64, "attention_heads": 4, "encoder_layers": 1,
 
 
 @pytest.fixture(scope="module")
-def tiny_benchmark(feature_tokenizer, tmp_path_factory, multi30k_dir):
+def blind_dir() -> Path:
+    """The slices of the blind sources that conftest.py points $HF_SRCFEAT_MULTI30K_BLIND_DIR at."""
+    return Path(os.environ["HF_SRCFEAT_MULTI30K_BLIND_DIR"])
+
+
+@pytest.fixture(scope="module")
+def tiny_benchmark(feature_tokenizer, tmp_path_factory, multi30k_dir, blind_dir):
     folder = tmp_path_factory.mktemp("benchmark")
     feature_tokenizer.save_pretrained(folder / "tokenizer")
 
-    def run(systems: list[str], **overrides) -> None:
-        benchmark.main(["run", "--systems", *systems, "--seeds", "1", "--runs_dir", str(folder / "runs"),
+    def run(systems: list[str], command: str = "run", **overrides) -> None:
+        benchmark.main([command, "--systems", *systems, "--seeds", "1", "--runs_dir", str(folder / "runs"),
                         "--results_dir", str(folder / "results"), "--tokenizer", str(folder / "tokenizer"),
-                        "--max_test_samples", "20", "--shared_overrides", json.dumps({**TINY, **overrides})])
+                        "--max_test_samples", "20", "--blind_dir", str(blind_dir),
+                        "--shared_overrides", json.dumps({**TINY, **overrides})])
 
     run(["baseline", "relevance_self", "lfe_dae"])
     return folder, run
@@ -52,6 +65,34 @@ def test_every_run_writes_a_complete_result_file(tiny_benchmark):
     assert 0 <= significance["p_value"] <= 1 and significance["samples"] == 1000
     baseline = json.loads((folder / "results" / "baseline_seed1.json").read_text())
     assert "significance_vs_baseline" not in baseline["test"]
+
+
+def test_every_finished_run_translates_the_blind_sets_as_it_decodes_the_test_set(tiny_benchmark, blind_dir):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    folder, run = tiny_benchmark
+    run_folder = folder / "runs" / "relevance_self" / "seed1"
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(run_folder), AutoTokenizer.from_pretrained(run_folder)
+    for split in BLIND_SPLITS:
+        with gzip.open(blind_dir / f"{split}.en.gz", "rt", encoding="utf-8") as handle:
+            sources = handle.read().splitlines()
+        assert len(sources) == BLIND_SOURCE_LINES
+        output = folder / "results" / "blind" / f"relevance_self_seed1.{split}.de"
+        expected, _ = benchmark.translate(model, tokenizer, sources, num_beams=benchmark.TEST_NUM_BEAMS)
+        assert output.read_text(encoding="utf-8").splitlines() == expected
+    (folder / "results" / "blind" / "baseline_seed1.test_2017_mscoco.de").unlink()
+    run(["baseline"], command="blind")
+    assert (folder / "results" / "blind" / "baseline_seed1.test_2017_mscoco.de").exists(), "written again"
+
+
+def test_the_blind_command_names_finished_runs_whose_model_is_gone(tiny_benchmark, tmp_path):
+    folder, _ = tiny_benchmark
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "baseline_seed1.json").write_text((folder / "results" / "baseline_seed1.json").read_text())
+    with pytest.raises(SystemExit, match=r"baseline seed 1: no trained model in .*gone"):
+        benchmark.main(["blind", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(tmp_path / "gone"),
+                        "--results_dir", str(results)])
 
 
 def test_the_pretrained_lfe_system_trains_its_autoencoder_first(tiny_benchmark):
@@ -256,3 +297,38 @@ def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baselin
     assert f"seed 1: BLEU {longer['test']['bleu']:.2f}" in paragraph and "after 18 steps" in paragraph
     assert "after 12 steps" in paragraph and "the gap to the reference's 41.0 shrinks from" in paragraph
     assert '--shared_overrides \'{"max_steps": 18}\'' in paragraph
+
+
+def test_runs_on_pre_parsed_sources_side_by_side_with_significance_added_later(
+        feature_tokenizer, stanza_annotator, multi30k_dir, blind_dir, tmp_path):
+    """As on a GPU machine without Stanza: every source comes parsed from CoNLL-U files, and a method trains before
+    the baseline of its seed is done; the significance command then adds its test."""
+    from hf_srcfeat.annotation import write_conllu
+    from hf_srcfeat.multi30k import load_multi30k
+
+    parses = tmp_path / "parses"
+    parses.mkdir()
+    for split, count in (("train", 200), ("val", 20), ("test_2016_flickr", 20)):
+        sources = list(load_multi30k(split, data_dir=multi30k_dir, limit=count)["source"])
+        write_conllu(stanza_annotator.annotate(sources, show_progress=False), parses / f"{split}.en.conllu.gz")
+    for split in BLIND_SPLITS:
+        with gzip.open(blind_dir / f"{split}.en.gz", "rt", encoding="utf-8") as handle:
+            sources = handle.read().splitlines()
+        write_conllu(stanza_annotator.annotate(sources, show_progress=False), parses / f"{split}.en.conllu.gz")
+    feature_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    arguments = ["--seeds", "1", "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results"),
+                 "--tokenizer", str(tmp_path / "tokenizer"), "--max_test_samples", "20", "--source_parses",
+                 str(parses), "--shared_overrides", json.dumps({**TINY, "stanza_dir": str(tmp_path / "no_stanza")})]
+    with pytest.raises(SystemExit, match="--defer_significance"):
+        benchmark.main(["run", "--systems", "relevance_concat", *arguments])
+    benchmark.main(["run", "--systems", "relevance_concat", "--defer_significance", *arguments])
+    result = json.loads((tmp_path / "results" / "relevance_concat_seed1.json").read_text())
+    assert "significance_vs_baseline" not in result["test"] and result["source_parses"] == str(parses)
+    assert str(parses / "train.en.conllu.gz") in result["data_files"]
+    benchmark.main(["run", "--systems", "baseline", *arguments])
+    benchmark.main(["significance", "--systems", "relevance_concat", *arguments])
+    result = json.loads((tmp_path / "results" / "relevance_concat_seed1.json").read_text())
+    assert 0 <= result["test"]["significance_vs_baseline"]["p_value"] <= 1
+    for split in BLIND_SPLITS:
+        output = tmp_path / "results" / "blind" / f"relevance_concat_seed1.{split}.de"
+        assert len(output.read_text(encoding="utf-8").splitlines()) == BLIND_SOURCE_LINES

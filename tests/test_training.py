@@ -49,6 +49,53 @@ def test_train_script_refuses_to_write_into_a_non_empty_output_dir(multi30k_dir,
     assert (tmp_path / "precious.txt").read_text() == "user data"
 
 
+def write_source_parses(annotator, multi30k_dir, folder, sizes: dict[str, int]) -> list[str]:
+    """CoNLL-U parses of the first sources of each split (made by the test session's Stanza), as a user's parser
+    would write them; returns the train.py options naming them."""
+    from hf_srcfeat.annotation import write_conllu
+    from hf_srcfeat.multi30k import load_multi30k
+
+    options = []
+    for split, option in (("train", "train"), ("val", "validation"), ("test_2016_flickr", "test")):
+        sources = list(load_multi30k(split, data_dir=multi30k_dir, limit=sizes[split])["source"])
+        write_conllu(annotator.annotate(sources, show_progress=False), folder / f"{split}.en.conllu.gz")
+        options += [f"--{option}_source_conllu", str(folder / f"{split}.en.conllu.gz")]
+    return options
+
+
+PARSED_RUN = ["--do_train", "--max_train_samples", "200", "--max_eval_samples", "20", "--max_predict_samples", "20",
+              "--max_steps", "6", "--per_device_train_batch_size", "16", "--logging_steps", "1",
+              "--do_predict_test", "false"]
+
+
+def test_pre_parsed_conllu_sources_train_without_stanza_exactly_as_parsing_the_raw_text(
+        stanza_annotator, multi30k_dir, tmp_path):
+    options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path,
+                                  {"train": 200, "val": 20, "test_2016_flickr": 20})
+    from_text = train.main(TINY + PARSED_RUN + ["--output_dir", str(tmp_path / "text"),
+                                                "--annotation_cache", str(stanza_annotator.cache.path)])
+    from_parses = train.main(TINY + PARSED_RUN + options + ["--output_dir", str(tmp_path / "parsed"),
+                                                            "--stanza_dir", str(tmp_path / "no_stanza_here")])
+    losses = [[entry["loss"] for entry in run["log_history"] if "loss" in entry] for run in (from_text, from_parses)]
+    assert losses[0] == losses[1] and len(losses[0]) == 6
+    assert str(tmp_path / "train.en.conllu.gz") in from_parses["data_files"]
+
+
+def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the_first_mismatch(
+        stanza_annotator, multi30k_dir, tmp_path):
+    from hf_srcfeat.annotation import read_conllu, write_conllu
+
+    options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path, {"train": 10, "val": 20,
+                                                                             "test_2016_flickr": 20})
+    run = TINY + PARSED_RUN + options + ["--output_dir", str(tmp_path / "run"), "--max_train_samples", "12"]
+    with pytest.raises(ValueError, match=r"has 10 sentences but the train split has 12 sources"):
+        train.main(run)
+    parses = list(read_conllu(tmp_path / "train.en.conllu.gz"))
+    write_conllu([parses[0], parses[2], parses[1], *parses[3:]], tmp_path / "train.en.conllu.gz")
+    with pytest.raises(ValueError, match=r"train.en.conllu.gz: sentence 2 .* but train source 2 is"):
+        train.main(run[:-1] + ["10"])
+
+
 def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, tmp_path):
     output_dir = tmp_path / "ddp"
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_SRCFEAT_MULTI30K_DIR": str(multi30k_dir)}

@@ -7,6 +7,7 @@ tokenizer, optimiser, schedule and training budget, several seeds, measured qual
     python training/benchmark.py status                   # what is done, running or missing
     python training/benchmark.py rescore                  # add metrics introduced after a run finished
     python training/benchmark.py significance             # re-test every system after a baseline was retrained
+    python training/benchmark.py blind                    # translate the blind test sets where that is missing
 
 Runs live in `--runs_dir` (default runs/benchmark/<system>/seed<k>); a run whose result file exists in
 `--results_dir` (default training/results/benchmark/<system>_seed<k>.json) is never redone, and an interrupted
@@ -17,6 +18,11 @@ Each result file holds: system, full config, seed, code version, data files, tra
 decoding sentences/s (beam 4 and greedy), parameter count, the validation loss curve, and on test_2016_flickr:
 sacreBLEU (cased, detokenized, with its signature), lowercased BLEU, chrF, and a paired bootstrap test against
 the baseline run of the same seed. `training/benchmark_report.py` turns them into the README's table.
+
+Every finished run also translates the English sources of the blind test sets (`BLIND_SPLITS`: test_2017_flickr,
+test_2017_mscoco, test_2018_flickr, whose references are held elsewhere) with the test set's decoding settings,
+through `hf-srcfeat-translate`, into `<results_dir>/blind/<system>_seed<k>.<set>.de`. They are scored
+independently; nothing here reads a reference of them, and no choice may be made by looking at them.
 """
 
 from __future__ import annotations
@@ -181,17 +187,29 @@ def ensure_autoencoder(args, tokenizer: Path, seed: int) -> Path:
     return folder
 
 
-def translate(model, tokenizer, sources: list[str], num_beams: int, batch_size: int = 64,
-              max_length: int = 64) -> tuple[list[str], float]:
-    """Hypotheses and generation seconds (source encoding, i.e. parsing, happens before the clock starts)."""
-    batches = [tokenizer(sources[start:start + batch_size], padding=True, truncation=True, max_length=128,
-                         return_tensors="pt") for start in range(0, len(sources), batch_size)]
+#: Decoding of the test sets: beam 4, at most 64 target tokens counting the decoder's start token.
+TEST_NUM_BEAMS, TEST_MAX_LENGTH = 4, 64
+
+
+def translate(model, tokenizer, sources: list, num_beams: int, batch_size: int = 64,
+              max_length: int = TEST_MAX_LENGTH) -> tuple[list[str], float]:
+    """Hypotheses and generation seconds of raw sources or their parses (`AnnotatedSentence`s), on the model's device
+    (source encoding, i.e. parsing, happens before the clock starts)."""
+    from hf_srcfeat.annotation import AnnotatedSentence
+
+    def encode(chunk: list):
+        options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt")
+        if all(isinstance(source, AnnotatedSentence) for source in chunk):
+            return tokenizer(annotations=chunk, **options)
+        return tokenizer(chunk, **options)
+
+    batches = [encode(sources[start:start + batch_size]) for start in range(0, len(sources), batch_size)]
     hypotheses, seconds = [], 0.0
     model.eval()
     for batch in batches:
         start = time.perf_counter()
         with torch.no_grad():
-            generated = model.generate(**batch, num_beams=num_beams, max_length=max_length)
+            generated = model.generate(**batch.to(model.device), num_beams=num_beams, max_length=max_length)
         seconds += time.perf_counter() - start
         hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
     return hypotheses, seconds
@@ -272,6 +290,10 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     resumed_from_step = int(Path(resume["resume_from_checkpoint"]).name.split("-")[1]) if "resume_from_checkpoint" \
         in resume else 0
     shared = shared_arguments(args)
+    if args.source_parses:
+        shared = {**shared, **{f"{name}_source_conllu": str(source_parse_file(args, split))
+                               for name, split in (("train", "train"), ("validation", "val"),
+                                                   ("test", "test_2016_flickr"))}}
     arguments = {**shared, "model_type": model_type, "config_overrides": overrides,
                  "tokenizer_name_or_path": str(tokenizer_dir), "output_dir": str(folder), "seed": seed,
                  "do_predict_test": False, **resume}
@@ -281,10 +303,14 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     training = train.main(as_argv(arguments))
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).to(decoding_device(args))
     test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir)
     sources, references = list(test["source"])[:args.max_test_samples], list(test["target"])[:args.max_test_samples]
-    beam_hypotheses, beam_seconds = translate(model, tokenizer, sources, num_beams=4)
+    if args.source_parses:
+        from hf_srcfeat.annotation import read_conllu
+
+        sources = list(read_conllu(source_parse_file(args, "test_2016_flickr")))[:len(sources)]
+    beam_hypotheses, beam_seconds = translate(model, tokenizer, sources, num_beams=TEST_NUM_BEAMS)
     _, greedy_seconds = translate(model, tokenizer, sources, num_beams=1)
     (folder / "test_predictions.beam4.txt").write_text("\n".join(beam_hypotheses) + "\n", encoding="utf-8")
 
@@ -303,11 +329,26 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "train_seconds": round(training["train_seconds"], 1), "resumed_from_step": resumed_from_step,
         **({"continued_from": continued_from} if continued_from else {}),
         "train_target_tokens_per_second": round(samples * tokens_per_sentence / runtime, 1),
+        "decoding_device": str(model.device),
+        **({"source_parses": str(args.source_parses)} if args.source_parses else {}),
         "decode_beam4_sentences_per_second": round(len(sources) / beam_seconds, 2),
         "decode_greedy_sentences_per_second": round(len(sources) / greedy_seconds, 2),
         "validation_loss_curve": validation_curve, "eval_metrics": training.get("eval_metrics"),
         "test": score(beam_hypotheses, references), "test_sentences": len(sources), **pretraining,
     }
+
+
+def decoding_device(args) -> str:
+    """Where the test sets are decoded: the GPU when the runs train on one (use_cpu false), else the CPU."""
+    return "cuda" if not shared_arguments(args).get("use_cpu", True) and torch.cuda.is_available() else "cpu"
+
+
+def source_parse_file(args, split: str) -> Path:
+    """`<source_parses>/<split>.en.conllu.gz`, as `python -m hf_srcfeat.annotate` writes it."""
+    path = Path(args.source_parses) / f"{split}.en.conllu.gz"
+    if not path.exists():
+        raise FileNotFoundError(f"--source_parses: {path} is missing (make it with python -m hf_srcfeat.annotate).")
+    return path
 
 
 def result_path(args, system: str, seed: int) -> Path:
@@ -369,6 +410,37 @@ def retest(args, system: str, seed: int) -> bool:
     return True
 
 
+def blind_output(args, system: str, seed: int, split: str) -> Path:
+    return args.results_dir / "blind" / f"{system}_seed{seed}.{split}.de"
+
+
+def write_blind_translations(args, system: str, seed: int) -> list[Path]:
+    """Translate the blind sets' sources that this run has no translation of yet, with the test set's decoding
+    settings, through the translate command; returns the files written. A run whose model folder is gone cannot
+    translate: that is an error naming the folder."""
+    from hf_srcfeat import translate as translate_command
+    from hf_srcfeat.multi30k import BLIND_SPLITS, blind_source_file
+
+    folder = args.runs_dir / system / f"seed{seed}"
+    missing = [split for split in BLIND_SPLITS if not blind_output(args, system, seed, split).exists()]
+    if missing and not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{system} seed {seed}: no trained model in {folder} to translate the blind sets "
+                                f"{missing} with.")
+    written = []
+    for split in missing:
+        output = blind_output(args, system, seed, split)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        source = ["--input", str(source_parse_file(args, split)), "--input_format", "conllu"] if args.source_parses \
+            else ["--input", str(blind_source_file(split, "en", args.blind_dir))]
+        translate_command.main([
+            "--model", str(folder), *source, "--output", str(output), "--num_beams", str(TEST_NUM_BEAMS),
+            # max_length counts the decoder's start token, max_new_tokens does not.
+            "--max_new_tokens", str(TEST_MAX_LENGTH - 1), "--batch_size", "64", "--device", decoding_device(args),
+            "--quiet"])
+        written.append(output)
+    return written
+
+
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -378,7 +450,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run", "status", "rescore", "significance"])
+    parser.add_argument("command", choices=["run", "status", "rescore", "significance", "blind"])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
@@ -395,6 +467,15 @@ def main(argv: list[str] | None = None) -> None:
         "--results_dir training/results/benchmark_2400"))
     parser.add_argument("--tokenizer", help="use this trained tokenizer folder instead of training the shared one")
     parser.add_argument("--max_test_samples", type=int, default=None, help="score only the first N test pairs")
+    parser.add_argument("--source_parses", default=None, help=(
+        "folder of CoNLL-U source parses {split}.en.conllu.gz (train, val, test_2016_flickr and the blind sets, "
+        "e.g. from python -m hf_srcfeat.annotate): training and decoding read them instead of running Stanza"))
+    parser.add_argument("--defer_significance", action="store_true", help=(
+        "train a system although the baseline of its seed is not finished (e.g. side by side on one GPU); its "
+        "significance test is then added by the significance command"))
+    parser.add_argument("--blind_dir", default=None, help=(
+        "folder of the blind test sources {set}.en.gz (default: $HF_SRCFEAT_MULTI30K_BLIND_DIR, else the Multi30k "
+        "folder)"))
     args = parser.parse_args(argv)
 
     # The baseline of a seed runs before the other systems of that seed (their significance tests need it).
@@ -417,17 +498,35 @@ def main(argv: list[str] | None = None) -> None:
             if system != "baseline" and result_path(args, system, seed).exists() and retest(args, system, seed):
                 print(f"{system} seed {seed}: significance re-tested", flush=True)
         return
+    if args.command == "blind":
+        unavailable = []
+        for system, seed in order:
+            if not result_path(args, system, seed).exists():
+                continue
+            try:
+                for path in write_blind_translations(args, system, seed):
+                    print(f"{system} seed {seed}: wrote {path}", flush=True)
+            except FileNotFoundError as error:
+                unavailable.append(str(error))
+        if unavailable:
+            raise SystemExit("blind translations missing for finished runs whose models are gone:\n" +
+                             "\n".join(unavailable))
+        return
     train.code_version()  # pinned now: the runs record the code this worker imported, not later checkouts
     tokenizer_dir = ensure_tokenizer(args)
     for system, seed in order:
         path = result_path(args, system, seed)
         if path.exists():
             continue
-        if system != "baseline" and not result_path(args, "baseline", seed).exists():
-            raise SystemExit(f"run the baseline of seed {seed} first: {system} is tested against it.")
+        baseline_done = result_path(args, "baseline", seed).exists()
+        if system != "baseline" and not baseline_done and not args.defer_significance:
+            raise SystemExit(f"run the baseline of seed {seed} first: {system} is tested against it (or pass "
+                             "--defer_significance and run the significance command once it is done).")
         result = run_system(system, seed, args, tokenizer_dir)
-        add_significance(args, result)
+        if baseline_done:
+            add_significance(args, result)
         write_json(path, result)
+        write_blind_translations(args, system, seed)
         print(f"{system} seed {seed}: BLEU {result['test']['bleu']} chrF {result['test']['chrf']}", flush=True)
 
 

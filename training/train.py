@@ -28,6 +28,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
     HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
@@ -36,7 +37,8 @@ from transformers import (
 )
 
 import hf_srcfeat
-from hf_srcfeat.annotation import StanzaAnnotator
+from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
+from hf_srcfeat.batching import TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
@@ -81,10 +83,24 @@ class DataArguments:
     do_predict_test: bool = field(default=True, metadata={"help": "Translate and score test_2016_flickr."})
     stanza_dir: str | None = field(default=None, metadata={
         "help": "Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's normal download)."})
+    train_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the training sources (one sentence per source, in order; .gz read as gzip) from "
+                "any parser: used instead of parsing with Stanza."})
+    validation_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the validation sources (as --train_source_conllu)."})
+    test_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the test sources (as --train_source_conllu)."})
     annotation_cache: str | None = field(default=None, metadata={
         "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
     max_train_minutes: float | None = field(default=None, metadata={
         "help": "Stop training after this many minutes (wall clock), whatever max_steps says."})
+    max_tokens_per_batch: int | None = field(default=None, metadata={
+        "help": "Token-based batching (fairseq --max-tokens): training batches of sentences of similar length holding "
+                "at most this many padded tokens (rows x longest of source and target), instead of "
+                "per_device_train_batch_size sentences."})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "Stop after this many evaluations without a lower validation loss and keep the best checkpoint "
+                "(needs eval and save every eval_steps); train to convergence with a large max_steps."})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Allow writing into a non-empty output_dir (otherwise refused, so nothing saved is lost)."})
 
@@ -107,7 +123,10 @@ class TimeBudgetCallback(TrainerCallback):
 def code_version() -> str:
     """Git commit of the code this process runs, taken at the first call (a long benchmark worker keeps the
     code it imported even when the checkout moves on), with '+dirty' when the library, the training scripts or
-    pyproject.toml had uncommitted changes; 'unknown' outside a git checkout."""
+    pyproject.toml had uncommitted changes; $HF_SRCFEAT_CODE_VERSION where set, else 'unknown', outside a git
+    checkout."""
+    if os.environ.get("HF_SRCFEAT_CODE_VERSION"):  # a copy of a commit without its git folder (e.g. a GPU machine)
+        return os.environ["HF_SRCFEAT_CODE_VERSION"]
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -140,16 +159,44 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         )
 
 
+PARSE_COLUMN = "source_parse"
+
+
+def read_source_parses(path: str, split_name: str, data, cut: bool) -> list[str]:
+    """The parses of a split's sources from a CoNLL-U file, as JSON (a dataset column), checked against the split:
+    one sentence per source (the file may go on when `cut`, the split being cut short by --max_*_samples), and where
+    the file gives `# text`, the same text; the first mismatch is named."""
+    sentences = []
+    for index, sentence in enumerate(read_conllu(path)):
+        if index == len(data):
+            if cut:
+                break
+            raise ValueError(f"{path} has more sentences than the {len(data)} sources of the {split_name} split; "
+                             "the parses must follow the sources one to one.")
+        source = data[index]["source"]
+        if sentence.text and sentence.text.strip() != source.strip():
+            raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of {sentence.text!r}, "
+                             f"but {split_name} source {index + 1} is {source!r}.")
+        sentences.append(sentence.to_json())
+    if len(sentences) < len(data):
+        raise ValueError(f"{path} has {len(sentences)} sentences but the {split_name} split has {len(data)} "
+                         "sources; the parses must follow the sources one to one.")
+    return sentences
+
+
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
                     source_texts: list[str]):
     """Load the given feature-aware tokenizer, or train one on the main process and share it through
-    output_dir; either way its annotator parses every source sentence once (cached) before tokenization."""
+    output_dir; either way its annotator parses every source sentence without a given parse once (cached) before
+    tokenization."""
+    # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
     annotator = StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
-                                cache_path=data_args.annotation_cache)
+                                cache_path=data_args.annotation_cache) if source_texts else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
-        annotations = annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
+        if annotator is not None:
+            annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
         if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
@@ -157,12 +204,17 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                 raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
                                  "source features (train a new one by leaving --tokenizer_name_or_path out).")
         else:
+            if PARSE_COLUMN in train_data.column_names:
+                annotations = [AnnotatedSentence.from_json(parse) for parse in train_data[PARSE_COLUMN]]
+            else:
+                annotations = annotator.annotate(list(train_data["source"]), show_progress=False)  # cached above
             tokenizer = train_source_feature_tokenizer(
                 list(train_data["source"]), list(train_data["target"]), vocab_size=model_args.vocab_size,
                 subword_model=model_args.subword_model, language=data_args.source_lang,
-                source_annotations=annotations[:len(train_data)])  # source_texts starts with the train split
+                source_annotations=annotations)
             tokenizer.save_pretrained(training_args.output_dir)
-    tokenizer.annotator = annotator
+    if annotator is not None:
+        tokenizer.annotator = annotator
     return tokenizer
 
 
@@ -218,35 +270,53 @@ def main(argv: list[str] | None = None) -> dict:
     def load(split: str, limit: int | None):
         return load_multi30k(split, data_args.source_lang, data_args.target_lang, data_args.data_dir, limit)
 
-    train_data = load("train", data_args.max_train_samples)
-    eval_data = load("val", data_args.max_eval_samples)
-    test_data = load("test_2016_flickr", data_args.max_predict_samples)
+    limits = {"train": data_args.max_train_samples, "val": data_args.max_eval_samples,
+              "test_2016_flickr": data_args.max_predict_samples}
+    parse_files = {"train": data_args.train_source_conllu, "val": data_args.validation_source_conllu,
+                   "test_2016_flickr": data_args.test_source_conllu}
+    splits = {}
+    for name, limit in limits.items():
+        data, conllu = load(name, limit), parse_files[name]
+        if conllu:
+            data = data.add_column(PARSE_COLUMN, read_source_parses(conllu, name, data, cut=limit is not None))
+        splits[name] = (data, conllu)
+    (train_data, _), (eval_data, _), (test_data, _) = splits.values()
 
-    source_texts = [text for split in (train_data, eval_data, test_data) for text in split["source"]]
+    source_texts = [text for data, conllu in splits.values() if not conllu for text in data["source"]]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, source_texts)
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
 
     def tokenize(batch):
-        encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length)
+        if PARSE_COLUMN in batch:
+            parses = [AnnotatedSentence.from_json(parse) for parse in batch[PARSE_COLUMN]]
+            encoded = tokenizer(annotations=parses, truncation=True, max_length=data_args.max_source_length)
+        else:
+            encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length)
         encoded["labels"] = tokenizer(text_target=batch["target"], truncation=True,
                                       max_length=data_args.max_target_length)["input_ids"]
         return encoded
 
     with training_args.main_process_first(desc="tokenization"):
-        columns = train_data.column_names
-        train_set = train_data.map(tokenize, batched=True, remove_columns=columns, desc="tokenize train")
-        eval_set = eval_data.map(tokenize, batched=True, remove_columns=columns, desc="tokenize val")
-        test_set = test_data.map(tokenize, batched=True, remove_columns=columns, desc="tokenize test")
+        train_set, eval_set, test_set = (
+            data.map(tokenize, batched=True, remove_columns=data.column_names, desc=f"tokenize {name}")
+            for name, data in (("train", train_data), ("val", eval_data), ("test", test_data)))
 
     callbacks = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes else []
-    trainer = Seq2SeqTrainer(
+    if data_args.early_stopping_patience:
+        if not (training_args.load_best_model_at_end and training_args.metric_for_best_model == "eval_loss"):
+            raise ValueError("--early_stopping_patience needs --load_best_model_at_end true --metric_for_best_model "
+                             "eval_loss (and eval_strategy = save_strategy = steps), so that the best model is kept.")
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=make_compute_metrics(tokenizer) if training_args.predict_with_generate else None,
         callbacks=callbacks,
     )
+    trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
+        if data_args.max_tokens_per_batch else Seq2SeqTrainer(**trainer_options)
 
     results: dict = {
         "code_version": code_version(),
@@ -254,7 +324,8 @@ def main(argv: list[str] | None = None) -> dict:
         "data_args": asdict(data_args),
         "data_files": [str(multi30k_file(split, lang, data_args.data_dir))
                        for split in ("train", "val", "test_2016_flickr")
-                       for lang in (data_args.source_lang, data_args.target_lang)],
+                       for lang in (data_args.source_lang, data_args.target_lang)]
+        + [conllu for _, conllu in splits.values() if conllu],
         "seed": training_args.seed,
         "num_parameters": model.num_parameters(),
         "config": model.config.to_dict(),
@@ -265,6 +336,10 @@ def main(argv: list[str] | None = None) -> dict:
         results["train_seconds"] = time.monotonic() - start
         results["train_metrics"] = train_result.metrics
         results["log_history"] = list(trainer.state.log_history)  # a copy: later evaluations append to it
+        results["global_step"] = trainer.state.global_step
+        if training_args.load_best_model_at_end:
+            results["best_model_checkpoint"] = trainer.state.best_model_checkpoint
+            results["best_metric"] = {training_args.metric_for_best_model: trainer.state.best_metric}
         trainer.save_model()
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.

@@ -1,0 +1,80 @@
+"""Token-based batching: batches of similar-length sentences within a token budget, every example once per epoch,
+less padding than sentence batches, and train.py training with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hf_srcfeat.batching import TokenBudgetBatchSampler, padding_fraction
+
+from .test_training import TINY, train
+
+
+@pytest.fixture(scope="module")
+def pair_lengths(subword_tokenizer, train_pairs) -> list[int]:
+    """The longer of source and target in subwords, for 2,000 real Multi30k pairs."""
+    sources = subword_tokenizer(list(train_pairs["source"]))["input_ids"]
+    targets = subword_tokenizer(text_target=list(train_pairs["target"]))["input_ids"]
+    return [max(len(source), len(target)) for source, target in zip(sources, targets, strict=True)]
+
+
+def test_every_example_comes_once_in_batches_within_the_budget(pair_lengths):
+    sampler = TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, seed=1)
+    batches = list(sampler)
+    assert sorted(index for batch in batches for index in batch) == list(range(len(pair_lengths)))
+    assert all(len(batch) * max(pair_lengths[i] for i in batch) <= 1000 for batch in batches)
+    assert len(batches) == len(sampler)
+
+
+def test_length_grouped_batches_pad_far_less_than_random_sentence_batches(pair_lengths):
+    batches = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, seed=1))
+    mean_rows = round(np.mean([len(batch) for batch in batches]))
+    order = np.random.default_rng(0).permutation(len(pair_lengths)).tolist()
+    random_batches = [order[start:start + mean_rows] for start in range(0, len(order), mean_rows)]
+    grouped, random = padding_fraction(pair_lengths, batches), padding_fraction(pair_lengths, random_batches)
+    assert grouped < 0.05 and random > 0.25, (grouped, random)
+
+
+def test_the_order_depends_on_seed_and_epoch_only(pair_lengths):
+    first, again = TokenBudgetBatchSampler(pair_lengths, 1000, seed=1), TokenBudgetBatchSampler(pair_lengths, 1000, seed=1)
+    assert list(first) == list(again)
+    again.set_epoch(1)
+    assert list(first) != list(again)
+
+
+def test_ranks_take_disjoint_batches_and_the_same_number_of_steps(pair_lengths):
+    ranks = [list(TokenBudgetBatchSampler(pair_lengths, 1000, seed=1, num_replicas=2, rank=rank)) for rank in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1])
+    assert not {i for batch in ranks[0] for i in batch} & {i for batch in ranks[1] for i in batch}
+
+
+def test_an_example_longer_than_the_budget_is_named(pair_lengths):
+    with pytest.raises(ValueError, match=r"example \d+ has \d+ tokens, more than max_tokens=20"):
+        TokenBudgetBatchSampler(pair_lengths, max_tokens=20)
+
+
+def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
+    results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "400",
+                                 "--max_steps", "40", "--max_tokens_per_batch", "600", "--learning_rate", "3e-3",
+                                 "--warmup_steps", "5", "--logging_steps", "5", "--do_predict_test", "false"])
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
+    assert results["data_args"]["max_tokens_per_batch"] == 600
+
+
+def test_early_stopping_without_keeping_the_best_model_is_refused(multi30k_dir, tmp_path):
+    with pytest.raises(ValueError, match="--early_stopping_patience needs --load_best_model_at_end"):
+        train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "50",
+                           "--max_steps", "2", "--early_stopping_patience", "2"])
+
+
+def test_early_stopping_keeps_the_best_checkpoint_and_records_it(multi30k_dir, tmp_path):
+    results = train.main(TINY + [
+        "--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "200", "--max_eval_samples", "20",
+        "--max_steps", "12", "--eval_strategy", "steps", "--eval_steps", "4", "--save_strategy", "steps",
+        "--save_steps", "4", "--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss",
+        "--early_stopping_patience", "2", "--per_device_train_batch_size", "16", "--do_predict_test", "false"])
+    evaluations = [entry["eval_loss"] for entry in results["log_history"] if "eval_loss" in entry]
+    assert results["best_metric"]["eval_loss"] == min(evaluations)
+    assert results["best_model_checkpoint"].endswith(f"checkpoint-{4 * (evaluations.index(min(evaluations)) + 1)}")

@@ -1,0 +1,84 @@
+"""Every model type on a CUDA device in half precision: bf16 mixed-precision training steps lower the loss, and
+bf16/fp16 models train and beam-search. Skipped where there is no CUDA device (CI); run on a GPU machine with
+`pytest tests/test_cuda.py`. The same half-precision paths are covered on CPU by test_half_precision.py.
+
+The sources are parsed by the test session's Stanza, or read from `$HF_SRCFEAT_TEST_SOURCE_PARSES` (a folder of
+`train.en.conllu.gz` and `test_2016_flickr.en.conllu.gz` from `python -m hf_srcfeat.annotate`) on a machine
+without the Stanza models.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_srcfeat import MODEL_CLASSES_BY_TYPE, FeatureVocabularies, SourceFeatureTokenizer
+from hf_srcfeat.annotation import read_conllu
+from hf_srcfeat.multi30k import load_multi30k
+from hf_srcfeat.subword_training import SPECIAL_TOKENS
+
+from .test_half_precision import VARIANTS, variant_config
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+PARSES_ENV = "HF_SRCFEAT_TEST_SOURCE_PARSES"
+
+
+@pytest.fixture(scope="module")
+def parsed_data(request, subword_tokenizer, multi30k_dir):
+    """(tokenizer, 300 parsed training sources with their targets, 8 parsed test sources)."""
+    train = load_multi30k("train", data_dir=multi30k_dir, limit=300)
+    test = list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=8)["source"])
+    if os.environ.get(PARSES_ENV):
+        folder = Path(os.environ[PARSES_ENV])
+        train_parses = [s for _, s in zip(range(300), read_conllu(folder / "train.en.conllu.gz"), strict=False)]
+        test_parses = [s for _, s in zip(range(8), read_conllu(folder / "test_2016_flickr.en.conllu.gz"), strict=False)]
+        assert [s.text for s in train_parses] == list(train["source"]), "the parses follow the corpus"
+    else:
+        annotator = request.getfixturevalue("stanza_annotator")
+        train_parses, test_parses = annotator.annotate(list(train["source"])), annotator.annotate(test)
+    tokenizer = SourceFeatureTokenizer(tokenizer_object=subword_tokenizer.backend_tokenizer,
+                                       feature_vocabularies=FeatureVocabularies.build(train_parses),
+                                       model_max_length=256, **SPECIAL_TOKENS)
+    return tokenizer, (train_parses, list(train["target"])), test_parses
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_bf16_mixed_precision_training_steps_on_cuda_lower_the_loss(variant, parsed_data):
+    tokenizer, (parses, targets), _ = parsed_data
+    torch.manual_seed(0)
+    model = MODEL_CLASSES_BY_TYPE[variant_config(variant, tokenizer).model_type](
+        variant_config(variant, tokenizer)).cuda().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(60):
+        start = (step * 32) % (len(parses) - 32)
+        batch = tokenizer(annotations=parses[start:start + 32], text_target=targets[start:start + 32], padding=True,
+                          return_tensors="pt").to("cuda")
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_half_precision_weights_train_and_beam_search_on_cuda(variant, dtype, parsed_data):
+    tokenizer, (_, targets), test_parses = parsed_data
+    config = variant_config(variant, tokenizer)
+    model = MODEL_CLASSES_BY_TYPE[config.model_type](config).to("cuda", dtype)
+    batch = tokenizer(annotations=test_parses, text_target=targets[:len(test_parses)], padding=True,
+                      return_tensors="pt").to("cuda")
+    loss = model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    inputs = {name: value for name, value in batch.items() if name != "labels"}
+    assert model.generate(**inputs, num_beams=4, max_new_tokens=12).shape[0] == len(test_parses)

@@ -1,0 +1,158 @@
+"""`hf-srcfeat-translate`: files and streams translated line for line, with the pipeline's output, n-best lists
+in the documented format, pre-parsed CoNLL-U input, and bad lines reported without shifting the rest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from hf_srcfeat import pipeline
+from hf_srcfeat.annotation import conllu_lines
+from hf_srcfeat.translate import main
+
+from .helpers import REPO
+
+SETTINGS = ["--num_beams", "4", "--max_new_tokens", "24"]
+
+
+@pytest.fixture(scope="module")
+def model_folder(trained_baseline, feature_tokenizer, tmp_path_factory):
+    model, _ = trained_baseline
+    folder = tmp_path_factory.mktemp("model")
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def translator(trained_baseline, feature_tokenizer):
+    model, _ = trained_baseline
+    return pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4, max_new_tokens=24)
+
+
+def write_lines(path, lines: list[str]) -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def translate(model_folder, tmp_path, *options: str, lines: list[str] | None = None, input_path=None) -> list[str]:
+    source = input_path or write_lines(tmp_path / "input.en", lines)
+    output = tmp_path / "output.de"
+    assert main(["--model", str(model_folder), "--input", str(source), "--output", str(output), *SETTINGS,
+                 "--quiet", *options]) == 0
+    return output.read_text(encoding="utf-8").splitlines()
+
+
+def test_output_equals_the_pipelines_line_for_line_and_empty_lines_stay_empty(model_folder, translator,
+                                                                              test_sentences, tmp_path):
+    lines = [test_sentences[0], "", test_sentences[1], "   ", *test_sentences[2:6]]
+    output = translate(model_folder, tmp_path, "--batch_size", "1", "--no_sort", lines=lines)
+    expected = [result["translation_text"] for result in translator([line for line in lines if line.strip()])]
+    assert len(output) == len(lines)
+    assert output[1] == "" and output[3] == ""
+    assert [line for index, line in enumerate(output) if index not in (1, 3)] == expected
+
+
+def test_batches_sorted_by_length_give_the_same_translations(model_folder, translator, test_sentences, tmp_path):
+    output = translate(model_folder, tmp_path, "--batch_size", "3", lines=test_sentences)
+    assert output == [result["translation_text"] for result in translator(test_sentences)]
+
+
+def test_gzip_input_is_read_as_text(model_folder, translator, test_sentences, tmp_path):
+    path = tmp_path / "input.en.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(test_sentences[:3]) + "\n")
+    assert translate(model_folder, tmp_path, input_path=path) == \
+        [result["translation_text"] for result in translator(test_sentences[:3])]
+
+
+def test_nbest_lists_give_n_scored_entries_per_sentence_best_first(model_folder, translator, test_sentences,
+                                                                   tmp_path):
+    lines = [test_sentences[0], "", test_sentences[1]]
+    output = translate(model_folder, tmp_path, "--num_return_sequences", "3", lines=lines)
+    entries = [line.split(" ||| ") for line in output]
+    assert [int(index) for index, _, _ in entries] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    best = translator([test_sentences[0], test_sentences[1]])
+    assert entries[0][1] == best[0]["translation_text"] and entries[6][1] == best[1]["translation_text"]
+    for first in (0, 6):
+        scores = [float(score) for _, _, score in entries[first:first + 3]]
+        assert scores == sorted(scores, reverse=True) and all(score < 0 for score in scores)
+    assert [(text, float(score)) for _, text, score in entries[3:6]] == [("", -math.inf)] * 3
+
+
+def test_a_line_that_is_not_utf8_is_reported_and_does_not_shift_the_rest(model_folder, translator, test_sentences,
+                                                                         tmp_path, capsys):
+    path = tmp_path / "input.en"
+    path.write_bytes(b"".join(line.encode() + b"\n" for line in test_sentences[:2])
+                     + b"Caf\xe9 au lait.\n" + test_sentences[2].encode() + b"\n")
+    output = translate(model_folder, tmp_path, input_path=path)
+    expected = [result["translation_text"] for result in translator(test_sentences[:3])]
+    assert output == [expected[0], expected[1], "", expected[2]]
+    assert "line 3: not valid UTF-8" in capsys.readouterr().err
+
+
+def conllu_block(sentence) -> str:
+    return "\n".join(conllu_lines(sentence)) + "\n"
+
+
+def test_conllu_input_translates_the_parses_and_reports_an_invalid_tree_by_line(model_folder, translator,
+                                                                                feature_tokenizer, test_sentences,
+                                                                                tmp_path, capsys):
+    parsed = feature_tokenizer.annotate(test_sentences[:3])
+    broken = conllu_block(parsed[1]).replace("\t0\t", "\t1\t")  # the root now heads itself: no root, a cycle
+    text = "# newdoc\n\n" + conllu_block(parsed[0]) + broken + conllu_block(parsed[2])
+    path = tmp_path / "input.conllu"
+    path.write_text(text, encoding="utf-8")
+    output = translate(model_folder, tmp_path, "--input_format", "conllu", input_path=path)
+    expected = [result["translation_text"] for result in translator([parsed[0], parsed[2]])]
+    assert output == [expected[0], "", expected[1]]
+    broken_first_line = text.splitlines().index(broken.splitlines()[0]) + 1
+    assert f"line {broken_first_line}: invalid CoNLL-U sentence" in capsys.readouterr().err
+
+
+def test_report_separates_parsing_from_translation(model_folder, test_sentences, tmp_path):
+    report = tmp_path / "report.json"
+    translate(model_folder, tmp_path, "--report_json", str(report), lines=[*test_sentences[:3], ""])
+    statistics = json.loads(report.read_text())
+    assert (statistics["sentences"], statistics["translated"], statistics["empty"], statistics["failed"]) == \
+        (4, 3, 1, 0)
+    assert statistics["parse_seconds"] > 0 and statistics["translate_seconds"] > 0
+    assert statistics["arguments"]["num_beams"] == 4
+
+
+def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test_sentences, tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_srcfeat.translate", "--model", str(model_folder), *SETTINGS],
+        input="\n".join(test_sentences[:2]) + "\n", capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [result["translation_text"] for result in translator(test_sentences[:2])]
+    assert "2 sentences (2 translated, 0 empty, 0 failed)" in completed.stderr
+    assert "sentences/s" in completed.stderr
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--num_return_sequences", "5"], "needs --num_beams >= 5"),
+    (["--batch_size", "0"], "--batch_size must be at least 1"),
+    (["--output", "SAME"], "is the input file"),
+])
+def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_path, capsys, options, message):
+    source = write_lines(tmp_path / "input.en", ["A dog runs."])
+    options = [source if option == "SAME" else option for option in options]
+    with pytest.raises(SystemExit):
+        main(["--model", str(model_folder), "--input", source, *SETTINGS, *options])
+    assert message in capsys.readouterr().err
+    assert (tmp_path / "input.en").read_text() == "A dog runs.\n"
+
+
+def test_cuda_on_a_machine_without_it_is_a_clear_error(model_folder, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        main(["--model", str(model_folder), "--input", write_lines(tmp_path / "in.en", ["A dog."]), "--device", "cuda"])

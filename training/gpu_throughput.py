@@ -1,0 +1,174 @@
+#!/usr/bin/env python
+"""Training throughput of the baseline and each method on a CUDA GPU: bf16 mixed precision, token-based batches,
+at the benchmark's size and at Transformer-base size.
+
+    python training/gpu_throughput.py --output training/results/gpu_throughput_h100.json
+
+For every system and size: the same token-budget batches of real Multi30k pairs (sources parsed with Stanza,
+on the GPU when there is one), collated on the CPU beforehand (a DataLoader with workers does that during real
+training), then `--warmup` untimed and `--steps` timed optimiser steps (AdamW, autocast bf16, fp32 weights).
+Reports target tokens/s (non-padding), source tokens/s, seconds per step, padding share and peak GPU memory;
+the result file is rewritten after each system, with the GPU's name, the software versions and the code version.
+`lfe_dae` has `lfe_joint`'s network (only its initialisation differs), so it is not measured apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark  # noqa: E402
+import train  # noqa: E402
+
+#: Model sizes: the CPU benchmark's, and Transformer-base (Vaswani et al. 2017) as the papers use it.
+SIZES = {
+    "benchmark": {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024},
+    "base": {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "attention_heads": 8, "ffn_dim": 2048},
+}
+SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
+
+
+def encoded_pairs(args) -> tuple[object, list[dict], float]:
+    """The tokenizer, the unpadded encodings (with labels) of the first `--pairs` Multi30k training pairs, and the
+    seconds their sources took to parse (near 0 when the annotation cache held them)."""
+    from transformers import AutoTokenizer
+
+    from hf_srcfeat.annotation import StanzaAnnotator, read_conllu
+    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
+
+    pairs = load_multi30k("train", "en", "de", args.data_dir, limit=args.pairs)
+    sources, targets = list(pairs["source"]), list(pairs["target"])
+    start = time.perf_counter()
+    if args.source_conllu:
+        annotations = [sentence for _, sentence in zip(range(len(sources)), read_conllu(args.source_conllu),
+                                                       strict=False)]
+        if [sentence.text for sentence in annotations] != sources:
+            raise SystemExit(f"{args.source_conllu} does not hold the parses of the first {len(sources)} training "
+                             "sources in order.")
+    else:
+        annotations = StanzaAnnotator(device=args.device).annotate(sources, show_progress=True)
+    parse_seconds = time.perf_counter() - start
+    if args.tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    else:
+        tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=8000, source_annotations=annotations)
+    encodings = tokenizer(annotations=annotations, text_target=targets, truncation=True, max_length=128)
+    rows = [{name: encodings[name][index] for name in encodings} for index in range(len(sources))]
+    return tokenizer, rows, parse_seconds
+
+
+def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int) -> list[dict]:
+    from transformers import DataCollatorForSeq2Seq
+
+    from hf_srcfeat.batching import TokenBudgetBatchSampler
+
+    lengths = [max(len(row["input_ids"]), len(row["labels"])) for row in rows]
+    collate = DataCollatorForSeq2Seq(tokenizer)
+    return [collate([rows[index] for index in batch])
+            for batch in TokenBudgetBatchSampler(lengths, max_tokens, seed=seed)]
+
+
+def build(system: str, size: str, tokenizer):
+    model_type, overrides = benchmark.SYSTEMS[system]
+    arguments = train.ModelArguments(model_type=model_type, config_overrides=json.dumps(overrides),
+                                     layernorm_position="pre", **SIZES[size])
+    return train.build_model(arguments, tokenizer, seed=1)
+
+
+def measure(model, batches: list[dict], warmup: int, steps: int, device: str) -> dict:
+    on_gpu = device.startswith("cuda")
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu)
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+
+    def synchronize() -> None:
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    def step(batch: dict) -> None:
+        batch = {name: value.to(device, non_blocking=True) for name, value in batch.items()}
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for index in range(warmup):
+        step(batches[index % len(batches)])
+    timed = [batches[(warmup + index) % len(batches)] for index in range(steps)]
+    synchronize()
+    start = time.perf_counter()
+    for batch in timed:
+        step(batch)
+    synchronize()
+    seconds = time.perf_counter() - start
+    target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in timed)
+    source_tokens = sum(int(batch["attention_mask"].sum()) for batch in timed)
+    padded = sum(batch["labels"].numel() + batch["input_ids"].numel() for batch in timed)
+    return {"steps": steps, "seconds": round(seconds, 3), "seconds_per_step": round(seconds / steps, 4),
+            "target_tokens_per_second": round(target_tokens / seconds), "source_tokens_per_second":
+            round(source_tokens / seconds), "padding_share": round(1 - (target_tokens + source_tokens) / padded, 4),
+            "sentences_per_batch": round(sum(len(b["labels"]) for b in timed) / steps, 1),
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if on_gpu else None,
+            "num_parameters": model.num_parameters()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--pairs", type=int, default=5000, help="Multi30k training pairs to batch (default 5000)")
+    parser.add_argument("--max_tokens", type=int, default=8192, help="padded tokens per batch (default 8192)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--source_conllu", default=None,
+                        help="parses of the training sources (python -m hf_srcfeat.annotate) instead of running Stanza")
+    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none (--device cpu for a smoke test).")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tokenizer, rows, parse_seconds = encoded_pairs(args)
+    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
+    result = {
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
+        "transformers": __import__("transformers").__version__, "code_version": train.code_version(),
+        "command": "python training/gpu_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "warmup": args.warmup, "steps": args.steps,
+                     "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
+                     "sizes": {size: SIZES[size] for size in args.sizes}},
+        "source_parses": args.source_conllu or {
+            "parser": "stanza", "sentences": len(rows), "seconds": round(parse_seconds, 1), "device": args.device,
+            "note": "cold cache unless the annotation cache already held these sentences"},
+        "systems": {},
+    }
+    for size in args.sizes:
+        for system in args.systems:
+            model = build(system, size, tokenizer)
+            measured = measure(model, batches, args.warmup, args.steps, args.device)
+            result["systems"].setdefault(size, {})[system] = measured
+            print(f"{size:9s} {system:20s} {measured['target_tokens_per_second']:>9,} target tokens/s "
+                  f"{measured['seconds_per_step'] * 1000:7.1f} ms/step {measured['peak_memory_gib']} GiB", flush=True)
+            del model
+            torch.cuda.empty_cache()
+            baseline = result["systems"][size].get("baseline")
+            if baseline:
+                measured["relative_time_per_target_token"] = round(
+                    baseline["target_tokens_per_second"] / measured["target_tokens_per_second"], 3)
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
