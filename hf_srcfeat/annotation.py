@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -108,6 +110,21 @@ class AnnotatedSentence:
                    sentence_id=sentence_id, text=" ".join(words))
 
 
+def check_text(index: int, text: object) -> None:
+    """Raise an error naming text `index` unless it is a non-empty string of valid Unicode."""
+    if isinstance(text, (bytes, bytearray)):
+        raise TypeError(f"text {index} is {type(text).__name__}, not str: decode it first (text.decode('utf-8')).")
+    if not isinstance(text, str):
+        raise TypeError(f"text {index} is {type(text).__name__} ({text!r:.60}), not str: a sentence must be a string.")
+    if not text.strip():
+        raise ValueError(f"text {index} is empty or whitespace only; there is nothing to annotate.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"text {index} has a lone surrogate ({text[error.start]!r}) at character {error.start}: "
+                         "not valid Unicode text (was it decoded with errors='surrogateescape'?).") from None
+
+
 def annotation_scores(gold: Sequence[AnnotatedSentence], predicted: Sequence[AnnotatedSentence]) -> dict:
     """Word-level UPOS, lemma, UAS and LAS (relation without subtype), in percent, of `predicted` against
     `gold` sentences with the same words (annotate gold-tokenized text with `pretokenized=True`)."""
@@ -146,14 +163,33 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
         with opener(source, "rt", encoding="utf-8") as handle:  # streamed: a corpus is never read whole
             try:
                 yield from read_conllu(handle)
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{source} is not UTF-8 text ({error.reason}, byte {error.object[error.start]:#x});"
+                                 " convert it, e.g. iconv -f latin1 -t utf-8.") from None
             except ValueError as error:
                 raise ValueError(f"{source}: {error}") from error
         return
     words: list[AnnotatedWord] = []
     sentence_id, text = "", ""
     multiword: tuple[int, int, str, bool] | None = None  # (first id, last id, form, space after) of a range
+
+    def integer(value: str, what: str, line_number: int) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"CoNLL-U line {line_number}: {what} {value!r} is not an integer.") from None
+
+    def finished(line_number: int) -> AnnotatedSentence:
+        if multiword is not None:
+            raise ValueError(f"CoNLL-U line {line_number}: the sentence ends inside the multi-word token "
+                             f"{multiword[0]}-{multiword[1]} ({multiword[2]!r}), whose words are missing.")
+        return AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
+
+    line_number = 0
     for line_number, raw in enumerate(source, start=1):
-        line = raw.rstrip("\n")
+        line = raw.rstrip("\r\n")
+        if line_number == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte order mark
         if line.startswith("#"):
             key, _, value = line[1:].partition("=")
             if key.strip() == "sent_id":
@@ -163,8 +199,8 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
             continue
         if not line.strip():
             if words:
-                yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
-            words, sentence_id, text = [], "", ""
+                yield finished(line_number)
+            words, sentence_id, text, multiword = [], "", "", None
             continue
         columns = line.split("\t")
         if len(columns) != 10:
@@ -172,21 +208,22 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
         if "." in columns[0]:
             continue
         if "-" in columns[0]:
-            first_id, last_id = (int(part) for part in columns[0].split("-"))
+            first, _, last = columns[0].partition("-")
+            first_id, last_id = integer(first, "id", line_number), integer(last, "id", line_number)
             multiword = (first_id, last_id, columns[1], "SpaceAfter=No" not in columns[9])
             continue
-        word_id = int(columns[0])
+        word_id = integer(columns[0], "id", line_number)
         if word_id != len(words) + 1:
             raise ValueError(f"CoNLL-U line {line_number}: word id {columns[0]} out of order in sentence "
                              f"{sentence_id or line_number}.")
         words.append(AnnotatedWord(text=columns[1], lemma=columns[2], upos=columns[3], xpos=columns[4],
-                                   head=int(columns[6]), deprel=columns[7],
+                                   head=integer(columns[6], "head", line_number), deprel=columns[7],
                                    space_after="SpaceAfter=No" not in columns[9]))
         if multiword is not None and word_id == multiword[1]:
             words[multiword[0] - 1:] = multiword_spacing(words[multiword[0] - 1:], multiword[2], multiword[3])
             multiword = None
     if words:
-        yield AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
+        yield finished(line_number + 1)
 
 
 def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
@@ -215,24 +252,52 @@ def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike
     return count
 
 
+class AnnotationCacheError(RuntimeError):
+    """The annotation cache file is not a readable cache."""
+
+
 class AnnotationCache:
-    """Persistent map (annotator identity, text) -> AnnotatedSentence in one SQLite file of JSON values."""
+    """Persistent map (annotator identity, text) -> AnnotatedSentence in one SQLite file of JSON values.
+
+    Each thread gets its own connection (SQLite connections may not cross threads), so a tokenizer or pipeline can
+    serve a threaded web server or a thread pool."""
+
+    #: Seconds to wait for a cache another process holds locked before going on without it.
+    lock_timeout = 30.0
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._connection: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self.usable = True  # False once the file could not be opened or written: parsing goes on without it
 
     @property
     def connection(self) -> sqlite3.Connection:
-        if self._connection is None:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(self.path)
-            self._connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
-        return self._connection
+            connection = sqlite3.connect(self.path, timeout=self.lock_timeout)
+            connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
+            self._local.connection = connection
+        return connection
+
+    def _unusable(self, error: Exception) -> None:
+        """A file that is not a cache is an error naming it; one that cannot be opened, read or written right now
+        (read-only, locked, no room) is a warning, and parsing goes on without caching."""
+        if not isinstance(error, sqlite3.OperationalError):
+            raise AnnotationCacheError(
+                f"annotation cache {self.path} is unreadable ({error}); delete it (it is rebuilt as texts are parsed) "
+                f"or choose another file (cache_path=, --annotation_cache, ${ANNOTATION_CACHE_ENV}).") from error
+        if self.usable:
+            warnings.warn(f"annotation cache {self.path} cannot be used ({error}); parsing goes on without caching.",
+                          stacklevel=3)
+        self.usable = False
 
     def __getstate__(self) -> dict:
-        # Picklable (datasets.map hashes and ships the tokenizer): the connection is reopened where needed.
-        return {"path": self.path, "_connection": None}
+        # Picklable (datasets.map hashes and ships the tokenizer): connections are reopened where needed.
+        return {"path": self.path, "usable": self.usable}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self.usable, self._local = state["path"], state.get("usable", True), threading.local()
 
     @staticmethod
     def key(identity: str, text: str) -> str:
@@ -241,20 +306,30 @@ class AnnotationCache:
     def get_many(self, identity: str, texts: Sequence[str]) -> dict[str, AnnotatedSentence]:
         keys = {self.key(identity, text): text for text in texts}
         found: dict[str, AnnotatedSentence] = {}
+        if not self.usable:
+            return found
         key_list = list(keys)
-        for start in range(0, len(key_list), 500):
-            chunk = key_list[start:start + 500]
-            rows = self.connection.execute(
-                f"SELECT key, value FROM annotations WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-            for key, value in rows:
-                found[keys[key]] = AnnotatedSentence.from_json(value)
+        try:
+            for start in range(0, len(key_list), 500):
+                chunk = key_list[start:start + 500]
+                rows = self.connection.execute(
+                    f"SELECT key, value FROM annotations WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+                for key, value in rows:
+                    found[keys[key]] = AnnotatedSentence.from_json(value)
+        except sqlite3.DatabaseError as error:
+            self._unusable(error)
         return found
 
     def put_many(self, identity: str, sentences: dict[str, AnnotatedSentence]) -> None:
-        with self.connection:
-            self.connection.executemany(
-                "INSERT OR REPLACE INTO annotations VALUES (?, ?)",
-                [(self.key(identity, text), sentence.to_json()) for text, sentence in sentences.items()])
+        if not self.usable:
+            return
+        try:
+            with self.connection:
+                self.connection.executemany(
+                    "INSERT OR REPLACE INTO annotations VALUES (?, ?)",
+                    [(self.key(identity, text), sentence.to_json()) for text, sentence in sentences.items()])
+        except sqlite3.DatabaseError as error:
+            self._unusable(error)
 
     def __len__(self) -> int:
         return self.connection.execute("SELECT COUNT(*) FROM annotations").fetchone()[0]
@@ -326,14 +401,18 @@ class StanzaAnnotator:
         self.device = device
         self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
         self._pipeline = None
+        self._lock = threading.Lock()  # one Stanza pipeline, used by one thread at a time
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pipeline": None}  # the Stanza pipeline is rebuilt on first use
+        return {**self.__dict__, "_pipeline": None, "_lock": None}  # the Stanza pipeline is rebuilt on first use
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def with_pretokenized_input(self) -> StanzaAnnotator:
         """The same annotator for texts whose words are already separated by spaces."""
         twin = copy.copy(self)
-        twin.pretokenized, twin._pipeline = True, None
+        twin.pretokenized, twin._pipeline, twin._lock = True, None, threading.Lock()
         return twin
 
     @property
@@ -373,8 +452,7 @@ class StanzaAnnotator:
     def annotate(self, texts: Sequence[str], show_progress: bool = True) -> list[AnnotatedSentence]:
         """One AnnotatedSentence per text (cached texts are not parsed again)."""
         for index, text in enumerate(texts):
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"text {index} is empty or whitespace only; there is nothing to annotate.")
+            check_text(index, text)
         unique = list(dict.fromkeys(texts))
         identity = self.identity
         done = self.cache.get_many(identity, unique) if self.cache is not None else {}
@@ -385,8 +463,9 @@ class StanzaAnnotator:
             progress = tqdm(total=len(missing), desc="stanza", unit="sent", disable=not show_progress)
             for start in range(0, len(missing), self.batch_size):
                 chunk = missing[start:start + self.batch_size]
-                parsed = {text: self._convert(text, document)
-                          for text, document in zip(chunk, self.pipeline.bulk_process(list(chunk)), strict=True)}
+                with self._lock:
+                    documents = self.pipeline.bulk_process(list(chunk))
+                parsed = {text: self._convert(text, document) for text, document in zip(chunk, documents, strict=True)}
                 if self.cache is not None:
                     self.cache.put_many(identity, parsed)
                 done.update(parsed)
@@ -403,6 +482,10 @@ class StanzaAnnotator:
         for sentence in document.sentences:
             for token in sentence.tokens:
                 token_words = []
+                # Stanza replaces a very long token (about 1,000 characters) by the literal "<UNK>"; the raw
+                # text still has it, at the token's character offsets.
+                original = text[token.start_char:token.end_char] if token.text == "<UNK>" and \
+                    token.start_char is not None and len(token.words) == 1 else None
                 for word in token.words:
                     head = word.head + offset if word.head else 0
                     if head == 0:
@@ -410,10 +493,11 @@ class StanzaAnnotator:
                             first_root = word.id + offset
                         else:
                             head = first_root
+                    word_text = original or word.text
+                    lemma = word.lemma if word.lemma is not None and not original else word_text
                     token_words.append(AnnotatedWord(
-                        text=word.text, upos=word.upos or "X", xpos=word.xpos or "_",
-                        lemma=word.lemma if word.lemma is not None else word.text, deprel=word.deprel or "dep",
-                        head=head))
-                words.extend(multiword_spacing(token_words, token.text, bool(token.spaces_after)))
+                        text=word_text, upos=word.upos or "X", xpos=word.xpos or "_", lemma=lemma,
+                        deprel=word.deprel or "dep", head=head))
+                words.extend(multiword_spacing(token_words, original or token.text, bool(token.spaces_after)))
             offset += len(sentence.words)
         return AnnotatedSentence(words=words, text=text)

@@ -54,8 +54,9 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         wink_sparse_window: int = 6,
         **kwargs,
     ):
-        self.deps_san_layers = list(deps_san_layers) if deps_san_layers is not None else None
-        self.deps_san_heads = list(deps_san_heads) if deps_san_heads is not None else None
+        # Anything but a list or tuple is kept as given, for check_arguments to refuse by name.
+        self.deps_san_layers = list(deps_san_layers) if isinstance(deps_san_layers, (list, tuple)) else deps_san_layers
+        self.deps_san_heads = list(deps_san_heads) if isinstance(deps_san_heads, (list, tuple)) else deps_san_heads
         self.deps_san_sigma = deps_san_sigma
         self.deps_san_mode = deps_san_mode
         self.knowledge_sparse = knowledge_sparse

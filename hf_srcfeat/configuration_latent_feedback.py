@@ -54,7 +54,8 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
         **kwargs,
     ):
         self.lfe_layers = lfe_layers
-        self.feedback_layers = list(feedback_layers) if feedback_layers is not None else None
+        # Anything but a list or tuple is kept as given, for check_arguments to refuse by name.
+        self.feedback_layers = list(feedback_layers) if isinstance(feedback_layers, (list, tuple)) else feedback_layers
         self.lfe_mode = lfe_mode
         self.lfe_pretrained_from = lfe_pretrained_from
         self.share_lfe_parameters = share_lfe_parameters

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
 
 LAYERNORM_POSITIONS = ("post", "pre")
@@ -17,9 +19,9 @@ def check_positive_int(name: str, value: object, allow_zero: bool = False) -> No
 
 
 def check_positive_number(name: str, value: object) -> None:
-    """Raise a ValueError naming `name` unless `value` is a number greater than 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    """Raise a ValueError naming `name` unless `value` is a finite number greater than 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a finite positive number, got {value!r}.")
 
 
 def check_probability(name: str, value: object) -> None:
@@ -30,7 +32,7 @@ def check_probability(name: str, value: object) -> None:
 
 def check_indices(name: str, values: object, limit: int, what: str) -> None:
     """Raise a ValueError naming `name` unless `values` is a non-empty list of distinct integers in [0, limit)."""
-    if not values or len(set(values)) != len(values) or any(
+    if not isinstance(values, (list, tuple)) or not values or len(set(values)) != len(values) or any(
             isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < limit for v in values):
         raise ValueError(f"`{name}` must be distinct 0-based indices below {what} ({limit}), got {values!r}.")
 
@@ -170,6 +172,9 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         """Fail early, naming the argument, instead of with a shape error inside a forward pass.
 
         Method configs extend this (call `super().check_arguments()` first)."""
+        for name, value in vars(self).items():  # NaN or inf in any float setting would give NaN logits
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
         for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
             check_positive_int(name, getattr(self, name))

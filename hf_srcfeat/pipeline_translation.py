@@ -16,7 +16,7 @@ from transformers import pipeline as transformers_pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
-from .annotation import AnnotatedSentence
+from .annotation import AnnotatedSentence, check_text
 from .source_features import SOURCE_FEATURE_NAMES
 
 TASK = "source-feature-translation"
@@ -49,9 +49,13 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
     def __call__(self, inputs: str | AnnotatedSentence | list, **kwargs):
         single = isinstance(inputs, (str, AnnotatedSentence))
+        if not single and not isinstance(inputs, (list, tuple)):
+            check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
         items = [inputs] if single else list(inputs)
         if not items:
             raise ValueError("no sentences to translate.")
+        for index, item in enumerate(items):
+            check_input(index, item)
         texts = [item for item in items if isinstance(item, str)]
         if texts:  # one annotator call for all raw sentences: Stanza is much faster on batches
             parsed = iter(self.tokenizer.annotate(texts))
@@ -105,6 +109,16 @@ class SourceFeatureTranslationPipeline(Pipeline):
                             batch_size=batch_size, collate_fn=collate)
         model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
         return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+
+def check_input(index: int, item: object) -> None:
+    """A sentence to translate is a non-empty string or an `AnnotatedSentence`; anything else is an error naming it."""
+    if isinstance(item, AnnotatedSentence):
+        return
+    if isinstance(item, dict):
+        raise TypeError(f"input {index} is a dict ({item!r:.60}); pass the sentence itself, a str or an "
+                        "AnnotatedSentence.")
+    check_text(index, item)
 
 
 def register_pipeline() -> None:

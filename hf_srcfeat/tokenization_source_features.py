@@ -32,7 +32,7 @@ from transformers import BatchEncoding
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 from transformers.utils import PaddingStrategy
 
-from .annotation import AnnotatedSentence, StanzaAnnotator
+from .annotation import AnnotatedSentence, StanzaAnnotator, check_text
 from .dependency_tree import dependency_distances
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
@@ -88,6 +88,12 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        for name in file_names:  # truncation and padding are per call, never a property of the saved tokenizer
+            if Path(name).name.endswith("tokenizer.json"):
+                state = json.loads(Path(name).read_text(encoding="utf-8"))
+                if state.get("truncation") or state.get("padding"):
+                    state["truncation"], state["padding"] = None, None
+                    Path(name).write_text(json.dumps(state, ensure_ascii=False, indent=2), encoding="utf-8")
         if self.feature_vocabularies is None:
             return file_names
         path = Path(save_directory, (filename_prefix + "-" if filename_prefix else "") + FEATURE_VOCAB_FILE)
@@ -175,13 +181,21 @@ class SourceFeatureTokenizer(TokenizersBackend):
     def _source_sentences(self, text, annotations, is_split_into_words: bool
                           ) -> tuple[bool, list[AnnotatedSentence]]:
         """(whether the input was a batch, its annotated sentences)."""
+        if isinstance(text, (bytes, bytearray)) or (text is not None and not isinstance(text, (str, list, tuple))):
+            check_text(0, text)
         if annotations is not None:
             batched = not isinstance(annotations, AnnotatedSentence)
             sentences = list(annotations) if batched else [annotations]
+            for index, sentence in enumerate(sentences):
+                if not isinstance(sentence, AnnotatedSentence):
+                    raise TypeError(f"annotation {index} is {type(sentence).__name__} ({sentence!r:.60}), not an "
+                                    "AnnotatedSentence (e.g. from read_conllu or tokenizer.annotate).")
             if text is not None:
                 texts = [text] if isinstance(text, str) or (is_split_into_words and _is_word_list(text)) else text
                 if len(texts) != len(sentences):
                     raise ValueError(f"{len(texts)} texts but {len(sentences)} annotations.")
+                for index, (one, sentence) in enumerate(zip(texts, sentences, strict=True)):
+                    check_same_text(index, one, sentence)
             if not sentences:
                 raise ValueError("no sentences to encode.")
             return batched, sentences
@@ -211,7 +225,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
             keep = len(encoding.ids) if max_length is None else min(len(encoding.ids), max_length - added)
             kept = slice(len(encoding.ids) - keep, None) if self.truncation_side == "left" else slice(0, keep)
             encoding.truncate(keep, direction=self.truncation_side)
-            final = self._tokenizer.post_process(encoding, None, add_special_tokens)
+            # The word tokenizer carries no truncation state: the backend's (set by an earlier plain call with
+            # truncation=True) would cut the tokens here without cutting their features.
+            final = word_tokenizer.post_process(encoding, None, add_special_tokens)
             rows.append(self._align(final, features, kept))
         return rows
 
@@ -297,6 +313,17 @@ class SourceFeatureTokenizer(TokenizersBackend):
             blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
             encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
         return encoded_inputs
+
+
+def check_same_text(index: int, text: str | Sequence[str], sentence: AnnotatedSentence) -> None:
+    """Text and annotation given together must be of the same sentence (compared without whitespace, which
+    tokenization moves), else the features would silently belong to another sentence."""
+    given = "".join((text if isinstance(text, str) else "".join(text)).split())
+    parsed = "".join(word.text for word in sentence.words)
+    spoken = "".join((sentence.text or "").split())
+    if given not in (parsed, spoken):
+        raise ValueError(f"text {index} ({given[:60]!r}) is not the sentence its annotation parses "
+                         f"({sentence.name}); pass one of them, or both of the same sentence.")
 
 
 def _is_word_list(value) -> bool:

@@ -152,9 +152,30 @@ def add_mirror_placeholders(repository: Path) -> None:
             path.write_text(content)
 
 
+def check_repo_id(repo_id: str) -> None:
+    """Refuse what the Hub would refuse (huggingface_hub's own validator: no '..', no '--', no path tricks) and
+    anything but org/name, with a message naming the id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise SystemExit(f"--repo_id {repo_id!r} is not a valid Hub repository id: {error}") from error
+    if repo_id.count("/") != 1:
+        raise SystemExit(f"--repo_id must be org/name, got {repo_id!r}.")
+
+
 def commit_to_mirror(folder: Path, mirror: Path, repo_id: str) -> Path:
-    """Commit the folder as the `main` branch of <mirror>/models/<org>/<name> (a git repository olah serves)."""
-    repository = mirror / "models" / repo_id
+    """Commit the folder as the `main` branch of <mirror>/models/<org>/<name> (a git repository olah serves).
+    Only that repository's own files are replaced; a path outside the mirror, or a folder there that is not a git
+    repository (someone else's files), is refused before anything is deleted."""
+    check_repo_id(repo_id)
+    models = (mirror / "models").resolve()
+    repository = (models / repo_id).resolve()
+    if repository.parent.parent != models:
+        raise SystemExit(f"--repo_id {repo_id!r} leads outside the mirror's models folder {models}; refused.")
+    if repository.exists() and any(repository.iterdir()) and not (repository / ".git").exists():
+        raise SystemExit(f"{repository} exists and is not a mirror repository (no .git); not replacing its files.")
     repository.mkdir(parents=True, exist_ok=True)
     git = ["git", "-c", "user.name=hf_srcfeat publish", "-c", "user.email=publish@hf-srcfeat.invalid"]
     if not (repository / ".git").exists():
@@ -205,8 +226,7 @@ def main(argv: list[str] | None = None) -> Path:
     target.add_argument("--upload", action="store_true", help="upload with HfApi.upload_folder ($HF_TOKEN)")
     target.add_argument("--mirror", type=Path, help="commit into this local mirror folder for self-hosting")
     args = parser.parse_args(argv)
-    if args.repo_id.count("/") != 1:
-        raise SystemExit(f"--repo_id must be org/name, got {args.repo_id!r}.")
+    check_repo_id(args.repo_id)
     results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)
     folder = build_repository(args.run_dir, args.repo_id, args.output, results)
     print(f"built {folder}")

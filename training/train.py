@@ -149,6 +149,14 @@ def parameter_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+#: What a training run writes into its output_dir (and `--overwrite_output_dir` removes before a new run, so that
+#: nothing of the old run, such as its tokenizer or checkpoints, is silently reused or mixed in).
+RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "feature_vocab.json",
+               "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+               "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
+               "training_args.json", "parameters_rank*.json", "checkpoint-*")
+
+
 def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
     output_dir = Path(training_args.output_dir)
     if (output_dir.is_dir() and any(output_dir.iterdir()) and not data_args.overwrite_output_dir
@@ -157,6 +165,31 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
             f"output_dir {output_dir} is not empty. Pass --overwrite_output_dir to write into it, or "
             "--resume_from_checkpoint to continue a run."
         )
+
+
+def clear_previous_run(output_dir: Path) -> list[str]:
+    """Remove an earlier run's outputs (RUN_OUTPUTS) from output_dir, leaving any other file; returns their names."""
+    import shutil
+
+    removed = []
+    for pattern in RUN_OUTPUTS:
+        for path in sorted(output_dir.glob(pattern)):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            removed.append(path.name)
+    return removed
+
+
+def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
+    """Without --do_train, evaluate a trained model: --model_name_or_path, else the run in output_dir; refuse to
+    score a new, untrained model."""
+    if model_args.model_name_or_path:
+        return
+    if Path(training_args.output_dir, "config.json").exists():
+        model_args.model_name_or_path = training_args.output_dir
+        logger.info("evaluating the trained model in %s", training_args.output_dir)
+        return
+    raise SystemExit(f"nothing to evaluate: without --do_train, pass --model_name_or_path or an --output_dir "
+                     f"holding a trained model ({training_args.output_dir} has no config.json).")
 
 
 PARSE_COLUMN = "source_parse"
@@ -265,6 +298,14 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.utils.logging.set_verbosity_warning()
     if training_args.do_train:
         check_output_dir(training_args, data_args)
+        if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
+                and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
+            removed = clear_previous_run(Path(training_args.output_dir))
+            if removed:
+                logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed,
+                               training_args.output_dir)
+    else:
+        model_to_evaluate(model_args, training_args)
     set_seed(training_args.seed)
 
     def load(split: str, limit: int | None):
@@ -358,11 +399,17 @@ def main(argv: list[str] | None = None) -> dict:
             ids = prediction.predictions
             ids = ids.clip(min=0) if hasattr(ids, "clip") else ids
             hypotheses = tokenizer.batch_decode(ids, skip_special_tokens=True)
-            Path(training_args.output_dir, "test_predictions.txt").write_text(
+            predictions = "test_predictions.txt" if training_args.do_train else "eval_test_predictions.txt"
+            Path(training_args.output_dir, predictions).write_text(
                 "\n".join(text.strip() for text in hypotheses) + "\n", encoding="utf-8")
     if trainer.is_world_process_zero():
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-        Path(training_args.output_dir, "results.json").write_text(json.dumps(results, indent=2, default=str))
+        if training_args.do_train:
+            Path(training_args.output_dir, "results.json").write_text(json.dumps(results, indent=2, default=str))
+        else:  # an evaluation of an existing run is added to its evaluations; its training results stay
+            evaluations = Path(training_args.output_dir, "eval_results.json")
+            earlier = json.loads(evaluations.read_text()) if evaluations.exists() else []
+            evaluations.write_text(json.dumps([*earlier, results], indent=2, default=str))
     return results
 
 

@@ -1,0 +1,243 @@
+"""What ordinary use and bad input get: the promises of the reliability issue, one test per failure found by trying
+to break the library (each failed before its fix). Translation-command input (bad lines, bad options) is in
+test_translate_command.py; half precision in test_half_precision.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from transformers import AutoTokenizer
+
+from hf_srcfeat import StanzaAnnotator, pipeline
+
+from .conftest import STANZA_DIR
+from .helpers import REPO
+
+sys.path.insert(0, str(REPO / "training"))
+
+
+@pytest.fixture
+def translator_with_cache(trained_baseline, feature_tokenizer, tmp_path):
+    """The pipeline over a tokenizer whose annotator has a cache of its own (created in this thread)."""
+    model, _ = trained_baseline
+    tokenizer = AutoTokenizer.from_pretrained(_saved(feature_tokenizer, tmp_path))
+    tokenizer.annotator = StanzaAnnotator(model_dir=STANZA_DIR, cache_path=tmp_path / "cache.sqlite")
+    return pipeline("translation", model=model, tokenizer=tokenizer, num_beams=2, max_new_tokens=12)
+
+
+def _saved(tokenizer, folder):
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_tokenizer_saved_after_a_truncating_call_encodes_long_sources_with_every_feature(
+        feature_tokenizer, ewt_dev_sample, tmp_path):
+    feature_tokenizer(text_target=["Zwei Hunde spielen im Schnee."], truncation=True, max_length=16)
+    feature_tokenizer.save_pretrained(tmp_path)
+    state = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert state["truncation"] is None and state["padding"] is None
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    longest = max(ewt_dev_sample, key=lambda sentence: len(sentence.words))
+    for tokenizer in (feature_tokenizer, loaded):
+        encoded = tokenizer(annotations=longest)
+        assert len(encoded["input_ids"]) > 16
+        for name in ("pos_ids", "lemma_ids", "deprel_ids", "subword_tag_ids", "word_ids", "phrase_ids"):
+            assert len(encoded[name]) == len(encoded["input_ids"]), name
+        assert len(encoded["dep_distance"]) == len(encoded["input_ids"])
+
+
+def test_the_tokenizer_and_pipeline_serve_four_threads_at_once(translator_with_cache, test_sentences):
+    translator, sentences = translator_with_cache, test_sentences[:8]
+    expected = [translator(sentence)[0] for sentence in sentences]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda sentence: translator(sentence)[0], sentences))
+        fresh = list(pool.map(lambda text: translator.tokenizer.annotate([text])[0], [s + " Again." for s in sentences]))
+    assert results == expected
+    assert [sentence.text for sentence in fresh] == [s + " Again." for s in sentences]
+
+
+@pytest.mark.parametrize("repo_id", ["org/..", "../..", "org/../other", "org/name/extra", "org--x/name", "name"])
+def test_publishing_refuses_repo_ids_the_hub_would_refuse_and_deletes_nothing(repo_id, tmp_path):
+    import publish
+
+    mirror = tmp_path / "mirror"
+    other = mirror / "models" / "org" / "other"
+    other.mkdir(parents=True)
+    (other / "model.safetensors").write_text("another published model")
+    (tmp_path / "sibling").mkdir()
+    registry = tmp_path / "published_models.json"
+    with pytest.raises(SystemExit, match=repr(repo_id)):
+        publish.main([str(tmp_path / "run"), "--repo_id", repo_id, "--output", str(tmp_path / "out"), "--mirror",
+                      str(mirror), "--registry", str(registry)])
+    with pytest.raises(SystemExit, match=repr(repo_id)):
+        publish.commit_to_mirror(tmp_path / "run", mirror, repo_id)
+    assert (other / "model.safetensors").read_text() == "another published model"
+    assert (tmp_path / "sibling").is_dir() and not registry.exists()
+
+
+def test_publishing_into_a_mirror_folder_that_is_not_a_repository_is_refused(tmp_path):
+    import publish
+
+    folder = tmp_path / "mirror" / "models" / "org" / "name"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("user data")
+    with pytest.raises(SystemExit, match="not a mirror repository"):
+        publish.commit_to_mirror(tmp_path / "built", tmp_path / "mirror", "org/name")
+    assert (folder / "notes.txt").read_text() == "user data"
+
+
+TINY_RUN = ["--d_model", "32", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "4",
+            "--ffn_dim", "64", "--vocab_size", "1000", "--report_to", "none", "--use_cpu", "--seed", "3",
+            "--save_strategy", "no", "--disable_tqdm", "true", "--max_train_samples", "200", "--max_eval_samples", "20",
+            "--max_steps", "4", "--per_device_train_batch_size", "16", "--do_predict_test", "false"]
+
+
+def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_results(multi30k_dir, tmp_path):
+    import train
+
+    run = tmp_path / "run"
+    trained = train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_eval"])
+    saved = (run / "results.json").read_text()
+    train.main(TINY_RUN + ["--output_dir", str(run), "--do_eval"])
+    assert (run / "results.json").read_text() == saved, "the run's training results are kept"
+    evaluations = json.loads((run / "eval_results.json").read_text())
+    assert evaluations[0]["eval_metrics"]["eval_loss"] == trained["eval_metrics"]["eval_loss"], \
+        "the trained model was evaluated, not a new one"
+
+
+def test_evaluating_without_a_trained_model_is_refused(multi30k_dir, tmp_path):
+    import train
+
+    with pytest.raises(SystemExit, match="nothing to evaluate"):
+        train.main(TINY_RUN + ["--output_dir", str(tmp_path / "empty"), "--do_eval"])
+
+
+def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_dir, tmp_path):
+    import train
+
+    run = tmp_path / "run"
+    train.main(TINY_RUN + ["--output_dir", str(run), "--do_train"])
+    first = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
+    (run / "checkpoint-99").mkdir()
+    (run / "notes.txt").write_text("user data")
+    train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--overwrite_output_dir", "--vocab_size", "600"])
+    second = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
+    assert len(second) < len(first), "a new tokenizer of the new size, not the old one"
+    assert not (run / "checkpoint-99").exists() and (run / "notes.txt").read_text() == "user data"
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), [
+    ({"text": "A dog."}, TypeError, "input 0 is a dict"),
+    (None, TypeError, "text 0 is NoneType"),
+    (42, TypeError, "text 0 is int"),
+    (b"A dog.", TypeError, "text 0 is bytes, not str: decode it first"),
+    (["A dog runs.", None], TypeError, "text 1 is NoneType"),
+    (["A dog runs.", ["nested"]], TypeError, "text 1 is list"),
+    (["A dog runs.", "\ud800 lone"], ValueError, "text 1 has a lone surrogate"),
+])
+def test_the_pipeline_names_the_input_that_is_not_a_sentence(trained_baseline, feature_tokenizer, bad, error, message):
+    model, _ = trained_baseline
+    translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, max_new_tokens=8)
+    with pytest.raises(error, match=message):
+        translator(bad)
+
+
+def test_the_tokenizer_names_bytes_and_lone_surrogates(feature_tokenizer):
+    with pytest.raises(TypeError, match="text 0 is bytes, not str"):
+        feature_tokenizer(b"A dog runs.")
+    with pytest.raises(ValueError, match="text 0 has a lone surrogate"):
+        feature_tokenizer(["A dog \udc80 runs."])
+
+
+def test_text_and_annotations_of_different_sentences_are_refused(feature_tokenizer, test_sentences):
+    parsed = feature_tokenizer.annotate(test_sentences[:2])
+    assert feature_tokenizer(test_sentences[:2], annotations=parsed)["input_ids"] == \
+        feature_tokenizer(annotations=parsed)["input_ids"]
+    with pytest.raises(ValueError, match="text 1 .* is not the sentence its annotation parses"):
+        feature_tokenizer([test_sentences[0], test_sentences[2]], annotations=parsed)
+    with pytest.raises(TypeError, match="annotation 0 is str"):
+        feature_tokenizer(annotations=["A dog runs."])
+
+
+def test_a_token_of_a_thousand_characters_keeps_its_text(feature_tokenizer):
+    long_token = "x" * 1200
+    sentence = feature_tokenizer.annotate([f"A {long_token} dog runs."])[0]
+    assert [word.text for word in sentence.words][:3] == ["A", long_token, "dog"]
+    assert "<UNK>" not in feature_tokenizer.decode(feature_tokenizer(annotations=sentence)["input_ids"])
+
+
+@pytest.mark.parametrize(("config_class", "arguments", "message"), [
+    ("DepsSanConfig", {"deps_san_sigma": float("nan")}, "deps_san_sigma"),
+    ("DepsSanConfig", {"deps_san_sigma": float("inf")}, "deps_san_sigma"),
+    ("DepsSanConfig", {"deps_san_layers": 1}, "deps_san_layers"),
+    ("SrcFeatTransformerConfig", {"init_std": float("nan")}, "init_std"),
+])
+def test_configs_refuse_nan_infinity_and_a_bare_integer_for_a_list(config_class, arguments, message):
+    import hf_srcfeat
+
+    with pytest.raises(ValueError, match=message):
+        getattr(hf_srcfeat, config_class)(**arguments)
+
+
+def test_a_corrupt_annotation_cache_is_an_error_naming_the_file(tmp_path):
+    from hf_srcfeat.annotation import AnnotationCacheError
+
+    cache = tmp_path / "cache.sqlite"
+    cache.write_bytes(b"not a database " * 100)
+    annotator = StanzaAnnotator(model_dir=STANZA_DIR, cache_path=cache)
+    with pytest.raises(AnnotationCacheError, match=f"annotation cache {cache} is unreadable.*delete it"):
+        annotator.annotate(["A dog runs."])
+
+
+def test_a_locked_annotation_cache_is_warned_about_and_parsing_goes_on(stanza_annotator, tmp_path, monkeypatch):
+    import sqlite3
+
+    from hf_srcfeat.annotation import AnnotationCache
+
+    cache = tmp_path / "cache.sqlite"
+    annotator = StanzaAnnotator(model_dir=STANZA_DIR, cache_path=cache)
+    annotator.annotate(["A dog runs."])
+    monkeypatch.setattr(AnnotationCache, "lock_timeout", 0.1)
+    annotator = StanzaAnnotator(model_dir=STANZA_DIR, cache_path=cache)
+    holder = sqlite3.connect(cache)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing: the file is locked
+    try:
+        with pytest.warns(UserWarning, match=f"annotation cache {cache} cannot be used"):
+            parsed = annotator.annotate(["Two cats sleep."])
+    finally:
+        holder.rollback()
+        holder.close()
+    assert parsed == stanza_annotator.annotate(["Two cats sleep."])
+
+
+def conllu(*rows: str) -> str:
+    return "\n".join(rows) + "\n\n"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (conllu("1-2\tdu\t_\t_\t_\t_\t_\t_\t_\t_", "1\tde\tde\tADP\tIN\t_\t0\troot\t_\t_"),
+     r"line 3: the sentence ends inside the multi-word token 1-2"),
+    (conllu("x\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_"), r"line 1: id 'x' is not an integer"),
+    (conllu("1\tdog\tdog\tNOUN\tNN\t_\troot\t0\t_\t_"), r"line 1: head 'root' is not an integer"),
+])
+def test_conllu_errors_name_the_file_and_line(content, message, tmp_path):
+    from hf_srcfeat import read_conllu
+
+    path = tmp_path / "bad.conllu"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"bad.conllu: CoNLL-U {message}"):
+        list(read_conllu(path))
+
+
+def test_conllu_with_a_byte_order_mark_reads_and_latin1_is_named(tmp_path):
+    from hf_srcfeat import read_conllu
+
+    text = conllu("1\tCafé\tcafé\tNOUN\tNN\t_\t0\troot\t_\t_")
+    (tmp_path / "bom.conllu").write_text("\ufeff" + text, encoding="utf-8")
+    assert [word.text for word in next(read_conllu(tmp_path / "bom.conllu")).words] == ["Café"]
+    (tmp_path / "latin1.conllu").write_text(text, encoding="latin-1")
+    with pytest.raises(ValueError, match=r"latin1.conllu is not UTF-8 text"):
+        list(read_conllu(tmp_path / "latin1.conllu"))
