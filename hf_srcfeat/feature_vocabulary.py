@@ -109,5 +109,17 @@ class FeatureVocabularies:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FeatureVocabularies:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"feature vocabulary file {path} is not valid JSON ({error}).") from None
+        missing = [name for name in ("pos", "lemma", "deprel", "subword_tag") if name not in data] \
+            if isinstance(data, dict) else ["pos", "lemma", "deprel", "subword_tag"]
+        if missing:
+            raise ValueError(f"feature vocabulary file {path} lacks {missing}; it should be the "
+                             "feature_vocab.json that save_pretrained writes.")
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"feature vocabulary file {path}: {error}") from error

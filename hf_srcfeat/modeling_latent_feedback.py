@@ -8,6 +8,7 @@ ever applied here.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,17 @@ def top_down_feedback(lfe_states: list[torch.Tensor], num_layers: int) -> list[t
         above = lfe_states[layer:]
         feedback.append(torch.stack(above).mean(0) if above and layer < num_layers else None)
     return feedback
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` is a Hub repository id of the form org/name (else it can only be a local folder)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return name.count("/") == 1
 
 
 @dataclass
@@ -106,9 +118,13 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
         """Initialise the LFE from the encoder of the denoising autoencoder named by `config.lfe_pretrained_from`
         (its token embeddings, layers and final LayerNorm; with `share_lfe_parameters`, the NMT encoder's layers
         and final LayerNorm). Nothing to do for a joint-trained LFE."""
-        if not self.config.lfe_pretrained_from:
+        source = self.config.lfe_pretrained_from
+        if not source:
             return
-        autoencoder = AutoModelForSeq2SeqLM.from_pretrained(self.config.lfe_pretrained_from)
+        if not os.path.isdir(source) and not is_hub_id(source):
+            raise ValueError(f"lfe_pretrained_from={source!r}: no such folder (nor a Hub id org/name); point it at "
+                             "the denoising autoencoder trained by training/pretrain_dae.py.")
+        autoencoder = AutoModelForSeq2SeqLM.from_pretrained(source)
         self.load_lfe_from(autoencoder.get_encoder())
 
     def load_lfe_from(self, pretrained_encoder: SrcFeatEncoder) -> None:

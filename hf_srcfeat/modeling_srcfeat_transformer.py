@@ -14,8 +14,11 @@ Extension points (each a small overridable piece, so a method's file holds only 
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -332,6 +335,25 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _no_split_modules = ["SrcFeatEncoderLayer", "SrcFeatDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, then remove the weight files of an earlier save into the same folder
+        that this save did not write: Transformers leaves a single `model.safetensors` beside new shards (and loads
+        it instead of them) and an old shard index beside a new single file."""
+        started = time.time_ns()
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        folder = Path(save_directory)
+        index = folder / "model.safetensors.index.json"
+        if index.exists() and index.stat().st_mtime_ns >= started:
+            written = {index.name, *json.loads(index.read_text())["weight_map"].values()}
+        elif (folder / "model.safetensors").exists():
+            written = {"model.safetensors"}
+        else:
+            return result
+        for stale in [*folder.glob("model*.safetensors"), index]:
+            if stale.exists() and stale.name not in written:
+                stale.unlink()
+        return result
 
     def _init_weights(self, module: nn.Module) -> None:
         # Xavier-uniform linear layers and N(0, d^-1/2) embeddings, as in the original Transformer code

@@ -7,6 +7,7 @@ as the task `source-feature-translation` for `transformers.pipeline(...)`.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotation import AnnotatedSentence, check_text
 from .source_features import SOURCE_FEATURE_NAMES
+from .tokenization_source_features import check_tokenizer_matches
 
 TASK = "source-feature-translation"
 MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
@@ -40,12 +42,17 @@ class SourceFeatureTranslationPipeline(Pipeline):
     _load_video_processor = False
     _pipeline_calls_generate = True
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        check_tokenizer_matches(self.model.config, self.tokenizer)
+
     def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
-                             **generate_kwargs):
+                             truncation: bool | None = None, **generate_kwargs):
         postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
-        return {}, generate_kwargs, postprocess
+        preprocess = {} if truncation is None else {"truncation": truncation}
+        return preprocess, generate_kwargs, postprocess
 
     def __call__(self, inputs: str | AnnotatedSentence | list, **kwargs):
         single = isinstance(inputs, (str, AnnotatedSentence))
@@ -65,8 +72,24 @@ class SourceFeatureTranslationPipeline(Pipeline):
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
 
-    def preprocess(self, sentence: AnnotatedSentence) -> dict[str, torch.Tensor]:
-        return dict(self.tokenizer(annotations=sentence, truncation=True, return_tensors="pt"))
+    def preprocess(self, sentence: AnnotatedSentence, truncation: bool = True) -> dict[str, torch.Tensor]:
+        """The sentence's encoding. Longer than the tokenizer's `model_max_length`, it is cut there with a warning
+        (`truncation=True`, the default); with `truncation=False` it is kept whole up to the model's
+        `max_position_embeddings`, beyond which it is an error naming the sentence."""
+        encoded = self.tokenizer(annotations=sentence, return_tensors="pt")
+        length = encoded["input_ids"].shape[-1]
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        limit = self.tokenizer.model_max_length if truncation else positions
+        if limit is None or length <= limit:
+            return dict(encoded)
+        if not truncation:
+            raise ValueError(f"sentence {sentence.name} has {length} tokens, more than the model's "
+                             f"max_position_embeddings ({positions}); split it, or translate it cut with "
+                             "truncation=True.")
+        warnings.warn(f"sentence {sentence.name} has {length} tokens; only its first {limit} (the tokenizer's "
+                      f"model_max_length) are translated. Split it, or pass truncation=False to keep up to "
+                      f"{positions} tokens.", stacklevel=2)
+        return dict(self.tokenizer(annotations=sentence, truncation=True, max_length=limit, return_tensors="pt"))
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], return_scores: bool = False, **generate_kwargs
                  ) -> dict[str, torch.Tensor]:

@@ -22,6 +22,7 @@ the start of the full one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,6 +100,13 @@ class SourceFeatureTokenizer(TokenizersBackend):
         path = Path(save_directory, (filename_prefix + "-" if filename_prefix else "") + FEATURE_VOCAB_FILE)
         self.feature_vocabularies.save(path)
         return (*file_names, str(path))
+
+    def fingerprint(self) -> str:
+        """SHA-256 (16 hex digits) of the subword vocabulary and the feature vocabularies: what a model trained with
+        this tokenizer records (`tokenizer_fingerprint` in its config), so a different tokenizer is noticed."""
+        content = {"subwords": sorted(self.get_vocab().items()),
+                   "features": self.feature_vocabularies.to_dict() if self.feature_vocabularies else None}
+        return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
     # ---------------------------------------------------------------- annotation
 
@@ -313,6 +321,29 @@ class SourceFeatureTokenizer(TokenizersBackend):
             blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
             encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
         return encoded_inputs
+
+
+def check_tokenizer_matches(config, tokenizer) -> None:
+    """Raise a ValueError when a tokenizer is not the one the model was trained with: ids beyond the model's
+    embeddings, feature vocabularies of other sizes, or (for models that record it) another fingerprint, which
+    would otherwise translate silently with the wrong ids."""
+    if not isinstance(tokenizer, SourceFeatureTokenizer):
+        return
+    problems = []
+    if len(tokenizer) > config.vocab_size:
+        problems.append(f"the tokenizer has {len(tokenizer)} subwords, the model's embeddings {config.vocab_size}")
+    if tokenizer.feature_vocabularies is not None:
+        for name, size in tokenizer.feature_vocabularies.sizes().items():
+            expected = getattr(config, name, None)
+            if isinstance(expected, int) and expected != size:
+                problems.append(f"{name}: the tokenizer has {size}, the model was built for {expected}")
+    recorded = getattr(config, "tokenizer_fingerprint", None)
+    if recorded and recorded != tokenizer.fingerprint() and not problems:
+        problems.append(f"the model was trained with tokenizer {recorded}, this one is {tokenizer.fingerprint()} "
+                        f"(subwords: {len(tokenizer)}, model vocab_size {config.vocab_size})")
+    if problems:
+        raise ValueError("this tokenizer does not belong to this model: " + "; ".join(problems) +
+                         ". Load the tokenizer saved with the model (its folder or Hub id).")
 
 
 def check_same_text(index: int, text: str | Sequence[str], sentence: AnnotatedSentence) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -241,3 +242,145 @@ def test_conllu_with_a_byte_order_mark_reads_and_latin1_is_named(tmp_path):
     (tmp_path / "latin1.conllu").write_text(text, encoding="latin-1")
     with pytest.raises(ValueError, match=r"latin1.conllu is not UTF-8 text"):
         list(read_conllu(tmp_path / "latin1.conllu"))
+
+
+@pytest.fixture
+def short_translator(trained_baseline, feature_tokenizer, tmp_path):
+    """The pipeline with a tokenizer whose model_max_length is 16 tokens."""
+    model, _ = trained_baseline
+    feature_tokenizer.save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, model_max_length=16)
+    tokenizer.annotator = feature_tokenizer.annotator
+    return pipeline("translation", model=model, tokenizer=tokenizer, max_new_tokens=8)
+
+
+def test_a_sentence_cut_to_model_max_length_is_warned_about_and_can_be_kept_whole(short_translator, test_sentences):
+    long = " ".join(test_sentences[:3])
+    assert len(short_translator.tokenizer(long)["input_ids"]) > 16
+    with pytest.warns(UserWarning, match=r"has \d+ tokens; only its first 16 .* truncation=False"):
+        short_translator(long)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kept whole: nothing cut, nothing to warn about
+        assert short_translator(long, truncation=False)[0]["translation_text"]
+    short_translator.model.config.max_position_embeddings, before = 20, short_translator.model.config.max_position_embeddings
+    try:
+        with pytest.raises(ValueError, match=r"more than the model's max_position_embeddings \(20\)"):
+            short_translator(long, truncation=False)
+    finally:
+        short_translator.model.config.max_position_embeddings = before
+
+
+def test_a_text_too_long_to_parse_is_refused_before_the_parser(feature_tokenizer):
+    with pytest.raises(ValueError, match=r"text 1 has 12,000 characters, more than max_characters=10,000"):
+        feature_tokenizer.annotate(["A dog runs.", "a " * 6000])
+
+
+def tokenizer_with(feature_tokenizer, **changes):
+    """The feature tokenizer with some feature vocabularies replaced (label lists without the reserved entries)."""
+    from hf_srcfeat import FeatureVocabularies, SourceFeatureTokenizer
+    from hf_srcfeat.subword_training import SPECIAL_TOKENS
+
+    data = feature_tokenizer.feature_vocabularies.to_dict()
+    return SourceFeatureTokenizer(tokenizer_object=feature_tokenizer.backend_tokenizer,
+                                  feature_vocabularies=FeatureVocabularies.from_dict({**data, **changes}),
+                                  model_max_length=256, **SPECIAL_TOKENS)
+
+
+def test_a_tokenizer_the_model_was_not_trained_with_is_refused_where_they_meet(feature_tokenizer):
+    from hf_srcfeat import (
+        RelevanceFeaturesConfig,
+        RelevanceFeaturesForConditionalGeneration,
+        SrcFeatTransformerConfig,
+        SrcFeatTransformerForConditionalGeneration,
+    )
+
+    from .end_to_end import tiny_method_config
+
+    sizes = feature_tokenizer.feature_vocabularies.sizes()
+    relevance = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, **sizes)
+    baseline = tiny_method_config(SrcFeatTransformerConfig, feature_tokenizer)
+    for config in (relevance, baseline):
+        config.tokenizer_fingerprint = feature_tokenizer.fingerprint()
+    relevance_model, baseline_model = (RelevanceFeaturesForConditionalGeneration(relevance),
+                                       SrcFeatTransformerForConditionalGeneration(baseline))
+    pipeline("translation", model=relevance_model, tokenizer=feature_tokenizer)  # its own tokenizer: accepted
+    labels = feature_tokenizer.feature_vocabularies.to_dict()
+    cut_lemmas = tokenizer_with(feature_tokenizer, lemma=labels["lemma"][:50])
+    with pytest.raises(ValueError, match=r"does not belong to this model: num_lemmas: the tokenizer has 50"):
+        pipeline("translation", model=relevance_model, tokenizer=cut_lemmas)
+    permuted = tokenizer_with(feature_tokenizer, deprel=labels["deprel"][:3] + labels["deprel"][3:][::-1])
+    with pytest.raises(ValueError, match="the model was trained with tokenizer"):
+        pipeline("translation", model=baseline_model, tokenizer=permuted)
+    baseline_model.config.vocab_size = len(feature_tokenizer) - 10
+    with pytest.raises(ValueError, match=r"the tokenizer has \d+ subwords, the model's embeddings"):
+        pipeline("translation", model=baseline_model, tokenizer=feature_tokenizer)
+
+
+def test_train_py_records_the_tokenizer_the_model_is_trained_with(multi30k_dir, tmp_path):
+    import train
+
+    from hf_srcfeat import SourceFeatureTokenizer
+
+    train.main(TINY_RUN + ["--output_dir", str(tmp_path / "run"), "--do_train"])
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["tokenizer_fingerprint"] == SourceFeatureTokenizer.from_pretrained(tmp_path / "run").fingerprint()
+
+
+def test_a_sharded_save_over_a_single_file_save_loads_the_new_weights_and_back(tiny_config, tmp_path):
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat import SrcFeatTransformerForConditionalGeneration
+
+    torch.manual_seed(0)
+    first, second = (SrcFeatTransformerForConditionalGeneration(tiny_config()) for _ in range(2))
+    first.save_pretrained(tmp_path)
+    second.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert not (tmp_path / "model.safetensors").exists()
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), second.state_dict().values(), strict=True))
+    first.save_pretrained(tmp_path)
+    assert sorted(path.name for path in tmp_path.glob("model*")) == ["model.safetensors"]
+
+
+@pytest.mark.parametrize(("word", "error", "message"), [
+    ({"head": 2.0}, TypeError, r"word 1 \('A'\) has head 2.0 of type float"),
+    ({"head": "2"}, TypeError, r"word 1 \('A'\) has head '2' of type str"),
+    ({"text": None}, ValueError, r"word 1 has text None"),
+])
+def test_annotated_words_with_a_head_or_text_of_the_wrong_type_are_named(word, error, message):
+    from hf_srcfeat import AnnotatedSentence, AnnotatedWord
+
+    fields = {"text": "A", "upos": "DET", "xpos": "DT", "lemma": "a", "deprel": "det", "head": 2, **word}
+    with pytest.raises(error, match=message):
+        AnnotatedSentence(words=[AnnotatedWord(**fields), AnnotatedWord("dog", "NOUN", "NN", "dog", "root", 0)])
+
+
+@pytest.mark.parametrize(("content", "message"), [("{not json", "is not valid JSON"),
+                                                  ('{"format": 1, "pos": []}', r"lacks \['lemma', 'deprel'")])
+def test_a_broken_feature_vocabulary_file_is_named(content, message, tmp_path):
+    from hf_srcfeat import FeatureVocabularies
+
+    (tmp_path / "feature_vocab.json").write_text(content)
+    with pytest.raises(ValueError, match=f"feature vocabulary file .*feature_vocab.json {message}"):
+        FeatureVocabularies.load(tmp_path / "feature_vocab.json")
+
+
+def test_a_missing_autoencoder_folder_is_named(feature_tokenizer, tmp_path):
+    from hf_srcfeat import LatentFeedbackConfig, LatentFeedbackForConditionalGeneration
+
+    from .end_to_end import tiny_method_config
+
+    config = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+                                lfe_pretrained_from=str(tmp_path / "no_dae_here"))
+    with pytest.raises(ValueError, match=r"lfe_pretrained_from=.*no_dae_here.*no such folder"):
+        LatentFeedbackForConditionalGeneration(config).load_pretrained_parts()
+
+
+def test_publishing_to_an_output_that_is_a_file_is_refused(tmp_path):
+    import publish
+
+    (tmp_path / "out").write_text("a file")
+    with pytest.raises(SystemExit, match="is a file; name a folder"):
+        publish.build_repository(tmp_path / "run", "org/name", tmp_path / "out", None)
+    assert (tmp_path / "out").read_text() == "a file"

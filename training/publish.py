@@ -113,6 +113,8 @@ def render_card(template: str, repo_id: str, results: dict | None) -> str:
 
 
 def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | None) -> Path:
+    if output.exists() and not output.is_dir():
+        raise SystemExit(f"--output {output} is a file; name a folder to build the repository in.")
     if output.exists() and any(output.iterdir()):
         raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)

@@ -41,7 +41,7 @@ from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conll
 from hf_srcfeat.batching import TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.multi30k import load_multi30k, multi30k_file
-from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
+from hf_srcfeat.tokenization_source_features import check_tokenizer_matches, train_source_feature_tokenizer
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -263,7 +263,9 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
     # RNG when built, so without this the initial weights would depend on what the annotation cache held.
     set_seed(seed)
     if model_args.model_name_or_path:
-        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        check_tokenizer_matches(model.config, tokenizer)
+        return model
     if model_args.model_type not in MODEL_CONFIGS:
         raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
     overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
@@ -278,6 +280,7 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id, **overrides,
     )
+    config.tokenizer_fingerprint = tokenizer.fingerprint()  # checked wherever model and tokenizer meet again
     model = AutoModelForSeq2SeqLM.from_config(config)
     if hasattr(model, "load_pretrained_parts"):
         model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
