@@ -432,15 +432,29 @@ class StanzaAnnotator:
         return "tokenize,pos,lemma,depparse" if self.pretokenized else STANZA_PROCESSORS
 
     @property
-    def identity(self) -> str:
-        """Everything that changes the output: Stanza version, language, processors and the model files."""
-        stanza = import_stanza()
-
-        # Model files are named by content, not by path or date: a copied or re-mounted folder keeps its cache.
-        models = "stanza default download"
+    def models_folder(self) -> Path:
+        """Where the Stanza models are read from: `model_dir`, else Stanza's own resources folder
+        ($STANZA_RESOURCES_DIR or its default), into which its normal download puts them."""
         if self.model_dir is not None:
-            models = ";".join(f"{path.relative_to(self.model_dir)}:{file_digest(path)}"
-                              for path in sorted((self.model_dir / self.language).rglob("*.pt")))
+            return self.model_dir
+        from stanza.resources.common import DEFAULT_MODEL_DIR
+
+        return Path(os.environ.get("STANZA_RESOURCES_DIR", DEFAULT_MODEL_DIR))
+
+    @property
+    def identity(self) -> str:
+        """Everything that changes the output: Stanza version, language, processors, and the content of the model
+        files and of resources.json that produce the parses (also for Stanza's default download, so updated
+        models never reuse old parses)."""
+        stanza = import_stanza()
+        folder = self.models_folder
+        if self.model_dir is None and not (folder / self.language).is_dir():
+            _ = self.pipeline  # the normal download, so that the files it brings are what the key names
+        # Model files are named by content, not by path or date: a copied or re-mounted folder keeps its cache.
+        files = sorted((folder / self.language).rglob("*.pt"))
+        if (folder / "resources.json").exists():
+            files.append(folder / "resources.json")
+        models = ";".join(f"{path.relative_to(folder)}:{file_digest(path)}" for path in files)
         parts = [f"format={ANNOTATION_FORMAT}", f"stanza={stanza.__version__}", f"lang={self.language}",
                  f"processors={self.processors}", f"pretokenized={self.pretokenized}", f"models={models}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -452,9 +466,9 @@ class StanzaAnnotator:
 
             options = dict(lang=self.language, processors=self.processors, tokenize_no_ssplit=True,
                            tokenize_pretokenized=self.pretokenized, use_gpu=self.device != "cpu",
-                           logging_level="WARN")
+                           logging_level="WARN", dir=str(self.models_folder))  # the folder `identity` hashes
             if self.model_dir is not None:
-                options.update(dir=str(self.model_dir), download_method=None)
+                options.update(download_method=None)
             self._pipeline = stanza.Pipeline(**options)
         return self._pipeline
 

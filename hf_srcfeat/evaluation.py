@@ -16,7 +16,10 @@ def load_translation_metric() -> evaluate.EvaluationModule:
 
 
 def make_compute_metrics(tokenizer, metric: evaluate.EvaluationModule | None = None):
-    """A `compute_metrics` for generated predictions: decodes ids (-100 -> pad) and scores them."""
+    """A `compute_metrics` for generated predictions: decodes ids (-100 -> pad) and scores them.
+
+    It returns the numbers (the Trainer logs and averages them); the sacreBLEU signatures of its last call, which
+    say exactly how they were computed, are kept in its `signatures` attribute."""
     metric = metric or load_translation_metric()
 
     def compute_metrics(eval_prediction) -> dict[str, float]:
@@ -28,6 +31,8 @@ def make_compute_metrics(tokenizer, metric: evaluate.EvaluationModule | None = N
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         scores = metric.compute(predictions=hypotheses, references=references)
+        compute_metrics.signatures = {name: value for name, value in scores.items() if name.endswith("_signature")}
         return {name: value for name, value in scores.items() if isinstance(value, float)}
 
+    compute_metrics.signatures = {}
     return compute_metrics

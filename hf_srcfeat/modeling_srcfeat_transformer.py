@@ -327,6 +327,19 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
+    """Raise an error naming `name` unless it is an integer tensor of ids below `vocab_size` (-100 allowed in labels),
+    instead of an index error inside the embedding."""
+    if ids is None or not ids.numel():
+        return
+    if ids.is_floating_point():
+        raise TypeError(f"`{name}` has dtype {ids.dtype}; token ids are an integer tensor (torch.long).")
+    real = ids[ids != -100] if name == "labels" else ids
+    if real.numel() and (real.min() < 0 or real.max() >= vocab_size):
+        raise ValueError(f"`{name}` holds ids from {int(real.min())} to {int(real.max())}, but the model has "
+                         f"{vocab_size} token embeddings: the tokenizer does not match this model.")
+
+
 class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     config_class = SrcFeatTransformerConfig
     base_model_prefix = "model"
@@ -564,6 +577,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         The source features (`pos_ids` ... `dep_distance`, see `hf_srcfeat.source_features`) are accepted by
         every model of the zoo; the baseline ignores them.
         """
+        for name, ids in (("input_ids", input_ids), ("decoder_input_ids", decoder_input_ids), ("labels", labels)):
+            check_token_ids(name, ids, self.config.vocab_size)
         if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(

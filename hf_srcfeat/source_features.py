@@ -42,6 +42,9 @@ class SourceFeatures:
             value = getattr(self, field.name)
             if value is None:
                 continue
+            if value.is_floating_point() and field.name not in PAIRWISE_FEATURE_NAMES:
+                raise TypeError(f"`{field.name}` has dtype {value.dtype}; it holds ids or indices, an integer tensor "
+                                "(torch.long), as the tokenizer returns it.")
             expected = (batch_size, seq_len, seq_len) if field.name in PAIRWISE_FEATURE_NAMES else (batch_size, seq_len)
             if tuple(value.shape) != expected:
                 raise ValueError(

@@ -111,7 +111,7 @@ def test_a_second_annotator_reads_the_cache_instead_of_parsing_again(stanza_anno
 
 def test_the_cache_follows_the_model_files_content_not_their_folder_or_dates(stanza_annotator, tmp_path):
     copied = tmp_path / "copied_models"
-    shutil.copytree(stanza_annotator.model_dir / "en", copied / "en")  # new folder, new modification times
+    shutil.copytree(stanza_annotator.model_dir, copied)  # new folder, new modification times
     original = StanzaAnnotator(model_dir=stanza_annotator.model_dir, use_cache=False)
     assert StanzaAnnotator(model_dir=copied, use_cache=False).identity == original.identity
     with open(next((copied / "en").rglob("*.pt")), "ab") as model_file:

@@ -384,3 +384,52 @@ def test_publishing_to_an_output_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="is a file; name a folder"):
         publish.build_repository(tmp_path / "run", "org/name", tmp_path / "out", None)
     assert (tmp_path / "out").read_text() == "a file"
+
+
+def test_ids_of_the_wrong_type_or_beyond_the_vocabulary_are_named(trained_baseline, feature_tokenizer, test_sentences):
+    import torch
+
+    model, _ = trained_baseline
+    batch = dict(feature_tokenizer(test_sentences[:2], text_target=test_sentences[2:4], padding=True,
+                                   return_tensors="pt"))
+    with pytest.raises(TypeError, match="`pos_ids` has dtype torch.float32"):
+        model(**{**batch, "pos_ids": batch["pos_ids"].float()})
+    with pytest.raises(ValueError, match=r"`input_ids` holds ids from \d+ to 5000, but the model has \d+ token"):
+        model(**{**batch, "input_ids": batch["input_ids"].clone().fill_(5000)})
+    labels = batch["labels"].clone()
+    labels[0, 0] = model.config.vocab_size
+    with pytest.raises(ValueError, match="`labels` holds ids"):
+        model(**{**batch, "labels": labels})
+    labels[0, 0] = -100
+    assert torch.isfinite(model(**{**batch, "labels": labels}).loss)
+
+
+def test_the_parse_cache_key_follows_the_default_download_and_its_resources_file(tmp_path, monkeypatch):
+    import shutil
+
+    folder = tmp_path / "stanza_resources"
+    shutil.copytree(STANZA_DIR, folder)
+    monkeypatch.delenv("HF_SRCFEAT_STANZA_DIR", raising=False)
+    monkeypatch.setenv("STANZA_RESOURCES_DIR", str(folder))
+    default = StanzaAnnotator(cache_path=tmp_path / "cache.sqlite")
+    assert default.models_folder == folder
+    assert default.identity == StanzaAnnotator(model_dir=folder, use_cache=False).identity
+    before = default.identity
+    (folder / "resources.json").write_text((folder / "resources.json").read_text() + " ")
+    assert StanzaAnnotator(cache_path=tmp_path / "cache.sqlite").identity != before, "an updated download re-parses"
+
+
+def test_a_card_states_what_was_measured_set_size_beams_and_signature(multi30k_dir, tmp_path):
+    import publish
+    import train
+
+    run = tmp_path / "run"
+    train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_predict_test", "true",
+                           "--predict_with_generate", "--generation_num_beams", "2", "--generation_max_length", "20",
+                           "--max_predict_samples", "20"])
+    setup = json.loads((run / "results.json").read_text())["test_setup"]
+    assert (setup["sentences"], setup["num_beams"]) == (20, 2)
+    assert setup["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    text = publish.results_section(publish.run_results(run, None, None))
+    assert "Multi30k en→de test_2016_flickr (20 sentences), beam 2:" in text
+    assert setup["bleu_signature"] in text and "beam 4" not in text

@@ -44,6 +44,13 @@ if mode == "installed":
     import hf_srcfeat  # registers the classes
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 remote = mode != "installed"
+if mode == "pipeline":  # transformers.pipeline alone, the task read from the repository's config
+    from transformers import pipeline
+    translator = pipeline(model=sys.argv[3], trust_remote_code=True)
+    outputs = translator(json.loads(sys.stdin.read()), num_beams=4, max_new_tokens=20)
+    print(json.dumps({"module": type(translator).__module__, "class": type(translator).__name__,
+                      "translations": [output["translation_text"] for output in outputs]}))
+    sys.exit(0)
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[3], trust_remote_code=remote)
 model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[3], trust_remote_code=remote).eval()
 sentences = json.loads(sys.stdin.read())
@@ -121,8 +128,11 @@ def test_the_repository_folder_holds_weights_tokenizer_code_and_a_rendered_card(
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                  "feature_vocab.json", "tokenizer_config.json", "README.md", "modeling_deps_san.py",
                  "configuration_deps_san.py", "modeling_srcfeat_transformer.py", "tokenization_source_features.py",
-                 "annotation.py"):
+                 "annotation.py", "pipeline_translation.py"):
         assert (repository / name).exists(), name
+    assert json.loads((repository / "config.json").read_text())["custom_pipelines"] == {
+        "source-feature-translation": {"impl": "pipeline_translation.SourceFeatureTranslationPipeline",
+                                       "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
     assert not list(repository.glob("*.bin")) and not list(repository.glob("*.pkl")), "no pickles"
     config = json.loads((repository / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_deps_san.DepsSanForConditionalGeneration"
@@ -236,6 +246,16 @@ def test_loads_by_repo_id_without_hf_srcfeat_through_remote_code(published, hub_
         test_sentences[:1]), capture_output=True, text=True, env={**os.environ, **environment, "HF_HUB_OFFLINE": "1"},
         timeout=600)
     assert completed.returncode != 0 and "pip install stanza" in completed.stderr
+
+
+def test_transformers_pipeline_translates_by_repo_id_without_hf_srcfeat(published, hub_endpoint, test_sentences,
+                                                                        tmp_path):
+    _, expected = published
+    environment = {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf")}
+    loaded = load_in_fresh_process("pipeline", environment, test_sentences[:3], blocked="hf_srcfeat")
+    assert loaded["module"].startswith("transformers_modules.")
+    assert loaded["class"] == "SourceFeatureTranslationPipeline"
+    assert loaded["translations"] == [text.strip() for text in expected]
 
 
 def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test_sentences, tmp_path):

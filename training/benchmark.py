@@ -334,7 +334,8 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "decode_beam4_sentences_per_second": round(len(sources) / beam_seconds, 2),
         "decode_greedy_sentences_per_second": round(len(sources) / greedy_seconds, 2),
         "validation_loss_curve": validation_curve, "eval_metrics": training.get("eval_metrics"),
-        "test": score(beam_hypotheses, references), "test_sentences": len(sources), **pretraining,
+        "test": score(beam_hypotheses, references), "test_sentences": len(sources), "test_num_beams": TEST_NUM_BEAMS,
+        **pretraining,
     }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-import hf_srcfeat  # noqa: F401  (registers the model classes)
+import hf_srcfeat  # registers the model classes and the translation pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train  # noqa: E402
@@ -58,7 +58,10 @@ def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -
         against_baseline = {"against_baseline": {
             "baseline_bleu": own["significance_vs_baseline"]["baseline_bleu"],
             "p_value": round(own["significance_vs_baseline"]["p_value"], 4)}} if "significance_vs_baseline" in own else {}
-        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}", **against_baseline,
+        measured = (f"Multi30k en→de test_2016_flickr ({by_seed[run['seed']].get('test_sentences', 1000):,} "
+                    f"sentences), beam {by_seed[run['seed']].get('test_num_beams', 4)}")
+        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}", "measured": measured,
+                **against_baseline,
                 "bleu": own["bleu"], "bleu_lowercase": own["bleu_lowercase"], "chrf": own["chrf"],
                 "bleu_signature": own["bleu_signature"], "system": system, "seed": run["seed"],
                 "trained_by": f"python training/benchmark.py run --systems {system} --seeds {run['seed']}",
@@ -68,16 +71,20 @@ def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -
                     "chrf": round(statistics.mean(by_seed[seed]["test"]["chrf"] for seed in seeds), 2)}}
     metrics = run.get("test_metrics") or {}
     if "test_bleu" in metrics:
-        return {"source": "this run's `results.json` (training/train.py, test_2016_flickr, beam 4)",
+        setup = run.get("test_setup")
+        measured = (f"{setup['set']} ({setup['sentences']:,} sentences), beam {setup['num_beams']}" if setup else
+                    "Multi30k test_2016_flickr; the number of sentences and the beam were not recorded by this run")
+        return {"source": "this run's `results.json` (training/train.py)", "measured": measured,
                 "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
-                "bleu_signature": metrics.get("test_bleu_signature", "sacreBLEU default (13a, cased)")}
+                "bleu_signature": (setup or {}).get("bleu_signature", "not recorded by this run")}
     return None
 
 
 def results_section(results: dict | None) -> str:
     if results is None:
         return "\n\nNot measured: no benchmark result and no test metrics were found for this run.\n"
-    text = (f"\n\nMulti30k en→de test_2016_flickr, beam 4: sacreBLEU {results['bleu']}, chrF {results['chrf']}"
+    measured = results.get("measured", "Multi30k en→de test_2016_flickr (1,000 sentences), beam 4")
+    text = (f"\n\n{measured}: sacreBLEU {results['bleu']}, chrF {results['chrf']}"
             f"{', lowercased BLEU ' + str(results['bleu_lowercase']) if 'bleu_lowercase' in results else ''} "
             f"(from {results['source']}; BLEU signature `{results['bleu_signature']}`).")
     if "against_baseline" in results:
@@ -123,8 +130,10 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModelForSeq2SeqLM")
     type(tokenizer).register_for_auto_class("AutoTokenizer")
-    model.save_pretrained(output)
-    tokenizer.save_pretrained(output)
+    # The translation pipeline ships too (`custom_pipelines` in config.json and its module), so that
+    # `transformers.pipeline(model=repo_id, trust_remote_code=True)` translates without hf_srcfeat installed; saving
+    # the pipeline saves the model and the tokenizer.
+    hf_srcfeat.pipeline("translation", model=model, tokenizer=tokenizer).save_pretrained(output)
     # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
     (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
     template = REPO / "hub_cards" / f"{model.config.model_type}.md"

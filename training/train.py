@@ -353,10 +353,11 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError("--early_stopping_patience needs --load_best_model_at_end true --metric_for_best_model "
                              "eval_loss (and eval_strategy = save_strategy = steps), so that the best model is kept.")
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
     trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=make_compute_metrics(tokenizer) if training_args.predict_with_generate else None,
+        compute_metrics=compute_metrics,
         callbacks=callbacks,
     )
     trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
@@ -398,6 +399,11 @@ def main(argv: list[str] | None = None) -> dict:
     if data_args.do_predict_test and training_args.predict_with_generate:
         prediction = trainer.predict(test_set, metric_key_prefix="test")
         results["test_metrics"] = prediction.metrics
+        # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.
+        results["test_setup"] = {
+            "set": f"Multi30k {data_args.source_lang}→{data_args.target_lang} test_2016_flickr",
+            "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
+            "max_length": model.generation_config.max_length, **compute_metrics.signatures}
         if trainer.is_world_process_zero():
             ids = prediction.predictions
             ids = ids.clip(min=0) if hasattr(ids, "clip") else ids
