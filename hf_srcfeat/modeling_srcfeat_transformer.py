@@ -27,6 +27,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
     ModelOutput,
@@ -96,7 +97,7 @@ class FeedForward(nn.Module):
         return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
 
 
-class SrcFeatEncoderLayer(nn.Module):
+class SrcFeatEncoderLayer(GradientCheckpointingLayer):
     """[extra sublayers] -> self-attention -> feed-forward, each a residual sublayer."""
 
     def __init__(self, config, layer_idx: int):
@@ -132,7 +133,7 @@ class SrcFeatEncoderLayer(nn.Module):
         return hidden_states, attention_weights
 
 
-class SrcFeatDecoderLayer(nn.Module):
+class SrcFeatDecoderLayer(GradientCheckpointingLayer):
     """self-attention -> [extra sublayers] -> cross-attention to the source -> feed-forward."""
 
     def __init__(self, config, layer_idx: int):
@@ -330,7 +331,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
     """Raise an error naming `name` unless it is an integer tensor of ids below `vocab_size` (-100 allowed in labels),
     instead of an index error inside the embedding."""
-    if ids is None or not ids.numel():
+    if ids is None or not ids.numel() or torch.compiler.is_compiling():  # reads back to the host: eager only
         return
     if ids.is_floating_point():
         raise TypeError(f"`{name}` has dtype {ids.dtype}; token ids are an integer tensor (torch.long).")
@@ -344,7 +345,7 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     config_class = SrcFeatTransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # the layers are GradientCheckpointingLayers
     _supports_sdpa = True
     _no_split_modules = ["SrcFeatEncoderLayer", "SrcFeatDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]

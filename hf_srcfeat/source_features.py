@@ -66,7 +66,8 @@ class SourceFeatures:
         """Feature `name` (see `require`), checked to index an embedding table of `table_size` `what` rows, so a
         tokenizer whose feature vocabularies do not match the model fails here, not inside torch."""
         values = self.require(name, method)
-        if values.numel() and (values.min() < 0 or values.max() >= table_size):
+        # The range check reads values back to the host: eager mode only, so a compiled model runs without a sync.
+        if not torch.compiler.is_compiling() and values.numel() and (values.min() < 0 or values.max() >= table_size):
             raise ValueError(
                 f"`{name}` holds ids from {int(values.min())} to {int(values.max())}, but the model has {table_size} "
                 f"{what} embeddings: the tokenizer's feature vocabularies do not match this model (build the config "
