@@ -39,8 +39,8 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
 from hf_srcfeat.batching import TokenBatchingSeq2SeqTrainer
+from hf_srcfeat.corpora import load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
-from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.tokenization_source_features import check_tokenizer_matches, train_source_feature_tokenizer
 
 logger = logging.getLogger("hf_srcfeat.train")
@@ -71,6 +71,19 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A `datasets` source (Hub id, local folder, loading script) with a `translation` column or "
+                "--source_column/--target_column; `multi30k` (the default when no file is given) reads Multi30k."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. ro-en."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "JSON lines {\"translation\": {src: ..., tgt: ...}}, a two-column .tsv, or a prefix P of the text files "
+                "P.<source_lang> and P.<target_lang> (.gz allowed)."})
+    validation_file: str | None = field(default=None, metadata={"help": "As --train_file."})
+    test_file: list[str] | None = field(default=None, metadata={
+        "help": "One or more test sets (as --train_file); each is scored and written as test_<name>_predictions.txt.",
+        "nargs": "+"})
+    source_column: str | None = field(default=None, metadata={"help": "Source text column of --dataset_name."})
+    target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
     source_lang: str = "en"
@@ -80,7 +93,7 @@ class DataArguments:
     max_predict_samples: int | None = None
     max_source_length: int = 128
     max_target_length: int = 128
-    do_predict_test: bool = field(default=True, metadata={"help": "Translate and score test_2016_flickr."})
+    do_predict_test: bool = field(default=True, metadata={"help": "Translate and score the test sets."})
     stanza_dir: str | None = field(default=None, metadata={
         "help": "Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's normal download)."})
     train_source_conllu: str | None = field(default=None, metadata={
@@ -311,20 +324,24 @@ def main(argv: list[str] | None = None) -> dict:
         model_to_evaluate(model_args, training_args)
     set_seed(training_args.seed)
 
-    def load(split: str, limit: int | None):
-        return load_multi30k(split, data_args.source_lang, data_args.target_lang, data_args.data_dir, limit)
+    corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,
+                           data_args.validation_file, data_args.test_file, data_args.source_lang,
+                           data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir)
 
-    limits = {"train": data_args.max_train_samples, "val": data_args.max_eval_samples,
-              "test_2016_flickr": data_args.max_predict_samples}
-    parse_files = {"train": data_args.train_source_conllu, "val": data_args.validation_source_conllu,
-                   "test_2016_flickr": data_args.test_source_conllu}
-    splits = {}
-    for name, limit in limits.items():
-        data, conllu = load(name, limit), parse_files[name]
+    def prepared(corpus, limit: int | None, conllu: str | None):
+        data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
         if conllu:
-            data = data.add_column(PARSE_COLUMN, read_source_parses(conllu, name, data, cut=limit is not None))
-        splits[name] = (data, conllu)
-    (train_data, _), (eval_data, _), (test_data, _) = splits.values()
+            data = data.add_column(PARSE_COLUMN, read_source_parses(conllu, corpus.name, data, cut=limit is not None))
+        return data, conllu
+
+    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
+              "validation": prepared(corpora.validation, data_args.max_eval_samples,
+                                     data_args.validation_source_conllu)}
+    if data_args.do_predict_test and training_args.predict_with_generate:
+        for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
+            splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
+                                                     data_args.test_source_conllu if index == 0 else None)
+    train_data = splits["train"][0]
 
     source_texts = [text for data, conllu in splits.values() if not conllu for text in data["source"]]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, source_texts)
@@ -343,9 +360,10 @@ def main(argv: list[str] | None = None) -> dict:
         return encoded
 
     with training_args.main_process_first(desc="tokenization"):
-        train_set, eval_set, test_set = (
-            data.map(tokenize, batched=True, remove_columns=data.column_names, desc=f"tokenize {name}")
-            for name, data in (("train", train_data), ("val", eval_data), ("test", test_data)))
+        tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, desc=f"tokenize {name}")
+                     for name, (data, _) in splits.items()}
+        train_set, eval_set = tokenized["train"], tokenized["validation"]
+        test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
 
     callbacks = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes else []
     if data_args.early_stopping_patience:
@@ -367,9 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
         "code_version": code_version(),
         "model_args": asdict(model_args),
         "data_args": asdict(data_args),
-        "data_files": [str(multi30k_file(split, lang, data_args.data_dir))
-                       for split in ("train", "val", "test_2016_flickr")
-                       for lang in (data_args.source_lang, data_args.target_lang)]
+        "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
         + [conllu for _, conllu in splits.values() if conllu],
         "seed": training_args.seed,
         "num_parameters": model.num_parameters(),
@@ -396,21 +412,24 @@ def main(argv: list[str] | None = None) -> dict:
                 json.dumps(fingerprint))
     if training_args.do_eval:
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
-    if data_args.do_predict_test and training_args.predict_with_generate:
+    for index, (name, test_set) in enumerate(test_sets.items()):
         prediction = trainer.predict(test_set, metric_key_prefix="test")
-        results["test_metrics"] = prediction.metrics
         # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.
-        results["test_setup"] = {
-            "set": f"Multi30k {data_args.source_lang}→{data_args.target_lang} test_2016_flickr",
-            "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
-            "max_length": model.generation_config.max_length, **compute_metrics.signatures}
+        setup = {"set": f"{'Multi30k ' if name == 'test_2016_flickr' else ''}{data_args.source_lang}→"
+                        f"{data_args.target_lang} {name}",
+                 "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
+                 "max_length": model.generation_config.max_length, **compute_metrics.signatures}
+        results.setdefault("test_sets", {})[name] = {"metrics": prediction.metrics, "setup": setup}
+        if index == 0:  # the first test set is also reported under the names used before several were possible
+            results["test_metrics"], results["test_setup"] = prediction.metrics, setup
         if trainer.is_world_process_zero():
             ids = prediction.predictions
             ids = ids.clip(min=0) if hasattr(ids, "clip") else ids
-            hypotheses = tokenizer.batch_decode(ids, skip_special_tokens=True)
-            predictions = "test_predictions.txt" if training_args.do_train else "eval_test_predictions.txt"
-            Path(training_args.output_dir, predictions).write_text(
-                "\n".join(text.strip() for text in hypotheses) + "\n", encoding="utf-8")
+            text = "\n".join(hypothesis.strip() for hypothesis in tokenizer.batch_decode(ids, skip_special_tokens=True))
+            prefix = "" if training_args.do_train else "eval_"
+            names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])
+            for file_name in names:
+                Path(training_args.output_dir, file_name).write_text(text + "\n", encoding="utf-8")
     if trainer.is_world_process_zero():
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         if training_args.do_train:

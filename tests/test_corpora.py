@@ -1,0 +1,87 @@
+"""Your corpus, your language pair: train.py reads JSON lines, TSV, text-file pairs and `datasets` folders as
+run_translation.py users expect, scores every test set it is given, and names the file and line of bad data."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from datasets import Dataset
+
+from hf_srcfeat.corpora import load_corpora, load_file
+from hf_srcfeat.multi30k import load_multi30k
+
+from .test_bad_input import TINY_RUN
+
+
+@pytest.fixture(scope="module")
+def en_fr(multi30k_dir) -> dict[str, Dataset]:
+    """Multi30k's English and French sides, first 200 / 20 / 20 / 12 pairs of train, val, test, a second test."""
+    return {"train": load_multi30k("train", "en", "fr", multi30k_dir, limit=200),
+            "valid": load_multi30k("val", "en", "fr", multi30k_dir, limit=20),
+            "flickr": load_multi30k("test_2016_flickr", "en", "fr", multi30k_dir, limit=20),
+            "other": load_multi30k("val", "en", "fr", multi30k_dir).select(range(100, 112))}
+
+
+def write_json_lines(path, data: Dataset) -> str:
+    with open(path, "w", encoding="utf-8") as handle:
+        for source, target in zip(data["source"], data["target"], strict=True):
+            handle.write(json.dumps({"translation": {"en": source, "fr": target}}, ensure_ascii=False) + "\n")
+    return str(path)
+
+
+def test_train_py_trains_on_json_lines_of_another_language_pair_and_scores_each_test_set(en_fr, tmp_path):
+    import train
+
+    files = {name: write_json_lines(tmp_path / f"{name}.jsonl", data) for name, data in en_fr.items()}
+    run = tmp_path / "run"
+    results = train.main(TINY_RUN + [
+        "--output_dir", str(run), "--do_train", "--source_lang", "en", "--target_lang", "fr",
+        "--train_file", files["train"], "--validation_file", files["valid"], "--test_file", files["flickr"],
+        files["other"], "--do_predict_test", "true", "--predict_with_generate", "--generation_max_length", "16"])
+    assert set(results["test_sets"]) == {"flickr", "other"}
+    for name, count in (("flickr", 20), ("other", 12)):
+        assert results["test_sets"][name]["setup"]["set"] == f"en→fr {name}"
+        assert 0 <= results["test_sets"][name]["metrics"]["test_bleu"] <= 100
+        assert len((run / f"test_{name}_predictions.txt").read_text(encoding="utf-8").splitlines()) == count
+    assert results["data_files"][:2] == [files["train"], files["valid"]]
+
+
+def test_a_local_datasets_folder_is_read_by_name(en_fr, tmp_path):
+    folder = tmp_path / "my_corpus"
+    folder.mkdir()
+    for split, name in (("train", "train"), ("validation", "valid"), ("test", "flickr")):
+        write_json_lines(folder / f"{split}.jsonl", en_fr[name])
+    corpora = load_corpora(str(folder), None, None, None, None, "en", "fr")
+    assert corpora.train.data["source"] == en_fr["train"]["source"]
+    assert corpora.validation.data["target"] == en_fr["valid"]["target"]
+    assert [test.name for test in corpora.tests] == ["test"] and len(corpora.tests[0].data) == 20
+
+
+def test_tsv_and_text_file_pairs_read_the_same_pairs_as_json_lines(en_fr, tmp_path):
+    data = en_fr["valid"]
+    expected = load_file(write_json_lines(tmp_path / "valid.jsonl", data), "en", "fr").data.to_dict()
+    with gzip.open(tmp_path / "valid.tsv.gz", "wt", encoding="utf-8") as handle:
+        handle.writelines(f"{s}\t{t}\n" for s, t in zip(data["source"], data["target"], strict=True))
+    (tmp_path / "corpus.en").write_text("\n".join(data["source"]) + "\n", encoding="utf-8")
+    (tmp_path / "corpus.fr").write_text("\n".join(data["target"]) + "\n", encoding="utf-8")
+    assert load_file(str(tmp_path / "valid.tsv.gz"), "en", "fr").data.to_dict() == expected
+    pair = load_file(str(tmp_path / "corpus"), "en", "fr")
+    assert pair.data.to_dict() == expected and pair.origin == [str(tmp_path / "corpus.en"), str(tmp_path / "corpus.fr")]
+
+
+def test_bad_data_is_named_by_file_and_line(tmp_path):
+    (tmp_path / "missing.jsonl").write_text('{"translation": {"en": "A dog.", "fr": "Un chien."}}\n'
+                                            '{"translation": {"en": "A cat."}}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"missing.jsonl line 2: the translation has no \['fr'\]"):
+        load_file(str(tmp_path / "missing.jsonl"), "en", "fr")
+    (tmp_path / "empty.tsv").write_text("A dog.\tUn chien.\n \tUn chat.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"empty.tsv line 2: the source sentence is empty"):
+        load_file(str(tmp_path / "empty.tsv"), "en", "fr")
+    (tmp_path / "pair.en").write_text("A dog.\nA cat.\n", encoding="utf-8")
+    (tmp_path / "pair.fr").write_text("Un chien.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"pair.en has 2 lines but .*pair.fr has 1"):
+        load_file(str(tmp_path / "pair"), "en", "fr")
+    with pytest.raises(FileNotFoundError, match="no nothing.en and nothing.fr"):
+        load_file(str(tmp_path / "nothing"), "en", "fr")
