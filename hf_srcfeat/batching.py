@@ -1,5 +1,6 @@
-"""Token-based batching: batches of sentences of similar length that fill a token budget, as fairseq's
-`--max-tokens` and Sockeye's `--batch-type word` make them.
+"""Batches for training: token-based batching (batches of sentences of similar length that fill a token budget, as
+fairseq's `--max-tokens` and Sockeye's `--batch-type word` make them), and the collator that builds each batch's
+dependency distances from the O(S) trees stored with the examples.
 
 Batching by sentence count pads every sentence to the longest of a random batch; grouping by length and filling a
 token budget instead spends the compute on real tokens and keeps the memory per batch constant. Transformers'
@@ -9,10 +10,15 @@ token budget instead spends the compute on real tokens and keeps the memory per 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Sampler
-from transformers import Seq2SeqTrainer
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+
+from .dependency_tree import token_distance_matrix
+from .tokenization_source_features import TREE_COLUMN
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -113,3 +119,22 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
+
+
+@dataclass
+class SourceFeatureCollator(DataCollatorForSeq2Seq):
+    """`DataCollatorForSeq2Seq` for encodings stored in O(S): rows that carry their tree as `word_heads`
+    (`tokenizer(..., return_dep_distance=False)`) get their [S, S] `dep_distance` built here, per batch, exactly as
+    the tokenizer builds it; other rows are collated as usual. Under the Trainer, keep the column
+    (`remove_unused_columns=False`): the models do not take it."""
+
+    def __call__(self, features, return_tensors=None):
+        if not features or TREE_COLUMN not in features[0]:
+            return super().__call__(features, return_tensors)
+        heads = [feature[TREE_COLUMN] for feature in features]
+        batch = super().__call__([{name: value for name, value in feature.items() if name != TREE_COLUMN}
+                                  for feature in features], return_tensors)
+        matrices = [token_distance_matrix(tree, words) for tree, words in zip(heads, batch["word_ids"].tolist(),
+                                                                              strict=True)]
+        batch["dep_distance"] = torch.from_numpy(np.stack(matrices))
+        return batch

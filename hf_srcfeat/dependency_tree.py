@@ -54,3 +54,16 @@ def dependency_distances(heads: Sequence[int]) -> np.ndarray:
     sizes = ancestors.sum(axis=1)
     shared = ancestors @ ancestors.T
     return np.rint(sizes[:, None] + sizes[None, :] - 2.0 * shared).astype(np.int64)
+
+
+def token_distance_matrix(heads: Sequence[int], word_ids: Sequence[int]) -> np.ndarray:
+    """[S, S] tree distances between the words of S tokens (`word_ids`, -1 for special tokens and padding, whose
+    rows and columns are -1): what `dep_distance` holds, built from the O(S) pair (heads, word_ids) whenever a
+    batch needs it."""
+    words = np.asarray(word_ids, dtype=np.int64)
+    matrix = np.full((len(words), len(words)), -1, dtype=np.int64)
+    is_word = words >= 0
+    if is_word.any():
+        distances = dependency_distances(heads)
+        matrix[np.ix_(is_word, is_word)] = distances[np.ix_(words[is_word], words[is_word])]
+    return matrix

@@ -34,7 +34,7 @@ from transformers.tokenization_utils_tokenizers import TokenizersBackend
 from transformers.utils import PaddingStrategy
 
 from .annotation import AnnotatedSentence, StanzaAnnotator, check_text
-from .dependency_tree import dependency_distances
+from .dependency_tree import token_distance_matrix
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
 from .source_features import SOURCE_FEATURE_NAMES
@@ -45,6 +45,8 @@ FEATURE_VOCAB_FILE = "feature_vocab.json"
 FEATURE_PADDING = {"pos_ids": PAD_ID, "lemma_ids": PAD_ID, "deprel_ids": PAD_ID, "subword_tag_ids": PAD_ID,
                    "word_ids": -1, "phrase_ids": -1}
 NO_WORD = -1
+#: The words' heads (1-based, 0 = root) of a stored encoding, instead of its [S, S] `dep_distance`.
+TREE_COLUMN = "word_heads"
 #: `__call__` options that have no meaning for word-aligned source features.
 UNSUPPORTED_OPTIONS = ("stride", "return_overflowing_tokens", "return_offsets_mapping")
 
@@ -146,7 +148,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *,
                  annotations: AnnotatedSentence | Sequence[AnnotatedSentence] | None = None,
-                 source_features: bool = True, **kwargs) -> BatchEncoding:
+                 source_features: bool = True, return_dep_distance: bool = True, **kwargs) -> BatchEncoding:
         if not source_features or (text is None and annotations is None):
             return super().__call__(text, text_pair, text_target, text_pair_target, **kwargs)
         if text_pair is not None or text_pair_target is not None:
@@ -171,7 +173,11 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if truncation and max_length is None:
             max_length = self.model_max_length
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
-        rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit)
+        if not return_dep_distance and padding not in (False, None, PaddingStrategy.DO_NOT_PAD, "do_not_pad"):
+            raise ValueError("return_dep_distance=False is for storing encodings (no padding): the word-level "
+                             "`word_heads` are not padded; SourceFeatureCollator builds `dep_distance` per batch.")
+        rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit,
+                                     dep_distance=return_dep_distance)
         columns = {name: [row[name] for row in rows] for name in rows[0]}
         # Truncation is done; `pad` reads max_length as a padding length only, and warns when it cannot use it.
         pad_length = max_length if padding == PaddingStrategy.MAX_LENGTH else None
@@ -214,8 +220,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
         return not single, self.annotate(texts, is_split_into_words=is_split_into_words)
 
     def encode_annotated(self, sentences: Sequence[AnnotatedSentence], add_special_tokens: bool = True,
-                         max_length: int | None = None) -> list[dict[str, list]]:
-        """Unpadded encodings (lists) of annotated sentences, one dict per sentence."""
+                         max_length: int | None = None, dep_distance: bool = True) -> list[dict[str, list]]:
+        """Unpadded encodings (lists) of annotated sentences, one dict per sentence (see `_align` for
+        `dep_distance`)."""
         vocabularies = self.feature_vocabularies
         if vocabularies is None:
             raise ValueError("this tokenizer has no feature vocabularies; create it with "
@@ -236,7 +243,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
             # The word tokenizer carries no truncation state: the backend's (set by an earlier plain call with
             # truncation=True) would cut the tokens here without cutting their features.
             final = word_tokenizer.post_process(encoding, None, add_special_tokens)
-            rows.append(self._align(final, features, kept))
+            rows.append(self._align(final, features, kept, sentence.heads, dep_distance))
         return rows
 
     def _word_features(self, sentence: AnnotatedSentence, word_ids: list[int | None]) -> dict[str, np.ndarray]:
@@ -255,30 +262,32 @@ class SourceFeatureTokenizer(TokenizersBackend):
         phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
         for index, phrase in enumerate(phrases):
             phrase_of_word[phrase] = index
-        distances = dependency_distances(sentence.heads)
         return {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
                 "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
-                "word_ids": words, "phrase_ids": phrase_of_word[words],
-                "dep_distance": distances[np.ix_(words, words)]}
+                "word_ids": words, "phrase_ids": phrase_of_word[words]}
 
     @staticmethod
-    def _align(encoding, features: dict[str, np.ndarray], kept: slice) -> dict[str, list]:
-        """Place the kept tokens' features at the non-special positions of the final encoding."""
+    def _align(encoding, features: dict[str, np.ndarray], kept: slice, heads: list[int],
+               dep_distance: bool = True) -> dict[str, list]:
+        """Place the kept tokens' features at the non-special positions of the final encoding; the tree as the
+        [S, S] `dep_distance` matrix, or (O(S)) as the words' `word_heads`, from which `SourceFeatureCollator`
+        builds the same matrix per batch."""
         length = len(encoding.ids)
         is_word = np.array([word is not None for word in encoding.word_ids], dtype=bool)
         row: dict[str, list] = {"input_ids": list(encoding.ids), "attention_mask": [1] * length}
         for name in SOURCE_FEATURE_NAMES:
-            values = features[name][kept]
             if name == "dep_distance":
-                matrix = np.full((length, length), NO_WORD, dtype=np.int64)
-                matrix[np.ix_(is_word, is_word)] = values[:, kept]
-                row[name] = matrix.tolist()
                 continue
+            values = features[name][kept]
             if name == "phrase_ids" and len(values):
                 values = values - values.min()  # a left-truncated sentence's first kept phrase is phrase 0
             column = np.full(length, NO_WORD if name in ("word_ids", "phrase_ids") else SPECIAL_ID, dtype=np.int64)
             column[is_word] = values
             row[name] = column.tolist()
+        if dep_distance:
+            row["dep_distance"] = token_distance_matrix(heads, row["word_ids"]).tolist()
+        else:
+            row[TREE_COLUMN] = list(heads)
         return row
 
     def word_tokenizer(self) -> Tokenizer:
@@ -321,6 +330,24 @@ class SourceFeatureTokenizer(TokenizersBackend):
             blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
             encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
         return encoded_inputs
+
+
+#: Narrowest integer type of each stored column (Arrow stores what `datasets.map` returns as int64 otherwise): ids
+#: of vocabularies that may exceed 32k are int32, small label sets int16, flags int8.
+STORAGE_DTYPES = {"input_ids": "int32", "attention_mask": "int8", "pos_ids": "int16", "lemma_ids": "int32",
+                  "deprel_ids": "int16", "subword_tag_ids": "int8", "word_ids": "int16", "phrase_ids": "int16",
+                  TREE_COLUMN: "int16", "labels": "int32"}
+
+
+def storage_features(columns: Sequence[str]):
+    """`datasets.Features` storing tokenized columns (O(S) trees, `return_dep_distance=False`) in their narrowest
+    integer types, for `Dataset.map(..., features=...)`: about a third of the int64 default."""
+    from datasets import Features, List, Value
+
+    unknown = [column for column in columns if column not in STORAGE_DTYPES]
+    if unknown:
+        raise ValueError(f"no storage type for columns {unknown} (store trees as word_heads, not dep_distance).")
+    return Features({column: List(Value(STORAGE_DTYPES[column])) for column in columns})
 
 
 def check_tokenizer_matches(config, tokenizer) -> None:

@@ -248,3 +248,27 @@ def test_a_thousand_word_sentence_encodes_with_all_features(feature_tokenizer, t
     assert int(encoding["word_ids"].max()) >= 999
     truncated = feature_tokenizer(text, truncation=True, max_length=256, return_tensors="pt")
     assert truncated["dep_distance"].shape == (1, 256, 256)
+
+
+def test_stored_trees_collate_into_the_distances_the_tokenizer_gives(feature_tokenizer, test_sentences, tiny_config):
+    """O(S) storage: `return_dep_distance=False` keeps the words' heads instead of the [S, S] matrix, and
+    SourceFeatureCollator builds the same padded matrix per batch, so every model sees identical inputs."""
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+    from hf_srcfeat.batching import SourceFeatureCollator
+
+    sentences = test_sentences[:5]
+    direct = feature_tokenizer(sentences, text_target=sentences, truncation=True, max_length=12, padding=True,
+                               return_tensors="pt")
+    stored = feature_tokenizer(sentences, text_target=sentences, truncation=True, max_length=12,
+                               return_dep_distance=False)
+    assert "dep_distance" not in stored and all(isinstance(heads[0], int) for heads in stored["word_heads"])
+    rows = [{name: stored[name][index] for name in stored} for index in range(len(sentences))]
+    collated = SourceFeatureCollator(feature_tokenizer)(rows)
+    for name in ("input_ids", "attention_mask", "word_ids", "pos_ids", "phrase_ids", "dep_distance"):
+        assert torch.equal(collated[name], direct[name]), name
+    torch.manual_seed(0)
+    model = DepsSanForConditionalGeneration(DepsSanConfig(**tiny_config().to_diff_dict(), deps_san_heads=[0, 1]))
+    labels = {"labels": direct["labels"]}
+    assert torch.equal(model(**{**direct, **labels}).logits, model(**{**collated, **labels}).logits)
+    with pytest.raises(ValueError, match="return_dep_distance=False is for storing"):
+        feature_tokenizer(sentences, padding=True, return_dep_distance=False)

@@ -168,3 +168,13 @@ def test_a_new_model_starts_from_its_seed_whatever_drew_from_the_random_generato
     assert all(torch.equal(first.state_dict()[name], weight) for name, weight in second.state_dict().items())
     other_seed = train.build_model(model_args, feature_tokenizer, seed=6)
     assert not torch.equal(first.model.shared.weight, other_seed.model.shared.weight)
+
+
+def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi30k_dir, tmp_path):
+    """The tokenized training set keeps each sentence's heads, not its [S, S] distance matrix; the collator builds
+    the matrix per batch, and Deps-SAN (which reads it) trains."""
+    results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--model_type", "deps_san",
+                                 "--max_train_samples", "64", "--max_steps", "4", "--per_device_train_batch_size", "16",
+                                 "--logging_steps", "1", "--do_predict_test", "false"])
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert len(losses) == 4 and all(loss == loss for loss in losses)

@@ -27,7 +27,6 @@ import transformers
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
-    DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
     HfArgumentParser,
     Seq2SeqTrainer,
@@ -38,10 +37,15 @@ from transformers import (
 
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
-from hf_srcfeat.batching import TokenBatchingSeq2SeqTrainer
+from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.corpora import load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
-from hf_srcfeat.tokenization_source_features import check_tokenizer_matches, train_source_feature_tokenizer
+from hf_srcfeat.tokenization_source_features import (
+    STORAGE_DTYPES,
+    check_tokenizer_matches,
+    storage_features,
+    train_source_feature_tokenizer,
+)
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -352,15 +356,19 @@ def main(argv: list[str] | None = None) -> dict:
     def tokenize(batch):
         if PARSE_COLUMN in batch:
             parses = [AnnotatedSentence.from_json(parse) for parse in batch[PARSE_COLUMN]]
-            encoded = tokenizer(annotations=parses, truncation=True, max_length=data_args.max_source_length)
+            encoded = tokenizer(annotations=parses, truncation=True, max_length=data_args.max_source_length,
+                                return_dep_distance=False)
         else:
-            encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length)
+            encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length,
+                                return_dep_distance=False)  # O(S): the collator builds the [S, S] distances
         encoded["labels"] = tokenizer(text_target=batch["target"], truncation=True,
                                       max_length=data_args.max_target_length)["input_ids"]
         return encoded
 
     with training_args.main_process_first(desc="tokenization"):
-        tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, desc=f"tokenize {name}")
+        stored = storage_features(list(STORAGE_DTYPES))  # narrow integer types: a third of the int64 default
+        tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
+                                    desc=f"tokenize {name}")
                      for name, (data, _) in splits.items()}
         train_set, eval_set = tokenized["train"], tokenized["validation"]
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
@@ -372,9 +380,11 @@ def main(argv: list[str] | None = None) -> dict:
                              "eval_loss (and eval_strategy = save_strategy = steps), so that the best model is kept.")
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
     compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
+    # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
+    training_args.remove_unused_columns = False
     trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
-        processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
         compute_metrics=compute_metrics,
         callbacks=callbacks,
     )
