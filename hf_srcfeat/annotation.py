@@ -475,8 +475,11 @@ class StanzaAnnotator:
     def __call__(self, texts: str | Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
         return self.annotate([texts] if isinstance(texts, str) else texts, show_progress=show_progress)
 
-    def annotate(self, texts: Sequence[str], show_progress: bool = True) -> list[AnnotatedSentence]:
-        """One AnnotatedSentence per text (cached texts are not parsed again)."""
+    def annotate(self, texts: Sequence[str], show_progress: bool = True, num_proc: int = 1
+                 ) -> list[AnnotatedSentence]:
+        """One AnnotatedSentence per text (cached texts are not parsed again). With `num_proc` > 1 the texts not
+        yet cached are parsed by that many worker processes (each with one torch thread and its own Stanza), which
+        write to the same cache."""
         for index, text in enumerate(texts):
             check_text(index, text)
             if len(text) > self.max_characters:
@@ -487,7 +490,9 @@ class StanzaAnnotator:
         identity = self.identity
         done = self.cache.get_many(identity, unique) if self.cache is not None else {}
         missing = [text for text in unique if text not in done]
-        if missing:
+        if missing and num_proc > 1 and len(missing) >= 2 * num_proc:
+            done.update(self._annotate_in_processes(missing, num_proc, show_progress))
+        elif missing:
             from tqdm.auto import tqdm
 
             progress = tqdm(total=len(missing), desc="stanza", unit="sent", disable=not show_progress)
@@ -502,6 +507,18 @@ class StanzaAnnotator:
                 progress.update(len(chunk))
             progress.close()
         return [done[text] for text in texts]
+
+    def _annotate_in_processes(self, texts: list[str], num_proc: int, show_progress: bool
+                               ) -> dict[str, AnnotatedSentence]:
+        """Parse `texts` in `num_proc` spawned processes, every num_proc-th text each; the parses come back as JSON."""
+        import multiprocessing
+
+        chunks = [texts[start::num_proc] for start in range(num_proc)]
+        with multiprocessing.get_context("spawn").Pool(num_proc) as pool:
+            results = pool.starmap(_parse_chunk, [(self, chunk, show_progress and index == 0)
+                                                  for index, chunk in enumerate(chunks)])
+        return {text: AnnotatedSentence.from_json(parse) for chunk, parses in zip(chunks, results, strict=True)
+                for text, parse in zip(chunk, parses, strict=True)}
 
     @staticmethod
     def _convert(text: str, document) -> AnnotatedSentence:
@@ -531,3 +548,11 @@ class StanzaAnnotator:
                 words.extend(multiword_spacing(token_words, original or token.text, bool(token.spaces_after)))
             offset += len(sentence.words)
         return AnnotatedSentence(words=words, text=text)
+
+
+def _parse_chunk(annotator: StanzaAnnotator, texts: list[str], show_progress: bool) -> list[str]:
+    """A worker process of `StanzaAnnotator.annotate(num_proc=...)`: one torch thread, its own Stanza."""
+    import torch
+
+    torch.set_num_threads(1)
+    return [sentence.to_json() for sentence in annotator.annotate(texts, show_progress=show_progress)]

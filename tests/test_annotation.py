@@ -135,3 +135,29 @@ def test_stanza_tags_gold_tokenized_ewt_test_sentences_mostly_right(ewt_dir, tmp
     # The shared models measure UPOS 90.7 and UAS 79.5 on all of EWT test.
     assert scores["upos"] > 80 and scores["uas"] > 65, scores
     assert annotation_scores(gold[:2], gold[:2])["las"] == 100.0
+
+
+def test_two_worker_processes_parse_as_one_does(stanza_annotator, test_sentences, tmp_path):
+    texts = test_sentences[:8]
+    parallel = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cold.sqlite")
+    assert parallel.annotate(texts, show_progress=False, num_proc=2) == stanza_annotator.annotate(texts)
+    assert len(parallel.cache) == len(texts), "the workers filled the cache"
+
+
+def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator, multi30k_dir, tmp_path):
+    import gzip
+
+    from hf_srcfeat.annotate import main
+
+    lines = 25
+    with gzip.open(multi30k_dir / "val.en.gz", "rt", encoding="utf-8") as handle, \
+            gzip.open(tmp_path / "val.en.gz", "wt", encoding="utf-8") as target:
+        target.writelines(line for _, line in zip(range(lines), handle, strict=False))
+    common = ["--input", str(tmp_path / "val.en.gz"), "--stanza_dir", str(stanza_annotator.model_dir),
+              "--annotation_cache", str(stanza_annotator.cache.path)]
+    main([*common, "--output", str(tmp_path / "whole.conllu.gz")])
+    main([*common, "--output", str(tmp_path / "sharded.conllu.gz"), "--shard_index", "1", "--num_shards", "2"])
+    main([*common, "--output", str(tmp_path / "sharded.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+    whole = list(read_conllu(tmp_path / "whole.conllu.gz"))
+    assert list(read_conllu(tmp_path / "sharded.conllu.gz")) == whole and len(whole) == lines
+    assert not list(tmp_path.glob("*.shard-*")), "the shards are merged and removed"

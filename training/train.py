@@ -107,6 +107,9 @@ class DataArguments:
         "help": "CoNLL-U parses of the validation sources (as --train_source_conllu)."})
     test_source_conllu: str | None = field(default=None, metadata={
         "help": "CoNLL-U parses of the test sources (as --train_source_conllu)."})
+    annotation_num_proc: int = field(default=1, metadata={
+        "help": "Worker processes parsing the sources not yet in the annotation cache (one torch thread each)."})
+    annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu or cuda."})
     annotation_cache: str | None = field(default=None, metadata={
         "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
     max_train_minutes: float | None = field(default=None, metadata={
@@ -241,12 +244,14 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
     tokenization."""
     # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
     annotator = StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
-                                cache_path=data_args.annotation_cache) if source_texts else None
+                                cache_path=data_args.annotation_cache,
+                                device=data_args.annotation_device) if source_texts else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
         if annotator is not None:
-            annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0)
+            annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0,
+                               num_proc=data_args.annotation_num_proc)
         if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
