@@ -178,3 +178,27 @@ def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi
                                  "--logging_steps", "1", "--do_predict_test", "false"])
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert len(losses) == 4 and all(loss == loss for loss in losses)
+
+
+def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(multi30k_dir, tmp_path):
+    """Two processes, a user's JSON-lines corpus of another language pair, and token-budget batches dealt out
+    by accelerate: both ranks end with the same parameters."""
+    from hf_srcfeat.multi30k import load_multi30k
+
+    pairs = load_multi30k("train", "en", "fr", multi30k_dir, limit=256)
+    corpus = tmp_path / "train.jsonl"
+    corpus.write_text("".join(json.dumps({"translation": {"en": s, "fr": t}}, ensure_ascii=False) + "\n"
+                              for s, t in zip(pairs["source"], pairs["target"], strict=True)), encoding="utf-8")
+    output_dir = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+               str(REPO / "training" / "train.py"), *TINY, "--output_dir", str(output_dir), "--do_train",
+               "--source_lang", "en", "--target_lang", "fr", "--train_file", str(corpus), "--validation_file",
+               str(corpus), "--max_tokens_per_batch", "400", "--max_steps", "6", "--ddp_backend", "gloo",
+               "--do_predict_test", "false", "--logging_steps", "3"]
+    completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               cwd=REPO, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    fingerprints = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["fingerprint"]
+                    for rank in (0, 1)]
+    assert fingerprints[0] == fingerprints[1]
+    assert json.loads((output_dir / "results.json").read_text())["data_files"][0] == str(corpus)
