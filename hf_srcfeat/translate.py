@@ -249,6 +249,7 @@ def load_translator(args: argparse.Namespace):
     generation = {"num_beams": args.num_beams}
     if args.max_new_tokens is not None:
         generation["max_new_tokens"] = args.max_new_tokens
+        model.generation_config.max_length = None  # the saved limit yields to the one asked for, without a warning
     return pipeline("translation", model=model, tokenizer=tokenizer, device=device, **generation)
 
 
