@@ -11,19 +11,26 @@ The forms Transformers' `run_translation.py` reads, and the plain ones NMT toolk
 | `--dataset_name multi30k` (the default) | Multi30k task 1 (`hf_srcfeat.multi30k`) |
 
 Every pair is checked: a missing language, or an empty source or target, is an error naming the file and line.
+A JSON-lines field or a dataset column can carry each source's CoNLL-U parse (`parse_column`), kept as
+`source_conllu`.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datasets import Dataset, load_dataset
+from datasets import Dataset, Features, Value, concatenate_datasets, load_dataset
 
-from .multi30k import load_multi30k, multi30k_file
+from .multi30k import multi30k_file
 
 MULTI30K = "multi30k"
+#: Column of each source's CoNLL-U parse, when the corpus carries them (`--source_parse_column`).
+SOURCE_CONLLU = "source_conllu"
 
 
 @dataclass
@@ -42,28 +49,25 @@ def _existing(path: Path) -> Path | None:
     return None
 
 
-def _lines(path: Path) -> list[str]:
-    import gzip
-
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file, streamed (a corpus is never held whole), UTF-8 checked."""
     opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            return [line.rstrip("\r\n") for line in handle]
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}).") from None
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
 
 
-def check_pairs(sources: list[str], targets: list[str], origin: str) -> None:
-    """Refuse empty sentences, naming the file and line (1-based)."""
-    for number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1):
-        for side, text in (("source", source), ("target", target)):
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{origin} line {number}: the {side} sentence is empty.")
+def _check_sentence(text: object, side: str, origin: str, number: int) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{origin} {number}: the {side} sentence is empty.")
 
 
-def read_json_lines(path: Path, source_lang: str, target_lang: str) -> Dataset:
-    sources, targets = [], []
-    for number, line in enumerate(_lines(path), start=1):
+def check_json_lines(path: Path, source_lang: str, target_lang: str) -> None:
+    """Every line a JSON object whose translation dict holds both languages, non-empty (blank lines are skipped)."""
+    for number, line in _lines(path):
         if not line.strip():
             continue
         try:
@@ -73,42 +77,75 @@ def read_json_lines(path: Path, source_lang: str, target_lang: str) -> Dataset:
         missing = [lang for lang in (source_lang, target_lang) if lang not in pair]
         if missing:
             raise ValueError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
-        sources.append(pair[source_lang])
-        targets.append(pair[target_lang])
-    check_pairs(sources, targets, str(path))
-    return Dataset.from_dict({"source": sources, "target": targets})
+        _check_sentence(pair[source_lang], "source", f"{path} line", number)
+        _check_sentence(pair[target_lang], "target", f"{path} line", number)
 
 
-def read_tsv(path: Path) -> Dataset:
-    sources, targets = [], []
-    for number, line in enumerate(_lines(path), start=1):
+def check_tsv(path: Path) -> None:
+    for number, line in _lines(path):
         columns = line.split("\t")
         if len(columns) != 2:
             raise ValueError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
                              "(source, target).")
-        sources.append(columns[0])
-        targets.append(columns[1])
-    check_pairs(sources, targets, str(path))
-    return Dataset.from_dict({"source": sources, "target": targets})
+        _check_sentence(columns[0], "source", f"{path} line", number)
+        _check_sentence(columns[1], "target", f"{path} line", number)
+
+
+def check_text_pair(source_file: Path, target_file: Path) -> None:
+    counts = {}
+    for path, side in ((source_file, "source"), (target_file, "target")):
+        number = 0
+        for number, line in _lines(path):
+            _check_sentence(line, side, f"{path} line", number)
+        counts[side] = number
+    if counts["source"] != counts["target"]:
+        raise ValueError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "
+                         "the two sides must be line-aligned.")
+
+
+# The files are checked line by line first (errors name the line), then read by `datasets` into Arrow files on
+# disk: memory-mapped, and `map` over them is cached, so a second run over the same corpus reuses the work.
+def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None) -> Dataset:
+    check_json_lines(path, source_lang, target_lang)
+    loaded = load_dataset("json", data_files=str(path), split="train")
+    if parse_column and parse_column not in loaded.column_names:
+        raise ValueError(f"{path} has no {parse_column!r} field for the source parses (it has {loaded.column_names}).")
+
+    def pairs(batch):
+        columns = {"source": [pair[source_lang] for pair in batch["translation"]],
+                   "target": [pair[target_lang] for pair in batch["translation"]]}
+        return {**columns, SOURCE_CONLLU: batch[parse_column]} if parse_column else columns
+
+    return loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
+
+
+def read_tsv(path: Path) -> Dataset:
+    check_tsv(path)
+    # QUOTE_NONE and string columns: quotes, "NA" or "12" in a sentence stay text.
+    return load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
+                        quoting=csv.QUOTE_NONE, keep_default_na=False,
+                        features=Features({"source": Value("string"), "target": Value("string")}))
 
 
 def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
-    sources, targets = _lines(source_file), _lines(target_file)
-    if len(sources) != len(targets):
-        raise ValueError(f"{source_file} has {len(sources)} lines but {target_file} has {len(targets)}; the two "
-                         "sides must be line-aligned.")
-    check_pairs(sources, targets, f"{source_file} / {target_file}")
-    return Dataset.from_dict({"source": sources, "target": targets})
+    check_text_pair(source_file, target_file)
+    sides = [load_dataset("text", data_files=str(path), split="train").rename_column("text", side)
+             for path, side in ((source_file, "source"), (target_file, "target"))]
+    return concatenate_datasets(sides, axis=1)
 
 
-def load_file(path: str, source_lang: str, target_lang: str) -> Corpus:
-    """One parallel file (or text-file pair by prefix), by its form; the corpus is named after the file."""
+def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None) -> Corpus:
+    """One parallel file (or text-file pair by prefix), by its form; the corpus is named after the file. JSON lines
+    may carry each source's CoNLL-U parse in the field `parse_column`."""
     given = Path(path)
     suffixes = [suffix for suffix in given.suffixes if suffix != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     name = given.name.split(".")[0]
     if kind in (".json", ".jsonl") and given.is_file():
-        return Corpus(name, read_json_lines(given, source_lang, target_lang), [str(given)])
+        return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column), [str(given)])
+    if parse_column:
+        raise ValueError(f"{path}: source parses in a column need JSON lines or a datasets source; for other files "
+                         "give them as CoNLL-U (--train_source_conllu etc.).")
     if kind == ".tsv" and given.is_file():
         return Corpus(name, read_tsv(given), [str(given)])
     source_file = _existing(given.with_name(f"{given.name}.{source_lang}"))
@@ -120,25 +157,33 @@ def load_file(path: str, source_lang: str, target_lang: str) -> Corpus:
 
 
 def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, source_column: str | None,
-                 target_column: str | None) -> Dataset:
-    """`source`/`target` columns from a `translation` dict column or from named columns."""
+                 target_column: str | None, parse_column: str | None = None) -> Dataset:
+    """`source`/`target` columns from a `translation` dict column or from named columns (a cached `map`: the
+    data stays on disk); an empty or missing sentence is an error naming its row."""
     if source_column or target_column:
         missing = [column for column in (source_column, target_column) if column not in dataset.column_names]
         if missing:
             raise ValueError(f"{origin} has no column {missing} (it has {dataset.column_names}).")
-        sources, targets = list(dataset[source_column]), list(dataset[target_column])
-    elif "translation" in dataset.column_names:
-        pairs = dataset["translation"]
-        for number, pair in enumerate(pairs, start=1):
-            missing = [lang for lang in (source_lang, target_lang) if lang not in pair or pair[lang] is None]
-            if missing:
-                raise ValueError(f"{origin} row {number}: the translation has no {missing}.")
-        sources, targets = [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
-    else:
+    if parse_column and parse_column not in dataset.column_names:
+        raise ValueError(f"{origin} has no column {parse_column!r} for the source parses (it has "
+                         f"{dataset.column_names}).")
+    if not (source_column or target_column) and "translation" not in dataset.column_names:
         raise ValueError(f"{origin} has no `translation` column; name the text columns with --source_column and "
                          f"--target_column (it has {dataset.column_names}).")
-    check_pairs(sources, targets, origin)
-    return Dataset.from_dict({"source": sources, "target": targets})
+
+    def pairs(batch, indices):
+        if source_column or target_column:
+            sources, targets = batch[source_column], batch[target_column]
+        else:
+            sources = [(pair or {}).get(source_lang) for pair in batch["translation"]]
+            targets = [(pair or {}).get(target_lang) for pair in batch["translation"]]
+        for index, source, target in zip(indices, sources, targets, strict=True):
+            _check_sentence(source, "source", f"{origin} row", index + 1)
+            _check_sentence(target, "target", f"{origin} row", index + 1)
+        columns = {"source": sources, "target": targets}
+        return {**columns, SOURCE_CONLLU: batch[parse_column]} if parse_column else columns
+
+    return dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
 
 
 @dataclass
@@ -157,7 +202,7 @@ class Corpora:
 def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,
                  validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
                  source_column: str | None = None, target_column: str | None = None,
-                 data_dir: str | None = None) -> Corpora:
+                 data_dir: str | None = None, parse_column: str | None = None) -> Corpora:
     """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
     is given); files given override the same split of the named dataset."""
     splits: dict[str, Corpus] = {}
@@ -167,25 +212,26 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
         origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         for split in loaded:
             corpus = Corpus(split, from_dataset(loaded[split], f"{origin} {split}", source_lang, target_lang,
-                                                source_column, target_column), [f"{origin} split {split}"])
+                                                source_column, target_column, parse_column),
+                            [f"{origin} split {split}"])
             if split.startswith("test"):
                 tests.append(corpus)
             else:
                 splits["validation" if split in ("validation", "valid", "dev") else split] = corpus
     elif dataset_name == MULTI30K or not any([train_file, validation_file, test_files]):
         for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
-            corpus = Corpus(split, load_multi30k(split, source_lang, target_lang, data_dir),
-                            [str(multi30k_file(split, lang, data_dir)) for lang in (source_lang, target_lang)])
+            files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
+            corpus = Corpus(split, read_text_pair(*files), [str(path) for path in files])
             if key:
                 splits[key] = corpus
             else:
                 tests.append(corpus)
     if train_file:
-        splits["train"] = load_file(train_file, source_lang, target_lang)
+        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column)
     if validation_file:
-        splits["validation"] = load_file(validation_file, source_lang, target_lang)
+        splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column)
     if test_files:
-        tests = [load_file(path, source_lang, target_lang) for path in test_files]
+        tests = [load_file(path, source_lang, target_lang, parse_column) for path in test_files]
     missing = [split for split in ("train", "validation") if split not in splits]
     if missing:
         raise ValueError(f"no {missing} data: give --{missing[0]}_file, or a --dataset_name that has that split.")

@@ -39,6 +39,8 @@ def blind_source_slices() -> Path:
 
 
 os.environ["HF_SRCFEAT_MULTI30K_BLIND_DIR"] = str(blind_source_slices())
+# datasets' Arrow and map caches per test session too, never in ~/.cache/huggingface.
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hf_srcfeat_datasets_")
 torch.set_num_threads(1)
 
 

@@ -85,3 +85,53 @@ def test_bad_data_is_named_by_file_and_line(tmp_path):
         load_file(str(tmp_path / "pair"), "en", "fr")
     with pytest.raises(FileNotFoundError, match="no nothing.en and nothing.fr"):
         load_file(str(tmp_path / "nothing"), "en", "fr")
+
+
+def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_data(en_fr, tmp_path):
+    """The corpus lives in Arrow files on disk and its tokenization is cached beside them: a second run reads the
+    cache files the first one wrote instead of tokenizing again."""
+    import os
+
+    import train
+
+    files = {name: write_json_lines(tmp_path / f"{name}.jsonl", en_fr[name]) for name in ("train", "valid")}
+    corpus = ["--source_lang", "en", "--target_lang", "fr", "--train_file", files["train"], "--validation_file",
+              files["valid"]]
+    train.main(TINY_RUN + corpus + ["--output_dir", str(tmp_path / "tokenizer"), "--do_train", "--max_steps", "1"])
+    runs = [train.main(TINY_RUN + corpus + ["--output_dir", str(tmp_path / name), "--do_train",
+                                            "--tokenizer_name_or_path", str(tmp_path / "tokenizer")])
+            for name in ("first", "second")]
+    cached = runs[0]["tokenized_cache_files"]["train"]
+    assert cached and runs[1]["tokenized_cache_files"]["train"] == cached
+    written = {path: os.stat(path).st_mtime_ns for path in cached}
+    train.main(TINY_RUN + corpus + ["--output_dir", str(tmp_path / "third"), "--do_train",
+                                    "--tokenizer_name_or_path", str(tmp_path / "tokenizer")])
+    assert {path: os.stat(path).st_mtime_ns for path in cached} == written, "read, not written again"
+
+
+def test_source_parses_in_a_json_lines_field_train_without_stanza_and_are_checked(en_fr, stanza_annotator, tmp_path):
+    import train
+
+    from hf_srcfeat.annotation import conllu_lines
+
+    def write(path, data, shift: int = 0):
+        parses = stanza_annotator.annotate(list(data["source"]), show_progress=False)
+        parses = parses[shift:] + parses[:shift]
+        with open(path, "w", encoding="utf-8") as handle:
+            for source, target, parse in zip(data["source"], data["target"], parses, strict=True):
+                handle.write(json.dumps({"translation": {"en": source, "fr": target},
+                                         "parse": "\n".join(conllu_lines(parse))}, ensure_ascii=False) + "\n")
+        return str(path)
+
+    train_file, valid_file = write(tmp_path / "train.jsonl", en_fr["train"]), write(tmp_path / "valid.jsonl",
+                                                                                   en_fr["valid"])
+    results = train.main(TINY_RUN + [
+        "--output_dir", str(tmp_path / "run"), "--do_train", "--source_lang", "en", "--target_lang", "fr",
+        "--train_file", train_file, "--validation_file", valid_file, "--source_parse_column", "parse",
+        "--stanza_dir", str(tmp_path / "no_stanza_here")])
+    assert [entry for entry in results["log_history"] if "loss" in entry or "train_loss" in entry]
+    shifted = write(tmp_path / "shifted.jsonl", en_fr["valid"], shift=1)
+    with pytest.raises(ValueError, match=r"shifted.jsonl row 1: the parse is of .*, the source is"):
+        train.main(TINY_RUN + ["--output_dir", str(tmp_path / "bad"), "--do_train", "--source_lang", "en",
+                               "--target_lang", "fr", "--train_file", train_file, "--validation_file", shifted,
+                               "--source_parse_column", "parse", "--stanza_dir", str(tmp_path / "no_stanza_here")])

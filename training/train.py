@@ -38,7 +38,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
 from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
-from hf_srcfeat.corpora import load_corpora
+from hf_srcfeat.corpora import SOURCE_CONLLU, load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.tokenization_source_features import (
     STORAGE_DTYPES,
@@ -87,6 +87,9 @@ class DataArguments:
         "help": "One or more test sets (as --train_file); each is scored and written as test_<name>_predictions.txt.",
         "nargs": "+"})
     source_column: str | None = field(default=None, metadata={"help": "Source text column of --dataset_name."})
+    source_parse_column: str | None = field(default=None, metadata={
+        "help": "Column of --dataset_name (or field of the JSON lines) holding each source's CoNLL-U parse, from any "
+                "parser: used instead of parsing with Stanza."})
     target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
@@ -107,6 +110,8 @@ class DataArguments:
         "help": "CoNLL-U parses of the validation sources (as --train_source_conllu)."})
     test_source_conllu: str | None = field(default=None, metadata={
         "help": "CoNLL-U parses of the test sources (as --train_source_conllu)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "Processes tokenizing the corpus (datasets.map num_proc), as in run_translation.py."})
     annotation_num_proc: int = field(default=1, metadata={
         "help": "Worker processes parsing the sources not yet in the annotation cache (one torch thread each)."})
     annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu or cuda."})
@@ -237,21 +242,44 @@ def read_source_parses(path: str, split_name: str, data, cut: bool) -> list[str]
     return sentences
 
 
+#: Sources handed to the annotator at once: parsing goes through the cache chunk by chunk, so a large corpus is never
+#: held whole as Python strings.
+ANNOTATION_CHUNK = 100_000
+
+
+def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
+    """The CoNLL-U parse of each source from its column, checked against the source (`# text`), as JSON."""
+    parses = []
+    for index, source, block in zip(indices, batch["source"], batch[SOURCE_CONLLU], strict=True):
+        try:
+            sentences = list(read_conllu(block.splitlines()))
+        except ValueError as error:
+            raise ValueError(f"{origin} row {index + 1}: its source parse is not valid CoNLL-U: {error}") from None
+        if len(sentences) != 1:
+            raise ValueError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
+        if sentences[0].text and sentences[0].text.strip() != source.strip():
+            raise ValueError(f"{origin} row {index + 1}: the parse is of {sentences[0].text!r}, the source is "
+                             f"{source!r}.")
+        parses.append(sentences[0].to_json())
+    return {PARSE_COLUMN: parses}
+
+
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
-                    source_texts: list[str]):
+                    unparsed: list):
     """Load the given feature-aware tokenizer, or train one on the main process and share it through
     output_dir; either way its annotator parses every source sentence without a given parse once (cached) before
     tokenization."""
     # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
     annotator = StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
                                 cache_path=data_args.annotation_cache,
-                                device=data_args.annotation_device) if source_texts else None
+                                device=data_args.annotation_device) if unparsed else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
-        if annotator is not None:
-            annotator.annotate(source_texts, show_progress=training_args.local_process_index == 0,
-                               num_proc=data_args.annotation_num_proc)
+        for data in unparsed:
+            for chunk in data.iter(batch_size=ANNOTATION_CHUNK):
+                annotator.annotate(chunk["source"], show_progress=training_args.local_process_index == 0,
+                                   num_proc=data_args.annotation_num_proc)
         if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
@@ -335,10 +363,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
-                           data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir)
+                           data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
+                           data_args.source_parse_column)
 
     def prepared(corpus, limit: int | None, conllu: str | None):
         data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
+        if SOURCE_CONLLU in data.column_names:
+            if conllu:
+                raise ValueError(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
+                                 "give one.")
+            return data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
+                            with_indices=True, remove_columns=[SOURCE_CONLLU]), corpus.origin[0]
         if conllu:
             data = data.add_column(PARSE_COLUMN, read_source_parses(conllu, corpus.name, data, cut=limit is not None))
         return data, conllu
@@ -352,8 +387,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                      data_args.test_source_conllu if index == 0 else None)
     train_data = splits["train"][0]
 
-    source_texts = [text for data, conllu in splits.values() if not conllu for text in data["source"]]
-    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, source_texts)
+    unparsed = [data for data, conllu in splits.values() if not conllu]
+    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
@@ -372,8 +407,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     with training_args.main_process_first(desc="tokenization"):
         stored = storage_features(list(STORAGE_DTYPES))  # narrow integer types: a third of the int64 default
+        # Cached next to the corpus's Arrow files: a second run with the same corpus and tokenizer reuses them,
+        # and under torchrun the other ranks read what the main process wrote.
         tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
-                                    desc=f"tokenize {name}")
+                                    num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}")
                      for name, (data, _) in splits.items()}
         train_set, eval_set = tokenized["train"], tokenized["validation"]
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
@@ -400,6 +437,8 @@ def main(argv: list[str] | None = None) -> dict:
         "code_version": code_version(),
         "model_args": asdict(model_args),
         "data_args": asdict(data_args),
+        "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
+                                  for name, data in tokenized.items()},
         "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
         + [conllu for _, conllu in splits.values() if conllu],
         "seed": training_args.seed,
