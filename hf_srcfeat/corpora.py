@@ -81,8 +81,17 @@ def check_json_lines(path: Path, source_lang: str, target_lang: str) -> None:
         _check_sentence(pair[target_lang], "target", f"{path} line", number)
 
 
+def _one_line(line: str, path: Path, number: int) -> str:
+    """A carriage return inside a line would start a new line for the readers that follow (universal newlines) and
+    shift every later pair: refuse it here, by line."""
+    if "\r" in line:
+        raise ValueError(f"{path} line {number} holds a carriage return inside the line; remove it (e.g. tr -d '\\r').")
+    return line
+
+
 def check_tsv(path: Path) -> None:
     for number, line in _lines(path):
+        line = _one_line(line, path, number)
         columns = line.split("\t")
         if len(columns) != 2:
             raise ValueError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
@@ -96,7 +105,7 @@ def check_text_pair(source_file: Path, target_file: Path) -> None:
     for path, side in ((source_file, "source"), (target_file, "target")):
         number = 0
         for number, line in _lines(path):
-            _check_sentence(line, side, f"{path} line", number)
+            _check_sentence(_one_line(line, path, number), side, f"{path} line", number)
         counts[side] = number
     if counts["source"] != counts["target"]:
         raise ValueError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "

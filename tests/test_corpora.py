@@ -135,3 +135,10 @@ def test_source_parses_in_a_json_lines_field_train_without_stanza_and_are_checke
         train.main(TINY_RUN + ["--output_dir", str(tmp_path / "bad"), "--do_train", "--source_lang", "en",
                                "--target_lang", "fr", "--train_file", train_file, "--validation_file", shifted,
                                "--source_parse_column", "parse", "--stanza_dir", str(tmp_path / "no_stanza_here")])
+
+
+def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(tmp_path):
+    (tmp_path / "pair.en").write_bytes(b"A dog.\nA cat\rsleeps.\n")
+    (tmp_path / "pair.fr").write_bytes(b"Un chien.\nUn chat dort.\n")
+    with pytest.raises(ValueError, match=r"pair.en line 2 holds a carriage return"):
+        load_file(str(tmp_path / "pair"), "en", "fr")
