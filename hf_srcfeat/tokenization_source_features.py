@@ -23,8 +23,9 @@ the start of the full one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -401,9 +402,9 @@ def _no_automatic_prefix(pre_tokenizer: dict | None) -> None:
 
 
 def train_source_feature_tokenizer(
-    source_texts: Sequence[str], target_texts: Sequence[str] = (), *, vocab_size: int = 8000,
+    source_texts: Iterable[str], target_texts: Iterable[str] = (), *, vocab_size: int = 8000,
     subword_model: str = "bpe", min_frequency: int = 2, annotator: StanzaAnnotator | None = None,
-    source_annotations: Sequence[AnnotatedSentence] | None = None, language: str = "en",
+    source_annotations: Iterable[AnnotatedSentence] | None = None, language: str = "en",
     lemma_min_frequency: int = 2, max_lemmas: int | None = 10000, model_max_length: int = 256,
 ) -> SourceFeatureTokenizer:
     """Train the subword model on source and target texts together (one joint vocabulary, as the models
@@ -412,9 +413,12 @@ def train_source_feature_tokenizer(
     The source is annotated with `annotator` (default: a Stanza annotator for `language`, cached on disk)
     unless `source_annotations` gives it pre-parsed.
     """
-    if not source_texts:
+    if source_annotations is None:
+        source_texts = list(source_texts)  # read twice: by the annotator and by the subword trainer
+    if isinstance(source_texts, Sequence) and not source_texts:
         raise ValueError("source_texts is empty; the tokenizer needs a training corpus.")
-    subwords = build_subword_tokenizer(list(source_texts) + list(target_texts), vocab_size, subword_model,
+    # Iterables are streamed into the trainers (a large corpus is never held whole as Python strings).
+    subwords = build_subword_tokenizer(itertools.chain(source_texts, target_texts), vocab_size, subword_model,
                                        min_frequency)
     if source_annotations is None:
         annotator = annotator or StanzaAnnotator(language=language)

@@ -142,3 +142,24 @@ def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(t
     (tmp_path / "pair.fr").write_bytes(b"Un chien.\nUn chat dort.\n")
     with pytest.raises(ValueError, match=r"pair.en line 2 holds a carriage return"):
         load_file(str(tmp_path / "pair"), "en", "fr")
+
+
+def test_train_py_trains_from_a_datasets_folder_and_from_tsv(en_fr, tmp_path):
+    import train
+
+    folder = tmp_path / "my_corpus"
+    folder.mkdir()
+    for split, name in (("train", "train"), ("validation", "valid"), ("test", "flickr")):
+        write_json_lines(folder / f"{split}.jsonl", en_fr[name])
+    for name in ("train", "valid"):
+        with open(tmp_path / f"{name}.tsv", "w", encoding="utf-8") as handle:
+            handle.writelines(f"{s}\t{t}\n" for s, t in zip(en_fr[name]["source"], en_fr[name]["target"], strict=True))
+    pair = ["--source_lang", "en", "--target_lang", "fr"]
+    from_folder = train.main(TINY_RUN + pair + ["--output_dir", str(tmp_path / "folder"), "--do_train",
+                                                "--dataset_name", str(folder)])
+    from_tsv = train.main(TINY_RUN + pair + ["--output_dir", str(tmp_path / "tsv"), "--do_train", "--train_file",
+                                             str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "valid.tsv")])
+    losses = [[entry["train_loss"] for entry in run["log_history"] if "train_loss" in entry] for run in (from_folder,
+                                                                                                          from_tsv)]
+    assert losses[0] == losses[1] and losses[0], "the same pairs, the same seed: the same training"
+    assert from_folder["data_files"][0] == f"{folder} split train"

@@ -202,3 +202,6 @@ def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(mul
                     for rank in (0, 1)]
     assert fingerprints[0] == fingerprints[1]
     assert json.loads((output_dir / "results.json").read_text())["data_files"][0] == str(corpus)
+    shared = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["tokenized_cache_files"]
+              for rank in (0, 1)]
+    assert shared[0]["train"] and shared[0] == shared[1], "both ranks read the one prepared dataset"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from datasets import Dataset, Features, Value, concatenate_datasets
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -220,11 +221,12 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
 PARSE_COLUMN = "source_parse"
 
 
-def read_source_parses(path: str, split_name: str, data, cut: bool) -> list[str]:
-    """The parses of a split's sources from a CoNLL-U file, as JSON (a dataset column), checked against the split:
+def source_parses(path: str, split_name: str, data, cut: bool):
+    """The split with the parses of its sources from a CoNLL-U file as a column (JSON), checked against the split:
     one sentence per source (the file may go on when `cut`, the split being cut short by --max_*_samples), and where
-    the file gives `# text`, the same text; the first mismatch is named."""
-    sentences = []
+    the file gives `# text`, the same text; the first mismatch is named. The file is streamed twice (a check, then
+    an Arrow column on disk), never held whole."""
+    count = 0
     for index, sentence in enumerate(read_conllu(path)):
         if index == len(data):
             if cut:
@@ -235,11 +237,40 @@ def read_source_parses(path: str, split_name: str, data, cut: bool) -> list[str]
         if sentence.text and sentence.text.strip() != source.strip():
             raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of {sentence.text!r}, "
                              f"but {split_name} source {index + 1} is {source!r}.")
-        sentences.append(sentence.to_json())
-    if len(sentences) < len(data):
-        raise ValueError(f"{path} has {len(sentences)} sentences but the {split_name} split has {len(data)} "
+        count += 1
+    if count < len(data):
+        raise ValueError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
                          "sources; the parses must follow the sources one to one.")
-    return sentences
+    parses = Dataset.from_generator(conllu_rows, gen_kwargs={"path": path, "limit": len(data)},
+                                    features=Features({PARSE_COLUMN: Value("string")}))
+    return concatenate_datasets([data, parses], axis=1)
+
+
+def conllu_rows(path: str, limit: int):
+    for _, sentence in zip(range(limit), read_conllu(path), strict=False):
+        yield {PARSE_COLUMN: sentence.to_json()}
+
+
+#: Raise when the stored encoding changes, so that cached encodings of older code are not reused.
+STORAGE_FORMAT = 1
+
+
+def tokenization_fingerprint(data, tokenizer, data_args: DataArguments) -> str:
+    """What the tokenized split depends on, named explicitly: the split (its datasets fingerprint), the tokenizer's
+    vocabularies, the lengths, and the parser when the split is parsed here. The same on every rank and in every
+    run, whether the tokenizer was just trained or loaded (datasets' own hash of the function would differ), so the
+    ranks share one cached encoding and a second run reuses it."""
+    parts = [data._fingerprint, tokenizer.fingerprint(), str(data_args.max_source_length),
+             str(data_args.max_target_length), f"storage={STORAGE_FORMAT}"]
+    if PARSE_COLUMN not in data.column_names:
+        parts.append(tokenizer.annotator.identity)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def dataset_column(data, name: str):
+    """The values of one column, streamed in batches."""
+    for batch in data.iter(batch_size=10_000):
+        yield from batch[name]
 
 
 #: Sources handed to the annotator at once: parsing goes through the cache chunk by chunk, so a large corpus is never
@@ -288,13 +319,14 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                                  "source features (train a new one by leaving --tokenizer_name_or_path out).")
         else:
             if PARSE_COLUMN in train_data.column_names:
-                annotations = [AnnotatedSentence.from_json(parse) for parse in train_data[PARSE_COLUMN]]
-            else:
-                annotations = annotator.annotate(list(train_data["source"]), show_progress=False)  # cached above
+                annotations = map(AnnotatedSentence.from_json, dataset_column(train_data, PARSE_COLUMN))
+            else:  # parsed and cached above: these are cache reads, chunk by chunk
+                annotations = (sentence for batch in train_data.iter(batch_size=ANNOTATION_CHUNK)
+                               for sentence in annotator.annotate(batch["source"], show_progress=False))
             tokenizer = train_source_feature_tokenizer(
-                list(train_data["source"]), list(train_data["target"]), vocab_size=model_args.vocab_size,
-                subword_model=model_args.subword_model, language=data_args.source_lang,
-                source_annotations=annotations)
+                dataset_column(train_data, "source"), dataset_column(train_data, "target"),
+                vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
+                language=data_args.source_lang, source_annotations=annotations)
             tokenizer.save_pretrained(training_args.output_dir)
     if annotator is not None:
         tokenizer.annotator = annotator
@@ -375,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
             return data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
                             with_indices=True, remove_columns=[SOURCE_CONLLU]), corpus.origin[0]
         if conllu:
-            data = data.add_column(PARSE_COLUMN, read_source_parses(conllu, corpus.name, data, cut=limit is not None))
+            data = source_parses(conllu, corpus.name, data, cut=limit is not None)
         return data, conllu
 
     splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
@@ -410,7 +442,8 @@ def main(argv: list[str] | None = None) -> dict:
         # Cached next to the corpus's Arrow files: a second run with the same corpus and tokenizer reuses them,
         # and under torchrun the other ranks read what the main process wrote.
         tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
-                                    num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}")
+                                    num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}",
+                                    new_fingerprint=tokenization_fingerprint(data, tokenizer, data_args))
                      for name, (data, _) in splits.items()}
         train_set, eval_set = tokenized["train"], tokenized["validation"]
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
@@ -461,7 +494,8 @@ def main(argv: list[str] | None = None) -> dict:
             Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
             Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
         if training_args.world_size > 1:
-            fingerprint = {"rank": training_args.process_index, "fingerprint": parameter_fingerprint(model)}
+            fingerprint = {"rank": training_args.process_index, "fingerprint": parameter_fingerprint(model),
+                           "tokenized_cache_files": results["tokenized_cache_files"]}
             Path(training_args.output_dir, f"parameters_rank{training_args.process_index}.json").write_text(
                 json.dumps(fingerprint))
     if training_args.do_eval:
