@@ -54,12 +54,18 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.num_replicas, self.rank = num_replicas, rank
+        self._batches: tuple[int, list[list[int]]] | None = None  # (epoch, its batches): len() and iter() share them
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def batches(self) -> list[list[int]]:
-        """All batches of the current epoch, for every rank."""
+        """All batches of the current epoch, for every rank (made once per epoch)."""
+        if self._batches is None or self._batches[0] != self.epoch:
+            self._batches = (self.epoch, self._make_batches())
+        return self._batches[1]
+
+    def _make_batches(self) -> list[list[int]]:
         generator = np.random.default_rng(self.seed + self.epoch)
         order = generator.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         order = order[np.argsort(self.lengths[order], kind="stable")]
@@ -96,10 +102,13 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
 
 
 def example_lengths(dataset) -> list[int]:
-    """Per example, the longer of its source (`input_ids`) and target (`labels`) in tokens."""
-    sources = dataset["input_ids"]
-    targets = dataset["labels"] if "labels" in dataset.column_names else [[]] * len(sources)
-    return [max(len(source), len(target)) for source, target in zip(sources, targets, strict=True)]
+    """Per example, the longer of its source (`input_ids`) and target (`labels`) in tokens, read in batches (the
+    token ids of a large corpus are never held whole)."""
+    lengths = []
+    for batch in dataset.iter(batch_size=10_000):
+        targets = batch["labels"] if "labels" in batch else [[]] * len(batch["input_ids"])
+        lengths += [max(len(source), len(target)) for source, target in zip(batch["input_ids"], targets, strict=True)]
+    return lengths
 
 
 class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):

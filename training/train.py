@@ -221,6 +221,11 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
 PARSE_COLUMN = "source_parse"
 
 
+def parses_another_sentence(sentence: AnnotatedSentence, source: str) -> bool:
+    """Whether a parse that gives its text (`# text`) is of another sentence than the source it is paired with."""
+    return bool(sentence.text) and sentence.text.strip() != source.strip()
+
+
 def source_parses(path: str, split_name: str, data, cut: bool):
     """The split with the parses of its sources from a CoNLL-U file as a column (JSON), checked against the split:
     one sentence per source (the file may go on when `cut`, the split being cut short by --max_*_samples), and where
@@ -234,7 +239,7 @@ def source_parses(path: str, split_name: str, data, cut: bool):
             raise ValueError(f"{path} has more sentences than the {len(data)} sources of the {split_name} split; "
                              "the parses must follow the sources one to one.")
         source = data[index]["source"]
-        if sentence.text and sentence.text.strip() != source.strip():
+        if parses_another_sentence(sentence, source):
             raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of {sentence.text!r}, "
                              f"but {split_name} source {index + 1} is {source!r}.")
         count += 1
@@ -288,7 +293,7 @@ def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
             raise ValueError(f"{origin} row {index + 1}: its source parse is not valid CoNLL-U: {error}") from None
         if len(sentences) != 1:
             raise ValueError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
-        if sentences[0].text and sentences[0].text.strip() != source.strip():
+        if parses_another_sentence(sentences[0], source):
             raise ValueError(f"{origin} row {index + 1}: the parse is of {sentences[0].text!r}, the source is "
                              f"{source!r}.")
         parses.append(sentences[0].to_json())
@@ -399,16 +404,15 @@ def main(argv: list[str] | None = None) -> dict:
                            data_args.source_parse_column)
 
     def prepared(corpus, limit: int | None, conllu: str | None):
+        """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file)."""
         data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
         if SOURCE_CONLLU in data.column_names:
             if conllu:
                 raise ValueError(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
                                  "give one.")
             return data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
-                            with_indices=True, remove_columns=[SOURCE_CONLLU]), corpus.origin[0]
-        if conllu:
-            data = source_parses(conllu, corpus.name, data, cut=limit is not None)
-        return data, conllu
+                            with_indices=True, remove_columns=[SOURCE_CONLLU])
+        return source_parses(conllu, corpus.name, data, cut=limit is not None) if conllu else data
 
     splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
               "validation": prepared(corpora.validation, data_args.max_eval_samples,
@@ -417,9 +421,9 @@ def main(argv: list[str] | None = None) -> dict:
         for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
             splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
                                                      data_args.test_source_conllu if index == 0 else None)
-    train_data = splits["train"][0]
+    train_data = splits["train"]
 
-    unparsed = [data for data, conllu in splits.values() if not conllu]
+    unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> dict:
         tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
                                     num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}",
                                     new_fingerprint=tokenization_fingerprint(data, tokenizer, data_args))
-                     for name, (data, _) in splits.items()}
+                     for name, data in splits.items()}
         train_set, eval_set = tokenized["train"], tokenized["validation"]
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
 
@@ -473,7 +477,8 @@ def main(argv: list[str] | None = None) -> dict:
         "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
                                   for name, data in tokenized.items()},
         "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
-        + [conllu for _, conllu in splits.values() if conllu],
+        + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
+                                 data_args.test_source_conllu) if conllu],
         "seed": training_args.seed,
         "num_parameters": model.num_parameters(),
         "config": model.config.to_dict(),
