@@ -39,7 +39,15 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
             `training/train.py` for a new model) copies it; a saved translation model already holds the weights.
         share_lfe_parameters (`bool`, *optional*, defaults to `False`):
             Table 8: the LFE is the NMT encoder itself (same embeddings and layers), run once without feedback
-            to produce the latent features; no parameters are added.
+            to produce the latent features; no parameters are added. With a pre-trained LFE, the DAE's
+            embeddings and layers initialise the NMT encoder's.
+        lfe_own_embeddings (`bool`, *optional*):
+            Whether the LFE has token embeddings of its own. Default: only a pre-trained LFE (`frozen`,
+            `fine_tuned`; Section 3: "since the LFE is independently pre-trained, we do not share its word
+            embedding with the NMT encoder"); a `joint` LFE reads the NMT encoder's source embeddings, as Table 1
+            counts it (joint 98.1M = Transformer-12, pre-trained + fine-tuned 114.5M = one embedding more).
+            Models saved before this argument existed had their own embeddings in every mode: load such a
+            `joint` model with `lfe_own_embeddings=True`.
     """
 
     model_type = "latent_feedback"
@@ -51,6 +59,7 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
         lfe_mode: str = "joint",
         lfe_pretrained_from: str | None = None,
         share_lfe_parameters: bool = False,
+        lfe_own_embeddings: bool | None = None,
         **kwargs,
     ):
         self.lfe_layers = lfe_layers
@@ -59,7 +68,17 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
         self.lfe_mode = lfe_mode
         self.lfe_pretrained_from = lfe_pretrained_from
         self.share_lfe_parameters = share_lfe_parameters
+        self.lfe_own_embeddings = lfe_own_embeddings
         super().__init__(**kwargs)
+
+    @property
+    def lfe_has_own_embeddings(self) -> bool:
+        """Whether the (separate) LFE embeds the source with its own token embeddings."""
+        if self.share_lfe_parameters:
+            return False
+        if self.lfe_own_embeddings is not None:
+            return self.lfe_own_embeddings
+        return self.lfe_mode != "joint"
 
     @property
     def latent_encoder_layers(self) -> int:
@@ -75,6 +94,14 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
     def check_arguments(self) -> None:
         super().check_arguments()
         check_choice("lfe_mode", self.lfe_mode, LFE_MODES)
+        if self.lfe_own_embeddings is not None and not isinstance(self.lfe_own_embeddings, bool):
+            raise ValueError(f"`lfe_own_embeddings` must be True, False or None, got {self.lfe_own_embeddings!r}.")
+        if self.lfe_own_embeddings and self.share_lfe_parameters:
+            raise ValueError("`share_lfe_parameters=True` makes the NMT encoder the LFE, so it cannot have "
+                             "`lfe_own_embeddings=True`.")
+        if self.lfe_mode == "frozen" and self.lfe_own_embeddings is False:
+            raise ValueError("A `frozen` LFE needs its own embeddings (`lfe_own_embeddings` True or unset): the "
+                             "NMT source embeddings train, which would change the frozen encoder's input.")
         if self.lfe_layers is not None:
             check_positive_int("lfe_layers", self.lfe_layers)
             if self.lfe_layers < self.encoder_layers:

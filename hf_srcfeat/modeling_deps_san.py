@@ -1,8 +1,10 @@
 """Deps-SAN (Peng et al.): the encoder self-attention scores of chosen layers and heads are scaled by a
 Gaussian of the dependency-tree distance between the tokens' words. Everything else is the baseline.
 
-Tokens that belong to no word (special tokens, padding; `dep_distance` -1) keep their baseline score: scale
-1 in `mult` mode, bias 0 in `add` mode. Padding stays masked after the modification, so it never gains mass.
+Tokens that belong to no word (`</s>`; `dep_distance` -1) have no tree distance. By default (the authors'
+implementation) every pair involving one is one step farther than the sentence's farthest word pair, so its
+scale is about 0 like any distant pair's; `special_token_distance="neutral"` keeps their baseline score (scale
+1, bias 0) instead. Padding stays masked after the modification, so it never gains mass.
 """
 
 from __future__ import annotations
@@ -22,26 +24,39 @@ from .modeling_srcfeat_transformer import (
 from .source_features import SourceFeatures
 
 
-def dependency_scaled_matrix(dep_distance: torch.Tensor, sigma: float, neutral: float) -> torch.Tensor:
+def dependency_scaled_matrix(dep_distance: torch.Tensor, variance: float, neutral: float) -> torch.Tensor:
     """Eq. (5): D^s_ij = (2 pi sigma^2)^(-1/2) exp(-d_ij^2 / (2 sigma^2)); `neutral` where d_ij < 0 (no word)."""
     distance = dep_distance.float()
-    scale = torch.exp(-distance.square() / (2 * sigma**2)) / math.sqrt(2 * math.pi * sigma**2)
+    scale = torch.exp(-distance.square() / (2 * variance)) / math.sqrt(2 * math.pi * variance)
     return torch.where(distance < 0, torch.full_like(scale, neutral), scale)
 
 
-def knowledge_sparse(dep_distance: torch.Tensor, mode: str, probability: float, window: int) -> torch.Tensor:
-    """Section 2.2, as the authors' implementation does it: a sparsed element's distance becomes the largest
-    distance in its sentence, so it gets the smallest scale. RS-Sparse sparses each element with probability
-    q; Wink-Sparse sparses every element farther than k. Elements of no word (-1) are left alone."""
-    largest = dep_distance.amax(dim=(-2, -1), keepdim=True).expand_as(dep_distance)
-    is_word_pair = dep_distance >= 0
+def farthest_word_distance(dep_distance: torch.Tensor) -> torch.Tensor:
+    """The largest distance between two words of each sentence, [B, 1, 1] (tokens of no word are -1)."""
+    return dep_distance.amax(dim=(-2, -1), keepdim=True)
+
+
+def place_special_tokens_farthest(dep_distance: torch.Tensor) -> torch.Tensor:
+    """Pairs with a token of no word (-1) get one more than the sentence's farthest word pair."""
+    return torch.where(dep_distance < 0, farthest_word_distance(dep_distance) + 1, dep_distance)
+
+
+def knowledge_sparse(dep_distance: torch.Tensor, mode: str, probability: float, k: int,
+                     sparsed_distance: str = "k") -> torch.Tensor:
+    """Section 2.2. RS-Sparse sparses each word pair with probability q, Wink-Sparse every word pair farther
+    than k. A sparsed pair gets distance k (the paper's text) or, with `sparsed_distance="farthest"`, one more
+    than the sentence's farthest word pair. Pairs with a token of no word (-1) are left alone."""
     if mode == "rs":
         sparsed = torch.rand(dep_distance.shape, device=dep_distance.device) < probability
     elif mode == "wink":
-        sparsed = dep_distance > window
+        sparsed = dep_distance > k
     else:
         return dep_distance
-    return torch.where(sparsed & is_word_pair, largest, dep_distance)
+    if sparsed_distance == "k":
+        value = torch.full_like(dep_distance, k)
+    else:
+        value = (farthest_word_distance(dep_distance) + 1).expand_as(dep_distance)
+    return torch.where(sparsed & (dep_distance >= 0), value, dep_distance)
 
 
 class DepsSanEncoder(SrcFeatEncoder):
@@ -54,9 +69,11 @@ class DepsSanEncoder(SrcFeatEncoder):
         distance = features.require("dep_distance", "Deps-SAN")
         if self.training and config.knowledge_sparse != "none":  # sparsing regularises training only
             distance = knowledge_sparse(distance, config.knowledge_sparse, config.rs_sparse_probability,
-                                        config.wink_sparse_window)
+                                        config.wink_sparse_window, config.sparsed_distance)
+        if config.special_token_distance == "farthest":
+            distance = place_special_tokens_farthest(distance)
         neutral = 1.0 if config.deps_san_mode == "mult" else 0.0
-        matrix = dependency_scaled_matrix(distance, config.deps_san_sigma, neutral).to(embeddings.dtype)
+        matrix = dependency_scaled_matrix(distance, config.deps_san_variance, neutral).to(embeddings.dtype)
         # Eq. (4) (or its additive variant) on the chosen heads; the [B, H, S, S] layout keeps every sentence's
         # matrix on its own heads.
         modification = ScoreModification.on_heads(matrix, config.encoder_attention_heads, config.deps_san_heads,
@@ -76,4 +93,5 @@ class DepsSanForConditionalGeneration(SrcFeatTransformerForConditionalGeneration
     model_class = DepsSanModel
 
 
-__all__ = ["DepsSanForConditionalGeneration", "DepsSanModel", "dependency_scaled_matrix", "knowledge_sparse"]
+__all__ = ["DepsSanForConditionalGeneration", "DepsSanModel", "dependency_scaled_matrix", "knowledge_sparse",
+           "place_special_tokens_farthest"]

@@ -1,5 +1,6 @@
 """Latent feature feedback (Li, Li & Zhang, Neurocomputing 2021): a latent feature encoder (LFE), a plain
-Transformer encoder with its own embeddings over the same vocabulary, reads the source; NMT encoder layer i
+Transformer encoder over the same vocabulary (reading the NMT source embeddings when trained jointly, its own
+when pre-trained), reads the source; NMT encoder layer i
 then computes its self-attention from x' = x + ctx^i (Eq. 3-4), ctx^i being the mean of the LFE layers above
 i (Eq. 5), while its residual connection still adds x. The feed-forward sublayer and the decoder are the
 baseline's. The LFE can be pre-trained as a denoising autoencoder (`training/pretrain_dae.py`); no noise is
@@ -68,8 +69,10 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
         if config.share_lfe_parameters:
             self.lfe = None  # the encoder itself, run once without feedback
         else:
-            # Its own embeddings over the same vocabulary (Section 3: not shared with the NMT encoder).
-            lfe_embeddings = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            if config.lfe_has_own_embeddings:  # Section 3: a pre-trained LFE keeps its own word embeddings
+                lfe_embeddings = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            else:  # joint training: one source embedding for both encoders (Table 1's parameter counts)
+                lfe_embeddings = embed_tokens
             self.lfe = SrcFeatEncoder(config, lfe_embeddings, num_layers=config.latent_encoder_layers)
         self.lfe_frozen = config.lfe_mode == "frozen"
         if self.lfe_frozen:
@@ -109,15 +112,22 @@ class LatentFeedbackModel(SrcFeatTransformerModel):
     config_class = LatentFeedbackConfig
     encoder_class = LatentFeedbackEncoder
 
+    def _embedding_ties(self) -> dict[str, str]:
+        ties = super()._embedding_ties()
+        if not self.config.share_lfe_parameters and not self.config.lfe_has_own_embeddings:
+            source = "shared.weight" if self.config.share_embeddings else "encoder.embed_source.embed_tokens.weight"
+            ties["encoder.lfe.embed_source.embed_tokens.weight"] = source
+        return ties
+
 
 class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):
     config_class = LatentFeedbackConfig
     model_class = LatentFeedbackModel
 
     def load_pretrained_parts(self) -> None:
-        """Initialise the LFE from the encoder of the denoising autoencoder named by `config.lfe_pretrained_from`
-        (its token embeddings, layers and final LayerNorm; with `share_lfe_parameters`, the NMT encoder's layers
-        and final LayerNorm). Nothing to do for a joint-trained LFE."""
+        """Initialise the LFE from the encoder of the denoising autoencoder named by `config.lfe_pretrained_from`:
+        its token embeddings, layers and final LayerNorm (with `share_lfe_parameters`, the NMT encoder's, so the
+        source embeddings too). Nothing to do for a joint-trained LFE."""
         source = self.config.lfe_pretrained_from
         if not source:
             return
@@ -143,8 +153,8 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
             target.layers.load_state_dict(pretrained_encoder.layers.state_dict())
             if target.layer_norm is not None:
                 target.layer_norm.load_state_dict(pretrained_encoder.layer_norm.state_dict())
-            if encoder.lfe is not None:
-                target.embed_tokens.weight.copy_(pretrained_encoder.embed_tokens.weight)
+            # The LFE's own embeddings, or the NMT source embeddings it reads (shared parameters, Table 8).
+            target.embed_tokens.weight.copy_(pretrained_encoder.embed_tokens.weight)
 
 
 __all__ = ["LatentFeedbackForConditionalGeneration", "LatentFeedbackModel", "top_down_feedback"]

@@ -171,8 +171,8 @@ def test_a_token_of_a_thousand_characters_keeps_its_text(feature_tokenizer):
 
 
 @pytest.mark.parametrize(("config_class", "arguments", "message"), [
-    ("DepsSanConfig", {"deps_san_sigma": float("nan")}, "deps_san_sigma"),
-    ("DepsSanConfig", {"deps_san_sigma": float("inf")}, "deps_san_sigma"),
+    ("DepsSanConfig", {"deps_san_variance": float("nan")}, "deps_san_variance"),
+    ("DepsSanConfig", {"deps_san_variance": float("inf")}, "deps_san_variance"),
     ("DepsSanConfig", {"deps_san_layers": 1}, "deps_san_layers"),
     ("SrcFeatTransformerConfig", {"init_std": float("nan")}, "init_std"),
 ])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
-from hf_srcfeat.modeling_deps_san import dependency_scaled_matrix, knowledge_sparse
+from hf_srcfeat.modeling_deps_san import dependency_scaled_matrix, knowledge_sparse, place_special_tokens_farthest
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
 from .helpers import masked_softmax, random_model, unmodified_scores
@@ -35,9 +35,9 @@ def parsed_batch(feature_tokenizer, test_sentences):
 
 def test_gaussian_of_the_distance_follows_eq_5():
     distance = torch.tensor([[[0, 1, 2, -1]]])
-    for sigma in (1.0, 2.0):
-        expected = [math.exp(-d * d / (2 * sigma**2)) / math.sqrt(2 * math.pi * sigma**2) for d in (0, 1, 2)]
-        values = dependency_scaled_matrix(distance, sigma, neutral=1.0)[0, 0].tolist()
+    for variance in (1.0, 4.0):  # sigma^2, the quantity of Table 2b's grid
+        expected = [math.exp(-d * d / (2 * variance)) / math.sqrt(2 * math.pi * variance) for d in (0, 1, 2)]
+        values = dependency_scaled_matrix(distance, variance, neutral=1.0)[0, 0].tolist()
         assert values[:3] == pytest.approx(expected) and values[3] == 1.0
     assert dependency_scaled_matrix(distance, 1.0, neutral=0.0)[0, 0, 3] == 0.0
 
@@ -54,7 +54,8 @@ def test_scores_of_the_chosen_layers_and_heads_are_baseline_scores_combined_with
     model = random_model(DepsSanForConditionalGeneration, config)
     scores, attentions = unmodified_scores(model, parsed_batch)
     mask = parsed_batch["attention_mask"]
-    matrix = dependency_scaled_matrix(parsed_batch["dep_distance"], sigma=1.0, neutral=neutral)
+    distance = place_special_tokens_farthest(parsed_batch["dep_distance"])
+    matrix = dependency_scaled_matrix(distance, variance=1.0, neutral=neutral)
     for layer in range(4):
         for head in range(4):
             expected = scores[layer][:, head]
@@ -64,34 +65,63 @@ def test_scores_of_the_chosen_layers_and_heads_are_baseline_scores_combined_with
     assert (attentions[0] * (mask[:, None, None, :] == 0)).sum() == 0, "padding receives no attention mass"
 
 
-def test_special_token_rows_and_columns_keep_their_baseline_scores(deps_san_config, parsed_batch):
+def test_end_of_sentence_is_one_step_farther_than_the_farthest_word_pair_by_default(deps_san_config, parsed_batch):
+    """The authors' implementation: `</s>` gets a scale of about 0 in its row and column, not the baseline's 1."""
+    distance = parsed_batch["dep_distance"][0]
+    eos_position = int(parsed_batch["attention_mask"][0].sum()) - 1
+    assert parsed_batch["word_ids"][0, eos_position] == -1 and distance[eos_position].max() == -1
+    farthest = int(distance.max())
+    filled = place_special_tokens_farthest(parsed_batch["dep_distance"])[0]
+    assert (filled[eos_position, : eos_position + 1] == farthest + 1).all()
+    assert (filled[: eos_position + 1, eos_position] == farthest + 1).all()
+    words = slice(0, eos_position)
+    assert torch.equal(filled[words, words], distance[words, words]), "word pairs keep their tree distance"
+
     model = random_model(DepsSanForConditionalGeneration, deps_san_config())
     scores, attentions = unmodified_scores(model, parsed_batch)
+    scale = math.exp(-((farthest + 1) ** 2) / 2) / math.sqrt(2 * math.pi)
+    assert scale < 0.02
+    row = scores[0][0, 0, eos_position, : eos_position + 1] * scale  # every score of the </s> row shrinks
+    expected = row.softmax(-1)
+    torch.testing.assert_close(attentions[0][0, 0, eos_position, : eos_position + 1], expected)
+
+
+def test_neutral_special_tokens_keep_their_baseline_scores(deps_san_config, parsed_batch):
+    model = random_model(DepsSanForConditionalGeneration, deps_san_config(special_token_distance="neutral"))
+    scores, attentions = unmodified_scores(model, parsed_batch)
     eos_position = int(parsed_batch["attention_mask"][0].sum()) - 1
-    assert parsed_batch["word_ids"][0, eos_position] == -1
     row = masked_softmax(scores[0][:1, 0], parsed_batch["attention_mask"][:1])[0, eos_position]
     torch.testing.assert_close(attentions[0][0, 0, eos_position], row)
 
 
-def test_wink_sparse_gives_far_pairs_the_largest_distance_of_their_sentence():
+def test_a_config_saved_with_a_standard_deviation_reads_it_as_variance_and_keeps_its_old_behaviour():
+    config = DepsSanConfig(deps_san_sigma=2.0)
+    assert config.deps_san_variance == 4.0 and not hasattr(config, "deps_san_sigma")
+    assert (config.special_token_distance, config.sparsed_distance) == ("neutral", "farthest")
+    assert (DepsSanConfig().special_token_distance, DepsSanConfig().sparsed_distance) == ("farthest", "k")
+    assert "deps_san_sigma" not in config.to_dict()
+
+
+def test_wink_sparse_gives_pairs_farther_than_k_the_distance_k_as_the_paper_says():
     distance = torch.tensor([[[0, 1, 7, -1], [1, 0, 8, -1], [7, 8, 0, -1], [-1, -1, -1, -1]]])
-    sparsed = knowledge_sparse(distance, "wink", probability=0.1, window=6)
-    assert sparsed.tolist() == [[[0, 1, 8, -1], [1, 0, 8, -1], [8, 8, 0, -1], [-1, -1, -1, -1]]]
+    sparsed = knowledge_sparse(distance, "wink", probability=0.1, k=6)
+    assert sparsed.tolist() == [[[0, 1, 6, -1], [1, 0, 6, -1], [6, 6, 0, -1], [-1, -1, -1, -1]]]
+    farthest = knowledge_sparse(distance, "wink", probability=0.1, k=6, sparsed_distance="farthest")
+    assert farthest.tolist() == [[[0, 1, 9, -1], [1, 0, 9, -1], [9, 9, 0, -1], [-1, -1, -1, -1]]]
 
 
-def test_rs_sparse_replaces_about_q_of_the_word_pairs_by_the_largest_distance():
+@pytest.mark.parametrize("sparsed_distance", ["k", "farthest"])
+def test_rs_sparse_replaces_about_q_of_the_word_pairs(sparsed_distance):
     torch.manual_seed(0)
     distance = torch.randint(0, 5, (8, 40, 40))
     distance[:, -1], distance[:, :, -1] = -1, -1
-    sparsed = knowledge_sparse(distance, "rs", probability=0.1, window=6)
+    sparsed = knowledge_sparse(distance, "rs", probability=0.1, k=6, sparsed_distance=sparsed_distance)
     changed = sparsed != distance
-    largest = distance.amax(dim=(1, 2), keepdim=True).expand_as(distance)
-    assert torch.equal(sparsed[changed], largest[changed])
-    word_pairs = distance >= 0
-    assert not changed[~word_pairs].any()
-    # Elements already at the largest distance cannot change: compare against the eligible ones.
-    eligible = word_pairs & (distance != largest)
-    assert 0.08 < changed.sum() / eligible.sum() < 0.12
+    value = 6 if sparsed_distance == "k" else distance.amax(dim=(1, 2), keepdim=True).expand_as(distance) + 1
+    expected = torch.full_like(distance, 6) if sparsed_distance == "k" else value
+    assert torch.equal(sparsed[changed], expected[changed])
+    assert not changed[distance < 0].any(), "pairs with a token of no word are left alone"
+    assert 0.08 < changed.sum() / (distance >= 0).sum() < 0.12
 
 
 @pytest.mark.parametrize("sparse", ["rs", "wink"])
@@ -112,7 +142,9 @@ def test_sparsing_acts_in_training_only(deps_san_config, parsed_batch, sparse):
     ({"deps_san_layers": [4]}, "deps_san_layers"),
     ({"deps_san_layers": []}, "deps_san_layers"),
     ({"deps_san_heads": [0, 0]}, "deps_san_heads"),
-    ({"deps_san_sigma": 0}, "deps_san_sigma"),
+    ({"deps_san_variance": 0}, "deps_san_variance"),
+    ({"special_token_distance": "zero"}, "special_token_distance"),
+    ({"sparsed_distance": "largest"}, "sparsed_distance"),
     ({"deps_san_mode": "multiply"}, "deps_san_mode"),
     ({"knowledge_sparse": "random"}, "knowledge_sparse"),
     ({"rs_sparse_probability": 1.5}, "rs_sparse_probability"),

@@ -30,12 +30,13 @@ SENTENCE = "A little girl in a pink dress is climbing up a set of stairs in an e
 
 def test_noise_swaps_3_pairs_drops_a_tenth_and_masks_a_fifth_of_the_words():
     for seed in range(5):
-        corruption = pretrain_dae.corrupt(SENTENCE, random.Random(seed), placeholder="<unk>")
+        corruption = pretrain_dae.corrupt(SENTENCE, random.Random(seed))
         assert len(SENTENCE) == 21
         assert len(corruption.swapped_pairs) == 3 and all(a != b for a, b in corruption.swapped_pairs)
         assert len(corruption.dropped) == 2 and len(corruption.words) == 19  # round(2.1)
-        assert len(corruption.masked) == 4 and corruption.words.count("<unk>") == 4  # round(4.2)
-        kept = [word for word in corruption.words if word != "<unk>"]
+        # round(4.2), masked with the paper's placeholder token <pad>
+        assert len(corruption.masked) == 4 and corruption.words.count("<pad>") == 4
+        kept = [word for word in corruption.words if word != "<pad>"]
         assert all(kept.count(word) <= SENTENCE.count(word) for word in kept)
     again = pretrain_dae.corrupt(SENTENCE, random.Random(3))
     assert again == pretrain_dae.corrupt(SENTENCE, random.Random(3)), "a seed fixes the noise"
@@ -50,7 +51,9 @@ def test_the_collator_corrupts_the_source_and_keeps_the_original_as_target(featu
                                               mask_ratio=0.2)
     batch = collator([{"text": text} for text in test_sentences[:3]])
     assert set(batch) == {"input_ids", "attention_mask", "labels"}, "plain subwords, no linguistic features"
-    assert (batch["input_ids"] == feature_tokenizer.unk_token_id).sum() >= 3
+    placeholders = batch["input_ids"] == feature_tokenizer.pad_token_id
+    assert (placeholders & (batch["attention_mask"] == 1)).sum() >= 3, "masked words: <pad> the encoder attends to"
+    assert (batch["input_ids"] == feature_tokenizer.unk_token_id).sum() == 0
     targets = feature_tokenizer(text_target=test_sentences[:3], source_features=False)["input_ids"]
     for row, target in zip(batch["labels"].tolist(), targets, strict=True):
         assert [token for token in row if token != -100] == target
@@ -136,6 +139,27 @@ def test_a_frozen_lfe_keeps_its_weights_and_runs_without_dropout(feedback_config
     assert not torch.equal(model.get_encoder().layers[0].self_attn.q_proj.weight, others)
 
 
+def test_a_joint_lfe_reads_the_nmt_source_embeddings_and_keeps_them_tied_through_save_and_load(
+    feedback_config, batch, tmp_path
+):
+    for share_embeddings in (True, False):
+        config = feedback_config(share_embeddings=share_embeddings)
+        model = random_model(LatentFeedbackForConditionalGeneration, config)
+        encoder = model.get_encoder()
+        assert encoder.lfe.embed_tokens is encoder.embed_tokens
+        own = random_model(LatentFeedbackForConditionalGeneration, feedback_config(
+            share_embeddings=share_embeddings, lfe_own_embeddings=True))
+        width = config.vocab_size * config.d_model
+        assert own.num_parameters() - model.num_parameters() == width, "exactly one embedding matrix apart"
+        model.save_pretrained(tmp_path / str(share_embeddings))
+        reloaded = LatentFeedbackForConditionalGeneration.from_pretrained(tmp_path / str(share_embeddings))
+        assert reloaded.get_encoder().lfe.embed_tokens is reloaded.get_encoder().embed_tokens
+        torch.testing.assert_close(reloaded.get_encoder()(**batch).last_hidden_state,
+                                   model.get_encoder()(**batch).last_hidden_state)
+    pretrained = feedback_config(lfe_mode="fine_tuned", lfe_pretrained_from=str(tmp_path))
+    assert pretrained.lfe_has_own_embeddings, "an independently pre-trained LFE keeps its own (Section 3)"
+
+
 def test_shared_parameters_add_nothing_to_the_baseline(feedback_config, batch):
     config = feedback_config(share_lfe_parameters=True)
     shared = LatentFeedbackForConditionalGeneration(config)
@@ -156,6 +180,9 @@ def test_shared_parameters_add_nothing_to_the_baseline(feedback_config, batch):
     ({"lfe_pretrained_from": "runs/dae"}, "joint"),
     ({"share_lfe_parameters": True, "lfe_mode": "frozen", "lfe_pretrained_from": "x"}, "cannot be `frozen`"),
     ({"share_lfe_parameters": True, "lfe_layers": 4}, "share_lfe_parameters"),
+    ({"lfe_own_embeddings": "yes"}, "lfe_own_embeddings"),
+    ({"share_lfe_parameters": True, "lfe_own_embeddings": True}, "lfe_own_embeddings"),
+    ({"lfe_mode": "frozen", "lfe_pretrained_from": "x", "lfe_own_embeddings": False}, "own embeddings"),
 ])
 def test_invalid_arguments_raise_errors_naming_them(feedback_config, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -203,6 +230,14 @@ def test_the_lfe_is_initialised_from_the_dae_encoder(pretrained_dae, feature_tok
                                lfe_pretrained_from=str(folder))
     with pytest.raises(ValueError, match="2 encoder layers, the LFE 3"):
         LatentFeedbackForConditionalGeneration(wrong).load_pretrained_parts()
+
+    # Shared parameters + pre-trained (Table 8): the NMT encoder's layers and source embeddings come from the DAE.
+    shared = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+                                lfe_pretrained_from=str(folder), share_lfe_parameters=True)
+    model = LatentFeedbackForConditionalGeneration(shared)
+    model.load_pretrained_parts()
+    assert torch.equal(model.get_encoder().embed_tokens.weight, dae_encoder.embed_tokens.weight)
+    assert torch.equal(model.get_encoder().layers[0].ffn.fc1.weight, dae_encoder.layers[0].ffn.fc1.weight)
 
 
 class TestDaePretrainedLatentFeedbackEndToEnd(EndToEndFromRawText):

@@ -6,7 +6,8 @@
 
 Each English source sentence s is corrupted on the fly into s' (new noise every time it is drawn): N_swap = 3
 swaps of two random words, round(0.1 n) random words dropped, round(0.2 n) of the remaining words replaced by
-a placeholder; a Transformer encoder-decoder learns to reconstruct s from s'. Only its encoder is used later,
+the placeholder `<pad>` (the paper's token: its embedding is zero, and the encoder still attends to its position,
+as OpenNMT-py's length-based source mask does); a Transformer encoder-decoder learns to reconstruct s from s'. Only its encoder is used later,
 as the LFE of a `latent_feedback` translation model (`lfe_pretrained_from=<output_dir>`).
 
 The LFE shares the translation model's vocabulary, so this script trains (or loads, `--tokenizer_name_or_path`)
@@ -51,7 +52,7 @@ class Corruption:
 
 
 def corrupt(words: list[str], rng: random.Random, swaps: int = 3, drop_ratio: float = 0.1,
-            mask_ratio: float = 0.2, placeholder: str = "<unk>") -> Corruption:
+            mask_ratio: float = 0.2, placeholder: str = "<pad>") -> Corruption:
     """Section 3's noise: `swaps` swaps of two random words, then round(drop_ratio n) words dropped, then
     round(mask_ratio n) of the remaining words masked (n: the sentence's original number of words)."""
     words, n = list(words), len(words)
@@ -75,7 +76,7 @@ class DenoisingCollator:
         self.tokenizer, self.max_length = tokenizer, max_length
         self.rng = random.Random(seed)
         self.noise = dict(swaps=swaps, drop_ratio=drop_ratio, mask_ratio=mask_ratio,
-                          placeholder=tokenizer.unk_token)
+                          placeholder=tokenizer.pad_token)  # Section 3: "a placeholder token <pad>"
 
     def corrupt_text(self, text: str) -> str:
         return " ".join(corrupt(text.split(), self.rng, **self.noise).words)
