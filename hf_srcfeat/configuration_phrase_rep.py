@@ -27,7 +27,8 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         phrase_segmentation (`str`, *optional*, defaults to `"ngram"`):
             `"ngram"`: consecutive phrases of ntok = max(min(8, seq / 6), 3) tokens of each sentence (footnote
             2), the last one shorter; `"parse"`: the parse phrases of the tokenizer's `phrase_ids` (Algorithm 1,
-            "+Parsing Phrase"; special tokens belong to no phrase).
+            "+Parsing Phrase"; special tokens belong to no phrase). In both, seq is the sentence's number of
+            subword tokens without `</s>` (n-gram phrases still cover `</s>`, in the last phrase).
         phrase_glance (`str`, *optional*, defaults to `"max"`):
             F_glance of Eq. (2) over a phrase's tokens: `"mean"` or `"max"` (max-over-time pooling).
         phrase_attentive (`bool`, *optional*, defaults to `True`):
@@ -35,8 +36,17 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         transparent_attention (`bool`, *optional*, defaults to `True`):
             Eq. (6): decoder layer j reads sum_i softmax(w^j)_i R^i over the phrases of the embeddings and of
             every encoder layer ("+TA"); without it every decoder layer reads the last encoder layer's phrases.
-        phrase_hidden_dim (`int`, *optional*):
-            Hidden width of the 2-layer networks of Eq. (3) (W_1) and Eq. (8) (W_3); default `d_model`.
+        phrase_pooling_dim (`int`, *optional*):
+            Hidden width of the scoring network of Eq. (3) (W_1); default `12 * d_model`.
+        phrase_combination_dim (`int`, *optional*):
+            Hidden width of the combination network of Eq. (8) (W_3); default `3 * d_model`.
+
+    The paper does not state these widths; the defaults are the ones that reproduce Table 2's parameter counts
+    at Transformer-base size (tested within 3%): "+Max" adds only Eq. (7)-(8) sublayers, 12 of them, and its
+    +40.9M give W_3 a width of 3 d (+40.96M); "+Max+Attn+TA" adds 7 scoring networks of Eq. (3) (6 encoder
+    layer inputs and the encoder output), and its further +44.0M give W_1 a width of 12 d (+44.1M). Table 2's
+    times (+Attn costs 0.14x more training time) suggest a smaller W_1; the counts are what the paper states.
+    Configs saved with `phrase_hidden_dim` (one width for both, default `d_model`) keep it.
     """
 
     model_type = "phrase_rep"
@@ -47,14 +57,20 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         phrase_glance: str = "max",
         phrase_attentive: bool = True,
         transparent_attention: bool = True,
-        phrase_hidden_dim: int | None = None,
+        phrase_pooling_dim: int | None = None,
+        phrase_combination_dim: int | None = None,
         **kwargs,
     ):
+        if "phrase_hidden_dim" in kwargs:  # a config saved before the two widths: one width, default d_model
+            legacy_width = kwargs.pop("phrase_hidden_dim") or kwargs.get("d_model", 512)
+            phrase_pooling_dim = phrase_pooling_dim or legacy_width
+            phrase_combination_dim = phrase_combination_dim or legacy_width
         self.phrase_segmentation = phrase_segmentation
         self.phrase_glance = phrase_glance
         self.phrase_attentive = phrase_attentive
         self.transparent_attention = transparent_attention
-        self.phrase_hidden_dim = phrase_hidden_dim
+        self.phrase_pooling_dim = phrase_pooling_dim
+        self.phrase_combination_dim = phrase_combination_dim
         super().__init__(**kwargs)
 
     @classmethod
@@ -68,8 +84,14 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         return cls(**{**row, **kwargs})
 
     @property
-    def phrase_hidden_size(self) -> int:
-        return self.phrase_hidden_dim or self.d_model
+    def phrase_pooling_size(self) -> int:
+        """Width of W_1 (Eq. 3)."""
+        return self.phrase_pooling_dim or 12 * self.d_model
+
+    @property
+    def phrase_combination_size(self) -> int:
+        """Width of W_3 (Eq. 8)."""
+        return self.phrase_combination_dim or 3 * self.d_model
 
     def check_arguments(self) -> None:
         super().check_arguments()
@@ -78,8 +100,9 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         for name in ("phrase_attentive", "transparent_attention"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        if self.phrase_hidden_dim is not None:
-            check_positive_int("phrase_hidden_dim", self.phrase_hidden_dim)
+        for name in ("phrase_pooling_dim", "phrase_combination_dim"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
 
 
 __all__ = ["PhraseRepConfig"]

@@ -42,11 +42,13 @@ from .source_features import SourceFeatures
 
 def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Footnote 2: phrase of every token when each sentence is cut into phrases of ntok = max(min(8, seq / 6), 3)
-    consecutive tokens (seq: its number of real tokens); -1 for padding. Padding-side independent. The rule is
+    consecutive tokens; -1 for padding. seq counts the sentence's tokens without its final `</s>`, as parse
+    mode does (`</s>` still joins the last phrase). Padding-side independent. The rule is
     `parse_phrases.phrase_token_limit`, applied to every sentence of the batch in one tensor operation."""
     real = attention_mask.bool()
     positions = real.long().cumsum(-1) - 1
-    phrase_length = (real.sum(-1, keepdim=True) // 6).clamp(min=3, max=8)
+    words_length = real.sum(-1, keepdim=True) - 1  # without </s>
+    phrase_length = (words_length // 6).clamp(min=3, max=8)
     return torch.where(real, positions // phrase_length, torch.full_like(positions, -1))
 
 
@@ -90,8 +92,8 @@ class AttentivePhrasePooling(nn.Module):
         self.glance = config.phrase_glance
         self.attentive = config.phrase_attentive
         if self.attentive:
-            self.hidden = nn.Linear(2 * config.d_model, config.phrase_hidden_size)  # W_1, b_1
-            self.score = nn.Linear(config.phrase_hidden_size, 1)  # W_2, b_2
+            self.hidden = nn.Linear(2 * config.d_model, config.phrase_pooling_size)  # W_1, b_1
+            self.score = nn.Linear(config.phrase_pooling_size, 1)  # W_2, b_2
 
     def forward(self, hidden_states: torch.Tensor, layout: PhraseLayout
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -121,8 +123,8 @@ class AttentiveCombination(nn.Module):
         self.config = config
         # cache_slot: where a decoder layer keeps its phrase keys/values in the cross-attention cache.
         self.attention = SrcFeatAttention(config, num_heads, is_cross_attention=True, layer_idx=cache_slot)
-        self.hidden = nn.Linear(2 * config.d_model, config.phrase_hidden_size)  # W_3, b_3
-        self.output = nn.Linear(config.phrase_hidden_size, config.d_model)  # W_4, b_4
+        self.hidden = nn.Linear(2 * config.d_model, config.phrase_combination_size)  # W_3, b_3
+        self.output = nn.Linear(config.phrase_combination_size, config.d_model)  # W_4, b_4
 
     def forward(self, hidden_states: torch.Tensor, phrases: torch.Tensor, phrase_mask: torch.Tensor,
                 past_key_values: EncoderDecoderCache | None = None, output_attentions: bool = False

@@ -9,6 +9,7 @@ import torch
 
 from hf_srcfeat import PhraseRepConfig, PhraseRepForConditionalGeneration
 from hf_srcfeat.modeling_phrase_rep import PhraseLayout, ngram_phrase_index
+from hf_srcfeat.parse_phrases import phrase_token_limit
 from hf_srcfeat.source_features import SourceFeatures
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
@@ -36,7 +37,8 @@ def parsed_batch(feature_tokenizer, test_sentences):
 
 
 def test_ngram_phrases_have_max_min_8_seq_over_6_3_tokens_and_a_shorter_last_phrase():
-    for length, phrase_length in [(5, 3), (20, 3), (24, 4), (37, 6), (60, 8), (100, 8)]:
+    # length counts </s>; seq does not (the rule parse mode uses): 24 tokens are seq 23 -> 3 tokens per phrase
+    for length, phrase_length in [(5, 3), (20, 3), (24, 3), (25, 4), (37, 6), (49, 8), (60, 8), (100, 8)]:
         mask = torch.ones(1, length, dtype=torch.long)
         index = ngram_phrase_index(mask)[0].tolist()
         assert index == [position // phrase_length for position in range(length)], length
@@ -208,11 +210,30 @@ def test_decoding_projects_each_layer_s_phrase_keys_once_per_generation(phrase_c
     ({"phrase_segmentation": "chunks"}, "phrase_segmentation"),
     ({"phrase_glance": "sum"}, "phrase_glance"),
     ({"phrase_attentive": "yes"}, "phrase_attentive"),
-    ({"phrase_hidden_dim": 0}, "phrase_hidden_dim"),
+    ({"phrase_pooling_dim": 0}, "phrase_pooling_dim"),
+    ({"phrase_combination_dim": -1}, "phrase_combination_dim"),
 ])
 def test_invalid_arguments_raise_errors_naming_them(phrase_config, overrides, message):
     with pytest.raises(ValueError, match=message):
         phrase_config(**overrides)
+
+
+def test_ngram_and_parse_phrases_count_seq_the_same_way(parsed_batch):
+    """One rule for footnote 2: seq is the sentence's subword tokens without </s> in both segmentations."""
+    ngram = ngram_phrase_index(parsed_batch["attention_mask"])
+    for row in range(ngram.shape[0]):
+        word_tokens = int((parsed_batch["word_ids"][row] >= 0).sum())
+        assert word_tokens == int(parsed_batch["attention_mask"][row].sum()) - 1
+        first_phrase_length = int((ngram[row] == 0).sum())
+        assert first_phrase_length == phrase_token_limit(word_tokens)
+
+
+def test_a_config_saved_with_one_hidden_width_keeps_it_for_both_networks():
+    legacy = PhraseRepConfig(d_model=64, phrase_hidden_dim=None)
+    assert (legacy.phrase_pooling_size, legacy.phrase_combination_size) == (64, 64)
+    assert "phrase_hidden_dim" not in legacy.to_dict()
+    assert (PhraseRepConfig(d_model=64).phrase_pooling_size, PhraseRepConfig(d_model=64).phrase_combination_size) \
+        == (12 * 64, 3 * 64)
 
 
 def test_table_2_rows_are_variants():
@@ -228,5 +249,7 @@ class TestPhraseRepEndToEnd(EndToEndFromRawText):
     @pytest.fixture(scope="class")
     @classmethod
     def trained(cls, feature_tokenizer, train_pairs):
-        config = tiny_method_config(PhraseRepConfig, feature_tokenizer)
+        # The pipeline end to end, not the paper's widths (pinned by the parameter counts): at this tiny size and
+        # step count the 12x-wide scoring networks only slow the first steps down.
+        config = tiny_method_config(PhraseRepConfig, feature_tokenizer, phrase_pooling_dim=64, phrase_combination_dim=64)
         return train_from_raw_text(PhraseRepForConditionalGeneration, config, feature_tokenizer, train_pairs)
