@@ -60,12 +60,15 @@ class RecurrenceFeatures(nn.Module):
 class LocalFeatures(nn.Module):
     """Eq. (10)-(11): l_j = ReLU(conv_m(x)_j) + x_j, one 1-D convolution of width m, stride 1.
 
+    The kernel is W in R^{m x d_l} (Eq. 10): one m-wide filter per channel (depthwise), m d_l + d_l parameters;
+    Table II gives Loc_Diverse the baseline's parameter count, which a full d_l x d_l x m convolution would not.
     Padding is zeroed before the convolution, so a token next to padding sees what it sees next to the
-    sentence boundary (the convolution's own zero padding)."""
+    sentence boundary (the convolution's own zero padding). The source has no `<s>`: at the start of a
+    sentence the zero padding stands where the paper's kernel would see a start symbol's vector."""
 
     def __init__(self, width: int, kernel_width: int):
         super().__init__()
-        self.convolution = nn.Conv1d(width, width, kernel_width, stride=1, padding=kernel_width // 2)
+        self.convolution = nn.Conv1d(width, width, kernel_width, stride=1, padding=kernel_width // 2, groups=width)
 
     def forward(self, group: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if attention_mask is not None:

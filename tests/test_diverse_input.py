@@ -115,10 +115,12 @@ def test_each_group_is_a_projection_of_the_word_vectors_through_its_input_functi
     for index in range(3):
         length = int(mask[index].sum())
         x = projected["local"][index, :length]
-        # Eq. (10): l_j = ReLU(sum_o W_o x_{j+o-2} + b) + x_j, zero outside the sentence, m = 5.
+        # Eq. (10): l_j = ReLU(sum_o W_o * x_{j+o-2} + b) + x_j with W in R^{m x d_l}: one filter per channel
+        # (element-wise), zero outside the sentence, m = 5.
         padded = F.pad(x, (0, 0, 2, 2))
         weight, bias = embedding.local.convolution.weight, embedding.local.convolution.bias
-        convolved = torch.stack([sum(weight[:, :, o] @ padded[j + o] for o in range(5)) + bias
+        assert weight.shape == (8, 1, 5), "W in R^{m x d_l}: depthwise"
+        convolved = torch.stack([sum(weight[:, 0, o] * padded[j + o] for o in range(5)) + bias
                                  for j in range(length)])
         torch.testing.assert_close(groups["local"][index, :length], torch.relu(convolved) + x)
         # Eq. (8)-(9): [forward; backward] GRU states over the sentence, projected back to d_r.
