@@ -1,4 +1,8 @@
-"""Vocabularies of the word-level source features (UPOS, lemma, dependency relation, B/I/E/S subword tag).
+"""Vocabularies of the word-level source features (POS, lemma, dependency relation, B/I/E/S subword tag).
+
+The POS feature is UPOS (17 universal tags, a closed set) or, with `pos_tagset="xpos"`, the parser's
+language-specific tags (Penn Treebank's for English, as CoreNLP gives them to Chen et al. and Chakrabarty et
+al.), learned from the training sentences like the relation labels.
 
 Every vocabulary starts with the same three entries, so that id 0 is always padding:
 `<pad>` (0), `<unk>` (1, a label not seen when the vocabulary was built) and `<special>` (2, a special token
@@ -24,6 +28,8 @@ UNIVERSAL_POS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN"
                       "PUNCT", "SCONJ", "SYM", "VERB", "X")
 #: Position of a subword token in its word (Sennrich & Haddow 2016): Begin, Inside, End, or Single.
 SUBWORD_TAGS = ("B", "I", "E", "S")
+#: Which tag of a word the POS feature holds: `AnnotatedWord.upos` or `AnnotatedWord.xpos`.
+POS_TAGSETS = ("upos", "xpos")
 
 
 class FeatureVocabulary:
@@ -62,28 +68,50 @@ class FeatureVocabulary:
 
 @dataclass
 class FeatureVocabularies:
-    """The vocabularies of `pos_ids`, `lemma_ids`, `deprel_ids` and `subword_tag_ids`."""
+    """The vocabularies of `pos_ids`, `lemma_ids`, `deprel_ids` and `subword_tag_ids`; `pos_tagset` says
+    whether `pos` holds UPOS or XPOS tags."""
 
     pos: FeatureVocabulary
     lemma: FeatureVocabulary
     deprel: FeatureVocabulary
     subword_tag: FeatureVocabulary
+    pos_tagset: str = "upos"
+
+    def __post_init__(self) -> None:
+        if self.pos_tagset not in POS_TAGSETS:
+            raise ValueError(f"pos_tagset must be one of {list(POS_TAGSETS)}, got {self.pos_tagset!r}.")
+
+    def pos_tag(self, word) -> str:
+        """The tag of `word` that the POS feature holds."""
+        return word.xpos if self.pos_tagset == "xpos" else word.upos
 
     @classmethod
     def build(cls, sentences: Iterable[AnnotatedSentence], lemma_min_frequency: int = 2,
-              max_lemmas: int | None = 10000) -> FeatureVocabularies:
-        """Lemma and relation vocabularies from annotated training sentences; UPOS and B/I/E/S are fixed."""
-        lemmas, relations = Counter(), Counter()
+              max_lemmas: int | None = 10000, pos_tagset: str = "upos") -> FeatureVocabularies:
+        """Lemma and relation (and XPOS) vocabularies from annotated training sentences; UPOS and B/I/E/S are
+        fixed."""
+        if pos_tagset not in POS_TAGSETS:
+            raise ValueError(f"pos_tagset must be one of {list(POS_TAGSETS)}, got {pos_tagset!r}.")
+        lemmas, relations, xpos_tags = Counter(), Counter(), Counter()
         for sentence in sentences:
             for word in sentence.words:
                 lemmas[word.lemma] += 1
                 relations[word.deprel] += 1
                 relations[word.deprel.split(":")[0]] += 0  # the base relation is always a fallback entry
-        return cls(pos=FeatureVocabulary(UNIVERSAL_POS_TAGS),
+                xpos_tags[word.xpos] += 1
+        if pos_tagset == "xpos":
+            xpos_tags.pop("_", None)  # "no tag" in CoNLL-U: unknown, not a tag
+            if not xpos_tags:
+                raise ValueError("pos_tagset='xpos' but the training sentences carry no XPOS tags (all '_'); the "
+                                 "parser or CoNLL-U files give none: use pos_tagset='upos'.")
+            pos = FeatureVocabulary.from_counts(xpos_tags)
+        else:
+            pos = FeatureVocabulary(UNIVERSAL_POS_TAGS)
+        return cls(pos=pos,
                    lemma=FeatureVocabulary.from_counts(lemmas, lemma_min_frequency, max_lemmas),
                    deprel=FeatureVocabulary.from_counts(relations, min_frequency=0,
                                                         fallback_to_base_relation=True),
-                   subword_tag=FeatureVocabulary(SUBWORD_TAGS))
+                   subword_tag=FeatureVocabulary(SUBWORD_TAGS), pos_tagset=pos_tagset)
 
     def sizes(self) -> dict[str, int]:
         """Embedding table sizes, by the config argument names the models use."""
@@ -91,7 +119,10 @@ class FeatureVocabularies:
                 "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
 
     def to_dict(self) -> dict:
-        return {"format": 1, "reserved": list(RESERVED_LABELS),
+        # Written only when not the default, so every tokenizer saved before the choice existed keeps its file
+        # and its fingerprint (which models record).
+        tagset = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
+        return {"format": 1, "reserved": list(RESERVED_LABELS), **tagset,
                 **{name: getattr(self, name).labels for name in ("pos", "lemma", "deprel", "subword_tag")}}
 
     @classmethod
@@ -101,7 +132,7 @@ class FeatureVocabularies:
                              f"{list(RESERVED_LABELS)}.")
         return cls(pos=FeatureVocabulary(data["pos"]), lemma=FeatureVocabulary(data["lemma"]),
                    deprel=FeatureVocabulary(data["deprel"], fallback_to_base_relation=True),
-                   subword_tag=FeatureVocabulary(data["subword_tag"]))
+                   subword_tag=FeatureVocabulary(data["subword_tag"]), pos_tagset=data.get("pos_tagset", "upos"))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as handle:

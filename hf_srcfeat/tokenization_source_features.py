@@ -251,7 +251,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         """Per-token features of the whole (untruncated, special-free) token sequence."""
         vocabularies = self.feature_vocabularies
         words = np.asarray(word_ids, dtype=np.int64)
-        pos = np.array([vocabularies.pos.id(w.upos) for w in sentence.words], dtype=np.int64)
+        pos = np.array([vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words], dtype=np.int64)
         lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
         deprel = np.array([vocabularies.deprel.id(w.deprel) for w in sentence.words], dtype=np.int64)
         starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
@@ -406,12 +406,15 @@ def train_source_feature_tokenizer(
     subword_model: str = "bpe", min_frequency: int = 2, annotator: StanzaAnnotator | None = None,
     source_annotations: Iterable[AnnotatedSentence] | None = None, language: str = "en",
     lemma_min_frequency: int = 2, max_lemmas: int | None = 10000, model_max_length: int = 256,
+    pos_tagset: str = "upos",
 ) -> SourceFeatureTokenizer:
     """Train the subword model on source and target texts together (one joint vocabulary, as the models
     share embeddings) and build the feature vocabularies from the annotated source.
 
     The source is annotated with `annotator` (default: a Stanza annotator for `language`, cached on disk)
-    unless `source_annotations` gives it pre-parsed.
+    unless `source_annotations` gives it pre-parsed. `pos_tagset` picks what `pos_ids` holds: `"upos"`
+    (universal tags) or `"xpos"` (the parser's language-specific tags, e.g. Penn Treebank for English); it is
+    saved with the tokenizer.
     """
     if source_annotations is None:
         source_texts = list(source_texts)  # read twice: by the annotator and by the subword trainer
@@ -423,6 +426,6 @@ def train_source_feature_tokenizer(
     if source_annotations is None:
         annotator = annotator or StanzaAnnotator(language=language)
         source_annotations = annotator.annotate(list(source_texts), show_progress=True)
-    vocabularies = FeatureVocabularies.build(source_annotations, lemma_min_frequency, max_lemmas)
+    vocabularies = FeatureVocabularies.build(source_annotations, lemma_min_frequency, max_lemmas, pos_tagset)
     return SourceFeatureTokenizer(tokenizer_object=subwords, feature_vocabularies=vocabularies, language=language,
                                   annotator=annotator, model_max_length=model_max_length, **SPECIAL_TOKENS)

@@ -172,6 +172,31 @@ def test_training_helper_builds_a_joint_vocabulary_and_the_feature_vocabularies(
         train_source_feature_tokenizer([], targets)
 
 
+def test_an_xpos_tokenizer_carries_penn_treebank_tags_and_keeps_the_choice_when_saved(
+    train_pairs, train_annotations, tmp_path
+):
+    sources, targets = list(train_pairs["source"])[:300], list(train_pairs["target"])[:300]
+    tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations,
+                                               pos_tagset="xpos")
+    vocabulary = tokenizer.feature_vocabularies.pos
+    assert {"NN", "NNS", "VBZ", "VBG", "DT", "IN", "JJ"} <= set(vocabulary.labels), "Penn Treebank tags"
+    assert 20 < len(vocabulary) <= 48 and "NOUN" not in vocabulary.labels
+    sentence = train_annotations[0]
+    encoded = tokenizer(annotations=sentence)
+    word_tags = [vocabulary.labels[encoded["pos_ids"][i]] for i, word in enumerate(encoded["word_ids"]) if word >= 0]
+    expected = [sentence.words[word].xpos for word in encoded["word_ids"] if word >= 0]
+    assert word_tags == expected
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded.feature_vocabularies.pos_tagset == "xpos"
+    assert reloaded(annotations=sentence) == encoded
+    upos = train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations)
+    assert "pos_tagset" not in upos.feature_vocabularies.to_dict(), "the default leaves old files unchanged"
+    with pytest.raises(ValueError, match="pos_tagset"):
+        train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations,
+                                       pos_tagset="penn")
+
+
 def test_unseen_lemmas_and_relations_map_to_unk_or_their_base_relation(feature_tokenizer):
     vocab = feature_tokenizer.feature_vocabularies
     sentence = AnnotatedSentence.from_features(

@@ -61,6 +61,9 @@ class ModelArguments:
         "help": "Use this tokenizer; by default a joint subword tokenizer is trained on the training data."})
     model_type: str = field(default="srcfeat_transformer", metadata={"help": f"One of {list(MODEL_CONFIGS)}."})
     subword_model: str = field(default="bpe", metadata={"help": "bpe or unigram (for a new tokenizer)."})
+    pos_tagset: str = field(default="upos", metadata={
+        "help": "What the POS feature holds (for a new tokenizer): upos (17 universal tags) or xpos (the parser's "
+                "language-specific tags, e.g. Penn Treebank for English, as CoreNLP gave the papers)."})
     vocab_size: int = field(default=8000, metadata={"help": "Subword vocabulary size (for a new tokenizer)."})
     d_model: int = 256
     encoder_layers: int = 3
@@ -331,7 +334,7 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
             tokenizer = train_source_feature_tokenizer(
                 dataset_column(train_data, "source"), dataset_column(train_data, "target"),
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
-                language=data_args.source_lang, source_annotations=annotations)
+                language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset)
             tokenizer.save_pretrained(training_args.output_dir)
     if annotator is not None:
         tokenizer.annotator = annotator
@@ -344,6 +347,26 @@ def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
     return {name: size for name, size in tokenizer.feature_vocabularies.sizes().items() if name in accepted}
 
 
+def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
+                 special_token_ids: dict[str, int] | None = None):
+    """The config of a new `--model_type` model from the arguments (size, `--config_overrides`) and the
+    tokenizer's vocabulary sizes; `config_overrides` win over everything else."""
+    if model_args.model_type not in MODEL_CONFIGS:
+        raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
+    overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+    config_class = MODEL_CONFIGS[model_args.model_type]
+    accepted = inspect.signature(config_class.__init__).parameters
+    feature_sizes = {name: size for name, size in (feature_vocabulary_sizes or {}).items() if name in accepted}
+    return config_class(
+        vocab_size=vocab_size, d_model=model_args.d_model,
+        encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
+        encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
+        encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
+        label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
+        **(special_token_ids or {}), **{**feature_sizes, **overrides},
+    )
+
+
 def build_model(model_args: ModelArguments, tokenizer, seed: int):
     """A new model of `--model_type` initialised from `seed`, or the pretrained `--model_name_or_path`."""
     # Seeded here, not only at start-up: annotating uncached sentences loads Stanza, whose layers draw from the global
@@ -353,20 +376,11 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
         check_tokenizer_matches(model.config, tokenizer)
         return model
-    if model_args.model_type not in MODEL_CONFIGS:
-        raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
-    overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
-    config_class = MODEL_CONFIGS[model_args.model_type]
-    overrides = {**feature_vocabulary_arguments(config_class, tokenizer), **overrides}
-    config = config_class(
-        vocab_size=len(tokenizer), d_model=model_args.d_model,
-        encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
-        encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
-        encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
-        label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id, **overrides,
-    )
+    config = model_config(model_args, len(tokenizer), feature_vocabulary_sizes=tokenizer.feature_vocabularies.sizes(),
+                          special_token_ids=dict(pad_token_id=tokenizer.pad_token_id,
+                                                 bos_token_id=tokenizer.bos_token_id,
+                                                 eos_token_id=tokenizer.eos_token_id,
+                                                 decoder_start_token_id=tokenizer.bos_token_id))
     config.tokenizer_fingerprint = tokenizer.fingerprint()  # checked wherever model and tokenizer meet again
     model = AutoModelForSeq2SeqLM.from_config(config)
     if hasattr(model, "load_pretrained_parts"):
