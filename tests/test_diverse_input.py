@@ -208,13 +208,28 @@ def test_eq_14_averages_the_cosine_over_head_pairs_and_tokens():
     # Two tokens, three heads of 2 dims; heads 0-1 form group a, head 2 group b.
     outputs = torch.tensor([[[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
                             [[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]]])
-    matrix = diversity_analysis.head_group_similarity(outputs, {"a": [0, 1], "b": [2]})
+    groups = {"a": [0, 1], "b": [2]}
+    literal = diversity_analysis.head_group_similarity(outputs, groups, include_same_head=True)
     half = 1 / math.sqrt(2)
     # token 1: cos(0,0)=1 cos(0,1)=half cos(1,1)=1 -> a,a = (1 + 2 half + 1)/4; token 2: all four are 1.
-    assert matrix["a"]["a"] == pytest.approx(((2 + 2 * half) / 4 + 1) / 2)
+    assert literal["a"]["a"] == pytest.approx(((2 + 2 * half) / 4 + 1) / 2)
     # a,b: token 1: cos(0,2)=0, cos(1,2)=half; token 2: -1, -1.
-    assert matrix["a"]["b"] == pytest.approx((half / 2 + -1) / 2)
-    assert matrix["b"]["a"] == matrix["a"]["b"] and matrix["b"]["b"] == pytest.approx(1.0)
+    assert literal["a"]["b"] == pytest.approx((half / 2 + -1) / 2)
+    assert literal["b"]["a"] == literal["a"]["b"] and literal["b"]["b"] == pytest.approx(1.0)
+    # By default a head is not paired with itself: a,a is cos(0,1) alone, b (one head) has no pair.
+    matrix = diversity_analysis.head_group_similarity(outputs, groups)
+    assert matrix["a"]["a"] == pytest.approx((half + 1) / 2) and matrix["b"]["b"] is None
+    assert matrix["a"]["b"] == literal["a"]["b"]
+    assert diversity_analysis.average_similarity(matrix) == pytest.approx(
+        (matrix["a"]["a"] + 2 * matrix["a"]["b"]) / 3), "the mean of the defined entries"
+
+
+def test_the_average_of_table_iv_is_the_mean_of_its_sixteen_entries():
+    table_iv = [[0.817, 0.415, 0.483, 0.765], [0.415, 0.853, 0.382, 0.612], [0.483, 0.382, 0.912, 0.717],
+                [0.765, 0.612, 0.717, 0.932]]
+    names = ["global", "rec", "loc", "syn"]
+    matrix = {a: {b: table_iv[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)}
+    assert round(diversity_analysis.average_similarity(matrix), 3) == 0.641
 
 
 class TestFusingDiverseEndToEnd(EndToEndFromRawText):
@@ -234,7 +249,10 @@ class TestFusingDiverseEndToEnd(EndToEndFromRawText):
                                           str(tmp_path / "diversity.json")])
         groups = ["global", "recurrence", "local", "syntactic"]
         assert list(result["similarity"]) == groups and result["groups"] == {g: [i] for i, g in enumerate(groups)}
-        assert all(result["similarity"][g][g] == pytest.approx(1.0) for g in groups), "one head per group"
+        assert all(result["similarity"][g][g] is None for g in groups), "one head per group: no distinct pair"
+        off_diagonal = [result["similarity"][a][b] for a in groups for b in groups if a != b]
+        assert all(-1 <= value < 1 for value in off_diagonal)
+        assert result["average"] == pytest.approx(sum(off_diagonal) / len(off_diagonal))
         printed = capsys.readouterr().out
-        assert "| group | global | recurrence | local | syntactic |" in printed
+        assert "| group | global | recurrence | local | syntactic |" in printed and "| Average |" in printed
         assert (tmp_path / "diversity.json").exists()

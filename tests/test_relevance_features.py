@@ -19,6 +19,7 @@ from .helpers import REPO, random_model
 
 sys.path.insert(0, str(REPO / "training"))
 import plot_relevance  # noqa: E402
+from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer  # noqa: E402
 
 FACTORS = ["lemma", "subword_tag", "pos", "deprel"]
 WIDTHS = {"word": 6, "lemma": 4, "subword_tag": 2, "pos": 2, "deprel": 2}  # sums to d_model 16
@@ -239,6 +240,24 @@ def test_plot_script_draws_the_pos_masks_of_a_self_relevance_model(tmp_path, fea
     # The curve of a tag is the mask every token with that tag gets in a real sentence.
     torch.testing.assert_close(torch.tensor(curves["NOUN"]),
                                mask_of_first_token_tagged(model, feature_tokenizer, test_sentences[0], "NOUN"))
+
+
+def test_plot_script_draws_the_papers_12_penn_treebank_categories_of_an_xpos_model(tmp_path, train_pairs,
+                                                                                   train_annotations):
+    sources, targets = list(train_pairs["source"])[:300], list(train_pairs["target"])[:300]
+    tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations,
+                                               pos_tagset="xpos")
+    model = random_model(RelevanceFeaturesForConditionalGeneration, tiny_method_config(
+        RelevanceFeaturesConfig, tokenizer, **tokenizer.feature_vocabularies.sizes()))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    present = [tag for tag in plot_relevance.PAPER_PTB_CATEGORIES if tag in tokenizer.feature_vocabularies.pos.ids]
+    assert len(present) >= 10, "the Multi30k sources have most of the 12 categories"
+    curves = plot_relevance.main([str(tmp_path / "model"), "--factor", "pos", "--output", str(tmp_path / "ptb.png")])
+    assert list(curves) == present
+    with pytest.raises(SystemExit, match="XPOS tags"):
+        plot_relevance.main([str(tmp_path / "model"), "--factor", "pos", "--values", "NOUN",
+                             "--output", str(tmp_path / "upos.png")])
 
 
 def test_plot_script_draws_word_based_masks_per_word(tmp_path, feature_tokenizer):

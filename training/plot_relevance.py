@@ -6,6 +6,12 @@ Self relevance (Table 9): the mask of a factor depends on the factor's value onl
     python training/plot_relevance.py runs/relevance_features_multi30k_en_de --factor pos \
         --values NOUN PROPN VERB ADJ ADV PRON DET ADP CCONJ NUM PUNCT AUX --output pos_relevance.png
 
+With a tokenizer trained with `pos_tagset="xpos"` (Penn Treebank tags for English, as the paper's CoreNLP), the
+POS masks default to the paper's 12 categories (NN NNP NNS JJ PRP CC RB VB VBD VBN VBZ SYM); with UPOS, to the
+12 UPOS tags above:
+
+    python training/plot_relevance.py runs/relevance_xpos --factor pos --output pos_relevance.png
+
 Word-based relevance (Table 10): the mask depends on the subword too, e.g. the PROPN mask of several names:
 
     python training/plot_relevance.py runs/word_relevance --factor pos --values PROPN \
@@ -32,6 +38,23 @@ import hf_srcfeat  # noqa: E402, F401  (registers the model classes)
 from hf_srcfeat.configuration_relevance_features import FACTOR_FEATURE_NAMES  # noqa: E402
 from hf_srcfeat.feature_vocabulary import UNK_ID  # noqa: E402
 
+#: Section 4.2's "12 primary POS categories" (Penn Treebank), the default POS values of an XPOS model.
+PAPER_PTB_CATEGORIES = ("NN", "NNP", "NNS", "JJ", "PRP", "CC", "RB", "VB", "VBD", "VBN", "VBZ", "SYM")
+#: Their closest universal tags, the default POS values of a UPOS model.
+UPOS_CATEGORIES = ("NOUN", "PROPN", "VERB", "ADJ", "ADV", "PRON", "DET", "ADP", "CCONJ", "NUM", "PUNCT", "AUX")
+
+
+def default_values(tokenizer, factor: str) -> list[str]:
+    """The POS categories to draw when --values is not given, in the tokenizer's tag set."""
+    if factor != "pos":
+        raise SystemExit(f"give --values: labels of the {factor!r} factor to draw.")
+    vocabularies = tokenizer.feature_vocabularies
+    categories = PAPER_PTB_CATEGORIES if vocabularies.pos_tagset == "xpos" else UPOS_CATEGORIES
+    missing = [tag for tag in categories if tag not in vocabularies.pos.ids]
+    if missing:
+        print(f"skipped {missing}: not in the model's POS vocabulary (never seen in its training data)")
+    return [tag for tag in categories if tag not in missing]
+
 
 def single_subword_id(tokenizer, word: str) -> int | None:
     """The id of `word` as one subword at the start of a sentence, or None if it is split."""
@@ -45,7 +68,9 @@ def relevance_curves(model, tokenizer, factor: str, values: list[str], words: li
     vocabulary = getattr(tokenizer.feature_vocabularies, factor)
     unknown = [value for value in values if vocabulary.id(value) == UNK_ID]
     if unknown:
-        raise SystemExit(f"{unknown} are not in the model's {factor} vocabulary.")
+        tagset = f" ({tokenizer.feature_vocabularies.pos_tagset.upper()} tags)" if factor == "pos" else ""
+        raise SystemExit(f"{unknown} are not in the model's {factor} vocabulary{tagset}; it has "
+                         f"{vocabulary.labels[3:][:40]}.")
     combine = model.config.relevance_combine
     if combine == "word_relevance" and not words:
         raise SystemExit("word_relevance masks depend on the word: give --words.")
@@ -88,7 +113,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="folder (or Hub id) of a trained relevance_features model and tokenizer")
     parser.add_argument("--factor", default="pos", choices=list(FACTOR_FEATURE_NAMES))
-    parser.add_argument("--values", nargs="+", required=True, help="labels of the factor, e.g. UPOS tags")
+    parser.add_argument("--values", nargs="+", help=(
+        "labels of the factor, e.g. POS tags in the tokenizer's tag set; default for pos: the paper's 12 "
+        "Penn Treebank categories (XPOS tokenizer) or 12 UPOS tags"))
     parser.add_argument("--words", nargs="*", help="words whose masks to plot (word_relevance)")
     parser.add_argument("--output", required=True, help="PNG file; the masks go to the same name .json")
     args = parser.parse_args(argv)
@@ -99,7 +126,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     if args.factor not in model.config.source_factors:
         raise SystemExit(f"the model does not use the {args.factor!r} factor ({model.config.source_factors}).")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    curves = relevance_curves(model, tokenizer, args.factor, args.values, args.words)
+    values = args.values or default_values(tokenizer, args.factor)
+    curves = relevance_curves(model, tokenizer, args.factor, values, args.words)
     output = Path(args.output)
     plot(curves, f"{model.config.relevance_combine}: {args.factor} mask", output)
     output.with_suffix(".json").write_text(json.dumps(
