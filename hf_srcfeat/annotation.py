@@ -24,13 +24,14 @@ STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
 ANNOTATION_CACHE_ENV = "HF_SRCFEAT_ANNOTATION_CACHE"
 STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
 #: Part of the cache key: raise it when AnnotatedWord changes, so older cache entries are not reused.
-ANNOTATION_FORMAT = 2
+ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
 
 
 @dataclass(frozen=True)
 class AnnotatedWord:
     """One syntactic word. `head` is 1-based as in CoNLL-U; 0 marks the root. `space_after` says whether
-    whitespace followed the word in the raw text (CoNLL-U `SpaceAfter=No`); the tokenizer keeps that spacing."""
+    whitespace followed the word in the raw text (CoNLL-U `SpaceAfter=No`); the tokenizer keeps that spacing.
+    `feats` is the CoNLL-U FEATS string ("Number=Plur|Person=3", "_" for none)."""
 
     text: str
     upos: str
@@ -39,6 +40,7 @@ class AnnotatedWord:
     deprel: str
     head: int
     space_after: bool = True
+    feats: str = "_"
 
 
 @dataclass
@@ -105,16 +107,18 @@ class AnnotatedSentence:
     @classmethod
     def from_features(cls, words: Sequence[str], upos: Sequence[str], lemmas: Sequence[str],
                       deprels: Sequence[str], heads: Sequence[int], xpos: Sequence[str] | None = None,
-                      sentence_id: str = "") -> AnnotatedSentence:
+                      sentence_id: str = "", feats: Sequence[str] | None = None) -> AnnotatedSentence:
         """Build from parallel per-word lists; lists of different lengths raise an error naming them."""
         xpos = xpos if xpos is not None else ["_"] * len(words)
+        feats = feats if feats is not None else ["_"] * len(words)
         lengths = {"words": len(words), "upos": len(upos), "lemmas": len(lemmas), "deprels": len(deprels),
-                   "heads": len(heads), "xpos": len(xpos)}
+                   "heads": len(heads), "xpos": len(xpos), "feats": len(feats)}
         if len(set(lengths.values())) != 1:
             name = sentence_id or repr(" ".join(words[:8]))
             raise ValueError(f"sentence {name}: features do not match its words: {lengths}.")
-        return cls(words=[AnnotatedWord(*values) for values in zip(words, upos, xpos, lemmas, deprels,
-                                                                    [int(h) for h in heads], strict=True)],
+        return cls(words=[AnnotatedWord(text, tag, extra_tag, lemma, relation, int(head), feats=morphology)
+                          for text, tag, extra_tag, lemma, relation, head, morphology
+                          in zip(words, upos, xpos, lemmas, deprels, heads, feats, strict=True)],
                    sentence_id=sentence_id, text=" ".join(words))
 
 
@@ -226,7 +230,7 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
                              f"{sentence_id or line_number}.")
         words.append(AnnotatedWord(text=columns[1], lemma=columns[2], upos=columns[3], xpos=columns[4],
                                    head=integer(columns[6], "head", line_number), deprel=columns[7],
-                                   space_after="SpaceAfter=No" not in columns[9]))
+                                   space_after="SpaceAfter=No" not in columns[9], feats=columns[5]))
         if multiword is not None and word_id == multiword[1]:
             words[multiword[0] - 1:] = multiword_spacing(words[multiword[0] - 1:], multiword[2], multiword[3])
             multiword = None
@@ -236,12 +240,12 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
 
 def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
     """One sentence as CoNLL-U lines (with `# text` when known, and `SpaceAfter=No`), ending in a blank line;
-    `read_conllu` reads it back to the same words. FEATS, DEPS and other MISC entries are not kept."""
+    `read_conllu` reads it back to the same words. DEPS and other MISC entries are not kept."""
     lines = [f"# sent_id = {sentence.sentence_id}"] if sentence.sentence_id else []
     if sentence.text:
         lines.append(f"# text = {sentence.text}")
     for index, word in enumerate(sentence.words, start=1):
-        lines.append("\t".join([str(index), word.text, word.lemma, word.upos, word.xpos, "_", str(word.head),
+        lines.append("\t".join([str(index), word.text, word.lemma, word.upos, word.xpos, word.feats, str(word.head),
                                 word.deprel, "_", "_" if word.space_after else "SpaceAfter=No"]))
     return [*lines, ""]
 
@@ -544,7 +548,7 @@ class StanzaAnnotator:
                     lemma = word.lemma if word.lemma is not None and not original else word_text
                     token_words.append(AnnotatedWord(
                         text=word_text, upos=word.upos or "X", xpos=word.xpos or "_", lemma=lemma,
-                        deprel=word.deprel or "dep", head=head))
+                        deprel=word.deprel or "dep", head=head, feats=word.feats or "_"))
                 words.extend(multiword_spacing(token_words, original or token.text, bool(token.spaces_after)))
             offset += len(sentence.words)
         return AnnotatedSentence(words=words, text=text)

@@ -7,11 +7,13 @@ the wrong heads when only P < H heads are modified; building the full layout her
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -86,12 +88,64 @@ def eager_attention_forward(
     return output, weights
 
 
+def flex_score_modified_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    score_scale: torch.Tensor | None = None,
+    position_bias: torch.Tensor | None = None,
+    compiled: bool = True,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """`eager_attention_forward`'s result as one FlexAttention kernel: the score modification and the mask are its
+    `score_mod`, so the [B, H, Q, K] scores are never written to memory. Masked scores get the dtype's minimum, as
+    in the eager path, so fully masked (padding) rows match too. `compiled=False` runs FlexAttention's reference
+    implementation (any device; what the CPU test compares)."""
+    if dropout:
+        raise ValueError("FlexAttention has no attention dropout; the eager path handles attention_dropout > 0.")
+    shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    masked = _is_masked_out(attention_mask).expand(shape) if attention_mask is not None else None
+    scale = score_scale.expand(shape) if score_scale is not None else None
+    bias = position_bias.expand(shape) if position_bias is not None else None
+    lowest = torch.finfo(query.dtype).min
+
+    def score_mod(score, batch, head, query_index, key_index):
+        if scale is not None:
+            score = score * scale[batch, head, query_index, key_index]
+        if bias is not None:
+            score = score + bias[batch, head, query_index, key_index]
+        if masked is not None:
+            score = torch.where(masked[batch, head, query_index, key_index], lowest, score)
+        return score
+
+    function = _compiled_flex_attention() if compiled else flex_attention
+    output = function(query, key, value, score_mod=score_mod, scale=scaling)
+    return output.transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _compiled_flex_attention():
+    """FlexAttention only fuses when compiled; one compiled function for the process (shapes may vary)."""
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def fused_score_modification_available(query: torch.Tensor, dropout: float) -> bool:
+    """Whether a multiplicative score modification can run as a fused FlexAttention kernel: on CUDA, without
+    attention dropout. Elsewhere the eager path computes it (FlexAttention's CPU path is a reference, not fused)."""
+    return query.is_cuda and not dropout
+
+
 class SrcFeatAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 2017) for encoder self-, decoder self- and cross-attention.
 
     `config._attn_implementation` picks SDPA or eager. A multiplicative score scale cannot be expressed as an
-    SDPA mask, so calls with `score_modification.scale` (or `output_attentions`) always take the eager path;
-    an additive bias goes through SDPA as a float mask.
+    SDPA mask: on CUDA it runs as a fused FlexAttention kernel (`flex_score_modified_attention`), elsewhere (or with
+    `output_attentions`, or attention dropout) through the eager path; an additive bias goes through SDPA as a
+    float mask.
     """
 
     def __init__(
@@ -152,7 +206,10 @@ class SrcFeatAttention(nn.Module):
 
         score_scale = score_modification.scale if score_modification is not None else None
         position_bias = score_modification.bias if score_modification is not None else None
-        if score_scale is not None or output_attentions:
+        dropout = self.dropout if self.training else 0.0
+        if score_scale is not None and not output_attentions and fused_score_modification_available(query, dropout):
+            attention_function = flex_score_modified_attention
+        elif score_scale is not None or output_attentions:
             attention_function = eager_attention_forward
         else:
             attention_function = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -163,7 +220,7 @@ class SrcFeatAttention(nn.Module):
             extra["position_bias"] = position_bias
         output, weights = attention_function(
             self, query, key, value, attention_mask,
-            scaling=self.scaling, dropout=self.dropout if self.training else 0.0, **extra,
+            scaling=self.scaling, dropout=dropout, **extra,
         )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim))
         return output, (weights if output_attentions else None)

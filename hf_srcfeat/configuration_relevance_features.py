@@ -9,24 +9,31 @@ from collections.abc import Mapping, Sequence
 
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
 
-#: The linguistic factors a source token can carry, in the order of Table 1 (the subword itself comes first).
-LINGUISTIC_FACTORS = ("lemma", "subword_tag", "pos", "deprel")
+#: The linguistic factors a source token can carry, in the order of Table 1 (the subword itself comes first), and
+#: the word's morphological features (CoNLL-U FEATS), which the paper does not use: opt in through source_factors.
+LINGUISTIC_FACTORS = ("lemma", "subword_tag", "pos", "deprel", "feats")
+#: The paper's factors, the default of `source_factors`.
+PAPER_FACTORS = ("lemma", "subword_tag", "pos", "deprel")
 #: Factor -> the tokenizer output that holds its ids.
 FACTOR_FEATURE_NAMES = {"lemma": "lemma_ids", "subword_tag": "subword_tag_ids", "pos": "pos_ids",
-                        "deprel": "deprel_ids"}
+                        "deprel": "deprel_ids", "feats": "feats_ids"}
 #: Factor -> the config argument with its vocabulary size (the keys of `FeatureVocabularies.sizes()`).
 FACTOR_VOCABULARY_SIZE_ARGUMENTS = {"lemma": "num_lemmas", "subword_tag": "num_subword_tags",
-                                    "pos": "num_pos_tags", "deprel": "num_dependency_relations"}
+                                    "pos": "num_pos_tags", "deprel": "num_dependency_relations",
+                                    "feats": "num_morph_features"}
 #: Table 2: embedding widths of the subword and its factors in the paper's concat/linear/relevance models.
 TABLE_2_FACTOR_WIDTHS = {"word": 250, "lemma": 250, "subword_tag": 6, "pos": 15, "deprel": 15}
+#: Reference widths for the default split of d_model: Table 2's, and for FEATS (not in the paper) the width the
+#: paper gives the other small tag sets (POS, relation).
+REFERENCE_FACTOR_WIDTHS = {**TABLE_2_FACTOR_WIDTHS, "feats": 15}
 COMBINE_METHODS = ("concat", "add", "linear", "self_relevance", "word_relevance")
 
 
 def proportional_factor_widths(factors: Sequence[str], d_model: int) -> dict[str, int]:
     """Table 2's widths scaled to sum to `d_model`: each linguistic factor gets its rounded share (at least
     1), the subword the rest. With d_model 536 (= 250 + 250 + 6 + 15 + 15) this is Table 2 exactly."""
-    total = sum(TABLE_2_FACTOR_WIDTHS[name] for name in ("word", *factors))
-    widths = {name: max(1, round(d_model * TABLE_2_FACTOR_WIDTHS[name] / total)) for name in factors}
+    total = sum(REFERENCE_FACTOR_WIDTHS[name] for name in ("word", *factors))
+    widths = {name: max(1, round(d_model * REFERENCE_FACTOR_WIDTHS[name] / total)) for name in factors}
     return {"word": d_model - sum(widths.values()), **widths}
 
 
@@ -46,8 +53,9 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
             `"word_relevance"`: e'_k = sigmoid(W_k [e_1 || e_k] + b_k) * e_k for the linguistic factors,
             concatenated after the unchanged subword embedding e_1 (Section 3.2.2).
         source_factors (`list[str]`, *optional*, defaults to `["lemma", "subword_tag", "pos", "deprel"]`):
-            Which linguistic factors the subword is combined with: any subset of those four, in any order
-            (Table 8 uses one at a time). The subword itself is always the first factor.
+            Which linguistic factors the subword is combined with: any subset of those four and `"feats"` (the
+            word's morphological features, CoNLL-U FEATS, from a tokenizer that has their vocabulary), in any
+            order (Table 8 uses one at a time). The subword itself is always the first factor.
         factor_embedding_sizes (`dict[str, int]`, *optional*):
             Embedding width of `"word"` (the subword) and of each factor in `source_factors`. For `concat`,
             `self_relevance` and `word_relevance` the widths must sum to `d_model`; `linear` maps any sum to
@@ -61,6 +69,8 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
             Size of the POS vocabulary (the 17 UPOS tags plus the reserved ids).
         num_dependency_relations (`int`, *optional*, defaults to 64):
             Size of the dependency-relation vocabulary; pass the tokenizer's `feature_vocabularies.sizes()`.
+        num_morph_features (`int`, *optional*, defaults to 64):
+            Size of the FEATS vocabulary (used with the `"feats"` factor); from `feature_vocabularies.sizes()`.
         share_embeddings (`bool`, *optional*, defaults to `False`):
             As in the baseline, but off by default: the subword factor is narrower than the target embeddings
             except with `add`.
@@ -71,12 +81,13 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
     def __init__(
         self,
         relevance_combine: str = "self_relevance",
-        source_factors: Sequence[str] = LINGUISTIC_FACTORS,
+        source_factors: Sequence[str] = PAPER_FACTORS,
         factor_embedding_sizes: Mapping[str, int] | None = None,
         num_lemmas: int = 10000,
         num_subword_tags: int = 7,
         num_pos_tags: int = 20,
         num_dependency_relations: int = 64,
+        num_morph_features: int = 64,
         share_embeddings: bool = False,
         **kwargs,
     ):
@@ -87,6 +98,7 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
         self.num_subword_tags = num_subword_tags
         self.num_pos_tags = num_pos_tags
         self.num_dependency_relations = num_dependency_relations
+        self.num_morph_features = num_morph_features
         super().__init__(share_embeddings=share_embeddings, **kwargs)
 
     @property

@@ -2,7 +2,9 @@
 
 The POS feature is UPOS (17 universal tags, a closed set) or, with `pos_tagset="xpos"`, the parser's
 language-specific tags (Penn Treebank's for English, as CoreNLP gives them to Chen et al. and Chakrabarty et
-al.), learned from the training sentences like the relation labels.
+al.), learned from the training sentences like the relation labels. The morphological features (`feats`: a
+word's whole CoNLL-U FEATS string, e.g. "Number=Plur|Person=3", "_" for none) are a vocabulary of their own;
+tokenizers saved before it existed have none.
 
 Every vocabulary starts with the same three entries, so that id 0 is always padding:
 `<pad>` (0), `<unk>` (1, a label not seen when the vocabulary was built) and `<special>` (2, a special token
@@ -76,6 +78,7 @@ class FeatureVocabularies:
     deprel: FeatureVocabulary
     subword_tag: FeatureVocabulary
     pos_tagset: str = "upos"
+    feats: FeatureVocabulary | None = None
 
     def __post_init__(self) -> None:
         if self.pos_tagset not in POS_TAGSETS:
@@ -92,13 +95,14 @@ class FeatureVocabularies:
         fixed."""
         if pos_tagset not in POS_TAGSETS:
             raise ValueError(f"pos_tagset must be one of {list(POS_TAGSETS)}, got {pos_tagset!r}.")
-        lemmas, relations, xpos_tags = Counter(), Counter(), Counter()
+        lemmas, relations, xpos_tags, morphology = Counter(), Counter(), Counter(), Counter()
         for sentence in sentences:
             for word in sentence.words:
                 lemmas[word.lemma] += 1
                 relations[word.deprel] += 1
                 relations[word.deprel.split(":")[0]] += 0  # the base relation is always a fallback entry
                 xpos_tags[word.xpos] += 1
+                morphology[word.feats] += 1
         if pos_tagset == "xpos":
             xpos_tags.pop("_", None)  # "no tag" in CoNLL-U: unknown, not a tag
             if not xpos_tags:
@@ -111,18 +115,24 @@ class FeatureVocabularies:
                    lemma=FeatureVocabulary.from_counts(lemmas, lemma_min_frequency, max_lemmas),
                    deprel=FeatureVocabulary.from_counts(relations, min_frequency=0,
                                                         fallback_to_base_relation=True),
-                   subword_tag=FeatureVocabulary(SUBWORD_TAGS), pos_tagset=pos_tagset)
+                   subword_tag=FeatureVocabulary(SUBWORD_TAGS), pos_tagset=pos_tagset,
+                   feats=FeatureVocabulary.from_counts(morphology))
 
     def sizes(self) -> dict[str, int]:
         """Embedding table sizes, by the config argument names the models use."""
-        return {"num_pos_tags": len(self.pos), "num_lemmas": len(self.lemma),
-                "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
+        sizes = {"num_pos_tags": len(self.pos), "num_lemmas": len(self.lemma),
+                 "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
+        if self.feats is not None:
+            sizes["num_morph_features"] = len(self.feats)
+        return sizes
 
     def to_dict(self) -> dict:
         # Written only when not the default, so every tokenizer saved before the choice existed keeps its file
         # and its fingerprint (which models record).
-        tagset = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
-        return {"format": 1, "reserved": list(RESERVED_LABELS), **tagset,
+        optional = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
+        if self.feats is not None:
+            optional["feats"] = self.feats.labels
+        return {"format": 1, "reserved": list(RESERVED_LABELS), **optional,
                 **{name: getattr(self, name).labels for name in ("pos", "lemma", "deprel", "subword_tag")}}
 
     @classmethod
@@ -132,7 +142,8 @@ class FeatureVocabularies:
                              f"{list(RESERVED_LABELS)}.")
         return cls(pos=FeatureVocabulary(data["pos"]), lemma=FeatureVocabulary(data["lemma"]),
                    deprel=FeatureVocabulary(data["deprel"], fallback_to_base_relation=True),
-                   subword_tag=FeatureVocabulary(data["subword_tag"]), pos_tagset=data.get("pos_tagset", "upos"))
+                   subword_tag=FeatureVocabulary(data["subword_tag"]), pos_tagset=data.get("pos_tagset", "upos"),
+                   feats=FeatureVocabulary(data["feats"]) if "feats" in data else None)
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as handle:

@@ -215,6 +215,7 @@ class SrcFeatEncoder(nn.Module):
         word_ids: torch.LongTensor | None = None,
         phrase_ids: torch.LongTensor | None = None,
         dep_distance: torch.Tensor | None = None,
+        feats_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -230,7 +231,7 @@ class SrcFeatEncoder(nn.Module):
                              f"{(batch_size, seq_len)} like the source tokens.")
         features = SourceFeatures(pos_ids=pos_ids, lemma_ids=lemma_ids, deprel_ids=deprel_ids,
                                   subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
-                                  dep_distance=dep_distance)
+                                  dep_distance=dep_distance, feats_ids=feats_ids)
         features.check_shapes(batch_size, seq_len)
 
         hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
@@ -460,6 +461,7 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
         word_ids: torch.LongTensor | None = None,
         phrase_ids: torch.LongTensor | None = None,
         dep_distance: torch.Tensor | None = None,
+        feats_ids: torch.LongTensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.LongTensor | None = None,
         encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
@@ -476,7 +478,7 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
                 deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids,
-                phrase_ids=phrase_ids, dep_distance=dep_distance, inputs_embeds=inputs_embeds,
+                phrase_ids=phrase_ids, dep_distance=dep_distance, feats_ids=feats_ids, inputs_embeds=inputs_embeds,
                 output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             )
         elif not isinstance(encoder_outputs, ModelOutput):
@@ -553,6 +555,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         word_ids: torch.LongTensor | None = None,
         phrase_ids: torch.LongTensor | None = None,
         dep_distance: torch.Tensor | None = None,
+        feats_ids: torch.LongTensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.LongTensor | None = None,
         encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
@@ -585,7 +588,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
             deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
-            dep_distance=dep_distance, decoder_input_ids=decoder_input_ids,
+            dep_distance=dep_distance, feats_ids=feats_ids, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,

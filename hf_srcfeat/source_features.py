@@ -12,13 +12,14 @@ import torch
 
 #: Names of the per-token feature tensors, all [batch, seq] except `dep_distance` [batch, seq, seq].
 SOURCE_FEATURE_NAMES: tuple[str, ...] = (
-    "pos_ids",  # UPOS tag id of the word the token belongs to
+    "pos_ids",  # POS tag id (UPOS, or XPOS with pos_tagset="xpos") of the word the token belongs to
     "lemma_ids",  # lemma id of that word
     "deprel_ids",  # dependency relation of that word to its head
     "subword_tag_ids",  # B/I/E/S position of the token inside its word (Sennrich & Haddow 2016)
     "word_ids",  # index of the word the token belongs to
     "phrase_ids",  # index of the parse phrase the token belongs to
     "dep_distance",  # edges on the dependency-tree path between the words of two tokens
+    "feats_ids",  # morphological features (CoNLL-U FEATS, e.g. "Number=Plur") of that word
 )
 
 PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
@@ -35,6 +36,7 @@ class SourceFeatures:
     word_ids: torch.LongTensor | None = None
     phrase_ids: torch.LongTensor | None = None
     dep_distance: torch.Tensor | None = None
+    feats_ids: torch.LongTensor | None = None
 
     def check_shapes(self, batch_size: int, seq_len: int) -> None:
         """Raise a ValueError naming the feature whose shape does not match the tokens [batch, seq]."""

@@ -11,12 +11,13 @@ Source tensors, aligned to the subword tokens ([batch, seq], `dep_distance` [bat
 
 | name | value at a word's token | special token (`</s>`) | padding |
 |---|---|---|---|
-| `pos_ids`, `lemma_ids`, `deprel_ids`, `subword_tag_ids` | vocabulary id (unseen label: 1 `<unk>`) | 2 | 0 |
+| `pos_ids`, `lemma_ids`, `deprel_ids`, `subword_tag_ids`, `feats_ids` | vocabulary id (unseen label: 1 `<unk>`) | 2 | 0 |
 | `word_ids` | index of the word in the annotated sentence | -1 | -1 |
 | `phrase_ids` | index of its parse phrase (`parse_phrases`), from 0 | -1 | -1 |
 | `dep_distance` | tree-path edges between the two tokens' words, 0 within a word | -1 | -1 |
 
-Features are computed on the whole sentence and then cut with the tokens, so a truncated encoding is exactly
+`feats_ids` (morphological features) comes only from tokenizers whose vocabularies have them (built since they
+exist). Features are computed on the whole sentence and then cut with the tokens, so a truncated encoding is exactly
 the start of the full one.
 """
 
@@ -44,6 +45,7 @@ from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
 FEATURE_VOCAB_FILE = "feature_vocab.json"
 #: Value of each per-token feature at padding positions ([S, S] `dep_distance` pads rows and columns with -1).
 FEATURE_PADDING = {"pos_ids": PAD_ID, "lemma_ids": PAD_ID, "deprel_ids": PAD_ID, "subword_tag_ids": PAD_ID,
+                   "feats_ids": PAD_ID,
                    "word_ids": -1, "phrase_ids": -1}
 NO_WORD = -1
 #: The words' heads (1-based, 0 = root) of a stored encoding, instead of its [S, S] `dep_distance`.
@@ -263,9 +265,13 @@ class SourceFeatureTokenizer(TokenizersBackend):
         phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
         for index, phrase in enumerate(phrases):
             phrase_of_word[phrase] = index
-        return {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
-                "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
-                "word_ids": words, "phrase_ids": phrase_of_word[words]}
+        features = {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
+                    "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
+                    "word_ids": words, "phrase_ids": phrase_of_word[words]}
+        if vocabularies.feats is not None:
+            morphology = np.array([vocabularies.feats.id(w.feats) for w in sentence.words], dtype=np.int64)
+            features["feats_ids"] = morphology[words]
+        return features
 
     @staticmethod
     def _align(encoding, features: dict[str, np.ndarray], kept: slice, heads: list[int],
@@ -277,7 +283,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         is_word = np.array([word is not None for word in encoding.word_ids], dtype=bool)
         row: dict[str, list] = {"input_ids": list(encoding.ids), "attention_mask": [1] * length}
         for name in SOURCE_FEATURE_NAMES:
-            if name == "dep_distance":
+            if name == "dep_distance" or name not in features:
                 continue
             values = features[name][kept]
             if name == "phrase_ids" and len(values):
@@ -337,6 +343,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
 #: of vocabularies that may exceed 32k are int32, small label sets int16, flags int8.
 STORAGE_DTYPES = {"input_ids": "int32", "attention_mask": "int8", "pos_ids": "int16", "lemma_ids": "int32",
                   "deprel_ids": "int16", "subword_tag_ids": "int8", "word_ids": "int16", "phrase_ids": "int16",
+                  "feats_ids": "int16",
                   TREE_COLUMN: "int16", "labels": "int32"}
 
 

@@ -53,6 +53,14 @@ def test_written_conllu_reads_back_to_the_same_sentences(ewt_dev_sample, tmp_pat
     assert [s.sentence_id for s in again] == [s.sentence_id for s in ewt_dev_sample]
 
 
+def test_morphological_features_are_read_from_conllu_and_from_the_parser(ewt_dev_sample, stanza_annotator):
+    first = ewt_dev_sample[0]
+    assert any(word.feats not in ("_", "") and "=" in word.feats for word in first.words), "EWT gold FEATS"
+    parsed = stanza_annotator.annotate(["The dogs were running."], show_progress=False)[0]
+    by_text = {word.text: word.feats for word in parsed.words}
+    assert "Number=Plur" in by_text["dogs"] and "Tense=Past" in by_text["were"]
+
+
 def test_an_error_in_a_conllu_file_names_the_file_and_line(tmp_path):
     path = tmp_path / "bad.conllu"
     path.write_text("1\tA\ta\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\n", encoding="utf-8")

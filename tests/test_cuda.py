@@ -82,3 +82,25 @@ def test_half_precision_weights_train_and_beam_search_on_cuda(variant, dtype, pa
     model.eval()
     inputs = {name: value for name, value in batch.items() if name != "labels"}
     assert model.generate(**inputs, num_beams=4, max_new_tokens=12).shape[0] == len(test_parses)
+
+
+def test_deps_san_runs_its_score_scale_as_a_fused_flex_attention_kernel_matching_eager(parsed_data, monkeypatch):
+    from hf_srcfeat import attention
+    from hf_srcfeat.modeling_deps_san import DepsSanForConditionalGeneration
+
+    tokenizer, _, test_parses = parsed_data
+    config = variant_config("deps_san", tokenizer)
+    model = DepsSanForConditionalGeneration(config).cuda().eval()
+    batch = {name: value.cuda() for name, value in
+             tokenizer(annotations=test_parses, padding=True, return_tensors="pt").items()}
+    calls = []
+    fused = attention.flex_score_modified_attention
+    monkeypatch.setattr(attention, "flex_score_modified_attention",
+                        lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs))
+    with torch.no_grad():
+        flex = model.get_encoder()(**batch).last_hidden_state
+        assert calls, "the scaled layers took the FlexAttention path"
+        monkeypatch.setattr(attention, "fused_score_modification_available", lambda query, dropout: False)
+        eager = model.get_encoder()(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(flex[real], eager[real], atol=2e-5, rtol=1e-4)

@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
-from hf_srcfeat.modeling_deps_san import dependency_scaled_matrix, knowledge_sparse, place_special_tokens_farthest
+from hf_srcfeat.modeling_deps_san import (
+    dependency_scaled_matrix,
+    knowledge_sparse,
+    place_special_tokens_farthest,
+)
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
 from .helpers import masked_softmax, random_model, unmodified_scores
@@ -152,6 +156,25 @@ def test_sparsing_acts_in_training_only(deps_san_config, parsed_batch, sparse):
 def test_invalid_arguments_raise_errors_naming_them(deps_san_config, overrides, message):
     with pytest.raises(ValueError, match=message):
         deps_san_config(**overrides)
+
+
+def test_the_fused_flex_attention_path_gives_what_the_eager_path_gives(deps_san_config, parsed_batch, monkeypatch):
+    """On CUDA the scaled layers run as one FlexAttention kernel; here its reference implementation (uncompiled, on
+    CPU) stands in for it and must reproduce the eager scores, mask and padding included."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from hf_srcfeat import attention
+
+    model = random_model(DepsSanForConditionalGeneration, deps_san_config(deps_san_heads=SCALED_HEADS))
+    with torch.no_grad():
+        eager = model.get_encoder()(**parsed_batch).last_hidden_state
+        calls = []
+        monkeypatch.setattr(attention, "fused_score_modification_available", lambda query, dropout: True)
+        monkeypatch.setattr(attention, "_compiled_flex_attention",
+                            lambda: lambda *args, **kwargs: calls.append(1) or flex_attention(*args, **kwargs))
+        fused = model.get_encoder()(**parsed_batch).last_hidden_state
+    assert len(calls) == len(model.config.scaled_layers), "only the scaled layers take the FlexAttention path"
+    torch.testing.assert_close(fused, eager, atol=1e-5, rtol=1e-5)
 
 
 def test_a_source_without_dependency_distances_is_refused(deps_san_config, parsed_batch):

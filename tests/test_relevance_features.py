@@ -19,6 +19,7 @@ from .helpers import REPO, random_model
 
 sys.path.insert(0, str(REPO / "training"))
 import plot_relevance  # noqa: E402
+
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer  # noqa: E402
 
 FACTORS = ["lemma", "subword_tag", "pos", "deprel"]
@@ -225,6 +226,24 @@ def mask_of_first_token_tagged(model, tokenizer, sentence: str, tag: str) -> tor
     batch = tokenizer([sentence], return_tensors="pt")
     position = (batch["pos_ids"][0] == tokenizer.feature_vocabularies.pos.id(tag)).nonzero()[0, 0]
     return model.relevance_masks(**batch)["pos"][0, position]
+
+
+def test_morphological_features_are_a_factor_of_their_own(feature_tokenizer, test_sentences):
+    sizes = feature_tokenizer.feature_vocabularies.sizes()
+    config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, source_factors=["pos", "feats"], **sizes)
+    assert set(config.factor_widths) == {"word", "pos", "feats"} and config.num_morph_features == sizes[
+        "num_morph_features"]
+    model = random_model(RelevanceFeaturesForConditionalGeneration, config)
+    batch = feature_tokenizer(test_sentences[:3], padding=True, return_tensors="pt")
+    masks = model.relevance_masks(**batch)
+    assert masks["feats"].shape[-1] == config.factor_widths["feats"]
+    # Two words with different morphology get different masks; the same FEATS, the same mask.
+    ids = batch["feats_ids"][0]
+    first, other = 0, int((ids != ids[0]).nonzero()[0, 0])
+    assert not torch.allclose(masks["feats"][0, first], masks["feats"][0, other])
+    without = {name: value for name, value in batch.items() if name != "feats_ids"}
+    with pytest.raises(ValueError, match="feats_ids"):
+        model(**without, labels=batch["input_ids"][:, :4])
 
 
 def test_plot_script_draws_the_pos_masks_of_a_self_relevance_model(tmp_path, feature_tokenizer, test_sentences):

@@ -3,6 +3,7 @@ and truncated consistently, saved and reloaded exactly, and robust to awkward in
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -195,6 +196,26 @@ def test_an_xpos_tokenizer_carries_penn_treebank_tags_and_keeps_the_choice_when_
     with pytest.raises(ValueError, match="pos_tagset"):
         train_source_feature_tokenizer(sources, targets, vocab_size=600, source_annotations=train_annotations,
                                        pos_tagset="penn")
+
+
+def test_every_subword_carries_its_words_morphological_features(feature_tokenizer, ewt_dev_sample):
+    vocabulary = feature_tokenizer.feature_vocabularies.feats
+    assert vocabulary is not None and "Number=Plur" in vocabulary.labels
+    for sentence in ewt_dev_sample[:20]:
+        encoded = feature_tokenizer(annotations=sentence)
+        expected = [vocabulary.id(sentence.words[word].feats) if word >= 0 else 2 for word in encoded["word_ids"]]
+        assert encoded["feats_ids"] == expected
+
+
+def test_a_tokenizer_saved_before_morphological_features_encodes_without_them(feature_tokenizer, tmp_path):
+    feature_tokenizer.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "feature_vocab.json").read_text())
+    del saved["feats"]
+    (tmp_path / "feature_vocab.json").write_text(json.dumps(saved))
+    old = AutoTokenizer.from_pretrained(tmp_path)
+    assert old.feature_vocabularies.feats is None and "num_morph_features" not in old.feature_vocabularies.sizes()
+    encoded = old("A dog runs.")
+    assert "feats_ids" not in encoded and encoded["pos_ids"] == feature_tokenizer("A dog runs.")["pos_ids"]
 
 
 def test_unseen_lemmas_and_relations_map_to_unk_or_their_base_relation(feature_tokenizer):
