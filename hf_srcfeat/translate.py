@@ -153,6 +153,8 @@ class FileTranslator:
         self.num_return_sequences = num_return_sequences
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
+        # A translator whose model reads no source features (a CTranslate2 export of the baseline) gets raw text.
+        self.reads_parses = getattr(translator, "reads_parses", True)
         self.statistics = TranslationStatistics()
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -160,9 +162,11 @@ class FileTranslator:
         start = time.perf_counter()
         self.parse(items)
         parsed = time.perf_counter()
-        ready = [index for index, item in enumerate(items) if item.sentence is not None and item.error is None]
+        ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
+                 and (item.sentence is not None or not self.reads_parses)]
         if self.sort_by_length:
-            ready.sort(key=lambda index: -len(items[index].sentence.words))
+            ready.sort(key=lambda index: -len(self.source(items[index]).split() if not self.reads_parses
+                                              else items[index].sentence.words))
         outputs: list[list[dict]] = [[] for _ in items]
         for index, translations in zip(ready, self.generate([items[index] for index in ready]), strict=True):
             outputs[index] = translations
@@ -178,7 +182,16 @@ class FileTranslator:
         statistics.translated += sum(1 for output in outputs if output)
         return outputs
 
+    def source(self, item: SourceItem):
+        """What the translator reads: the parsed sentence, or the raw text for a model without source features."""
+        if self.reads_parses:
+            return item.sentence
+        return item.text if item.text is not None else item.sentence.text or " ".join(
+            word.text for word in item.sentence.words)
+
     def parse(self, items: list[SourceItem]) -> None:
+        if not self.reads_parses:
+            return
         pending = [item for item in items if item.error is None and item.sentence is None and not item.is_empty]
         if not pending:
             return
@@ -200,7 +213,7 @@ class FileTranslator:
         if self.num_return_sequences > 1:
             options["return_scores"] = True
         try:
-            return [as_list(output) for output in self.translator([item.sentence for item in items], **options)]
+            return [as_list(output) for output in self.translator([self.source(item) for item in items], **options)]
         except (ValueError, RuntimeError, IndexError) as error:
             if len(items) == 1:
                 items[0].error = f"the model failed: {type(error).__name__}: {error}"
@@ -231,12 +244,22 @@ def resolve_device(name: str) -> str:
 
 
 def load_translator(args: argparse.Namespace):
-    """The translation pipeline for the model, its tokenizer and the annotator the options ask for."""
+    """The translation pipeline for the model, its tokenizer and the annotator the options ask for (or, with
+    `--backend ctranslate2`, the translator of a CTranslate2 export)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .pipeline_translation import pipeline
 
     device = resolve_device(args.device)
+    if args.backend == "ctranslate2":
+        from .ctranslate2_export import CTranslate2Translator
+
+        compute_type = args.compute_type or {"float32": "default"}.get(args.dtype, args.dtype)
+        try:
+            return CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
+                                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
+        except (ValueError, ImportError) as error:
+            raise SystemExit(f"hf-srcfeat-translate: {error}") from None
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
@@ -256,7 +279,12 @@ def load_translator(args: argparse.Namespace):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-srcfeat-translate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", "-m", required=True, help="trained model folder or Hub id")
+    parser.add_argument("--model", "-m", required=True, help=(
+        "trained model folder or Hub id (with --backend ctranslate2: a folder written by hf-srcfeat-export-ct2)"))
+    parser.add_argument("--backend", choices=["transformers", "ctranslate2"], default="transformers",
+                        help="run the model with Transformers (default) or a CTranslate2 export of it")
+    parser.add_argument("--compute_type", default=None, help=(
+        "CTranslate2's compute type (int8, int8_float32, float32, float16, ...; default: the export's, or --dtype)"))
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's)")
     parser.add_argument("--input", "-i", default="-", help="input file (.gz read as gzip); - or absent: stdin")
     parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")

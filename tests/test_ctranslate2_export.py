@@ -1,0 +1,85 @@
+"""CTranslate2 export (`hf-srcfeat-export-ct2`): a trained baseline exported and run by CTranslate2 translates
+real sentences as the PyTorch model does (greedy, float32), through the translator class and through
+`hf-srcfeat-translate --backend ctranslate2`; the models CTranslate2 cannot express are refused with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("ctranslate2")
+
+from hf_srcfeat import DepsSanConfig, PhraseRepConfig  # noqa: E402
+from hf_srcfeat.ctranslate2_export import CTranslate2Translator, check_exportable, main  # noqa: E402
+from hf_srcfeat.translate import main as translate_main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def exported(trained_baseline, feature_tokenizer, tmp_path_factory):
+    model, _ = trained_baseline
+    folder = tmp_path_factory.mktemp("baseline")
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    output = tmp_path_factory.mktemp("ct2") / "baseline-ct2"
+    assert main([str(folder), str(output)]) == 0
+    return folder, output
+
+
+def pytorch_greedy(model, tokenizer, sentences: list[str], max_new_tokens: int = 24) -> list[str]:
+    batch = tokenizer(sentences, source_features=False, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                   num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+    return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
+
+def test_greedy_translations_equal_the_pytorch_models(exported, trained_baseline, feature_tokenizer, test_sentences):
+    model, _ = trained_baseline
+    translator = CTranslate2Translator(exported[1], intra_threads=1)
+    sentences = test_sentences[:40]
+    assert translator.translate(sentences, num_beams=1, max_new_tokens=24) == pytorch_greedy(
+        model, feature_tokenizer, sentences)
+    settings = json.loads((exported[1] / "hf_srcfeat_export.json").read_text())
+    assert settings["model_type"] == "srcfeat_transformer" and settings["quantization"] is None
+
+
+def test_the_translate_command_runs_the_export_line_for_line(exported, test_sentences, tmp_path):
+    folder, ct2_folder = exported
+    lines = [test_sentences[0], "", *test_sentences[1:5]]
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    outputs = {}
+    for backend, model in (("transformers", folder), ("ctranslate2", ct2_folder)):
+        target = tmp_path / f"{backend}.de"
+        assert translate_main(["--model", str(model), "--backend", backend, "--input", str(source), "--output",
+                               str(target), "--num_beams", "1", "--max_new_tokens", "24", "--quiet",
+                               "--device", "cpu"]) == 0
+        outputs[backend] = target.read_text(encoding="utf-8").splitlines()
+    assert outputs["ctranslate2"] == outputs["transformers"] and outputs["ctranslate2"][1] == ""
+
+
+def test_an_int8_export_translates(exported, test_sentences, tmp_path):
+    folder, _ = exported
+    assert main([str(folder), str(tmp_path / "int8"), "--quantization", "int8"]) == 0
+    translations = CTranslate2Translator(tmp_path / "int8").translate(test_sentences[:5], num_beams=2)
+    assert len(translations) == 5 and all(isinstance(text, str) and text for text in translations)
+
+
+@pytest.mark.parametrize(("config", "reason"), [
+    (DepsSanConfig(vocab_size=100, d_model=16, encoder_attention_heads=2, decoder_attention_heads=2),
+     "score modification"),
+    (PhraseRepConfig(vocab_size=100, d_model=16, encoder_attention_heads=2, decoder_attention_heads=2),
+     "fixed sublayers"),
+])
+def test_models_ctranslate2_cannot_express_are_refused_with_the_reason(config, reason):
+    with pytest.raises(ValueError, match=reason):
+        check_exportable(config)
+
+
+def test_an_existing_output_folder_is_not_overwritten(exported, tmp_path, capsys):
+    folder, _ = exported
+    (tmp_path / "kept.txt").write_text("mine")
+    assert main([str(folder), str(tmp_path)]) == 1
+    assert "not empty" in capsys.readouterr().err and (tmp_path / "kept.txt").read_text() == "mine"
