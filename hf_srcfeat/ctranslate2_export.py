@@ -3,10 +3,13 @@
     hf-srcfeat-export-ct2 runs/my_model runs/my_model-ct2 --quantization int8
 
 CTranslate2 runs standard Transformer encoder-decoders; of the zoo it can express the baseline (either
-LayerNorm position, sinusoidal positions, scaled embeddings, tied or untied embeddings). The other models
-change the encoder in ways its specs have no place for (a dependency-scaled attention, feature groups with an
-RNN, phrase sublayers, an auxiliary encoder, relevance masks), and the factor-embedding models would need
-CTranslate2's source-feature embeddings, which this export does not write yet: they are refused with the reason.
+LayerNorm position, sinusoidal positions, scaled embeddings, tied or untied embeddings) and the relevance-feature
+models that concatenate or add their factor embeddings (`relevance_combine` "concat" or "add"), through
+CTranslate2's source-feature embeddings (one table per factor, as for OpenNMT-py models with `src_feats`): the
+source tokens go in as `subword￨lemma￨tag￨...`, with the labels our tokenizer computed from the parse. The other
+models change the encoder in ways its specs have no place for (a dependency-scaled attention, feature groups with
+an RNN, phrase sublayers, an auxiliary encoder, relevance masks or a linear merge): they are refused with the
+reason.
 
 The export is written with CTranslate2's own spec classes (`ctranslate2.specs.TransformerSpec`), as its
 converters for Marian and BART do; there is no converter for a custom Transformers architecture, so this
@@ -36,9 +39,9 @@ UNSUPPORTED = {
                   "CTranslate2's layers have fixed sublayers",
     "latent_feedback": "latent feature feedback runs a second encoder whose layers feed the first one's "
                        "attention; CTranslate2 has one encoder",
-    "relevance_features": "relevance features combine factor embeddings of their own widths (with relevance "
-                          "masks); CTranslate2's source-feature embeddings are not written by this export yet",
 }
+#: CTranslate2's separator of a token's factors (OpenNMT-py's).
+FACTOR_SEPARATOR = "￨"
 CONFIG_FILE = "hf_srcfeat_export.json"
 
 
@@ -72,10 +75,13 @@ def _attention(spec, attention, self_attention: bool) -> None:
     _linear(spec.linear[-1], attention.out_proj)
 
 
-def _embeddings(spec, embedding, config) -> None:
-    """Token table, embedding scale and our interleaved sinusoids (written out: CTranslate2's own differ)."""
+def _embeddings(spec, embedding, config, factors: Sequence[str] = ()) -> None:
+    """Token table (and the encoder's factor tables), embedding scale and our interleaved sinusoids (written out:
+    CTranslate2's own differ)."""
     table = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: one per factor
     table.weight = _numpy(embedding.embed_tokens.weight)
+    for table, factor in zip(spec.embeddings[1:] if factors else [], factors, strict=True):
+        table.weight = _numpy(embedding.factor_embeddings[factor].weight)
     spec.scale_embeddings = embedding.embed_scale
     positions = torch.arange(config.max_position_embeddings)
     spec.position_encodings.encodings = _numpy(sinusoidal_position_encoding(positions, config.d_model))
@@ -86,7 +92,11 @@ def check_exportable(config) -> None:
     if config.model_type in UNSUPPORTED:
         raise ValueError(f"a {config.model_type} model cannot be exported to CTranslate2: "
                          f"{UNSUPPORTED[config.model_type]}.")
-    if config.model_type != "srcfeat_transformer":
+    if config.model_type == "relevance_features" and config.relevance_combine not in ("concat", "add"):
+        raise ValueError(f"a relevance_features model with relevance_combine={config.relevance_combine!r} cannot be "
+                         "exported to CTranslate2: its source-feature embeddings are only concatenated or added, "
+                         "with no relevance masks or linear merge (concat and add models can be).")
+    if config.model_type not in ("srcfeat_transformer", "relevance_features"):
         raise ValueError(f"model type {config.model_type!r} has no CTranslate2 export.")
     if config.activation_function not in ("relu", "gelu"):
         raise ValueError(f"activation {config.activation_function!r} has no CTranslate2 equivalent here.")
@@ -101,14 +111,17 @@ def model_spec(model):
     pre_norm = config.layernorm_position == "pre"
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[
         config.activation_function]
+    factors = list(getattr(config, "source_factors", []))
+    merge = common_spec.EmbeddingsMerge.ADD if getattr(config, "relevance_combine", None) == "add" \
+        else common_spec.EmbeddingsMerge.CONCAT
     spec = transformer_spec.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers), config.encoder_attention_heads, pre_norm=pre_norm,
-        activation=activation)
+        activation=activation, num_source_embeddings=1 + len(factors), embeddings_merge=merge)
     if config.decoder_attention_heads != config.encoder_attention_heads:
         raise ValueError("CTranslate2's Transformer has one head count for encoder and decoder; this model has "
                          f"{config.encoder_attention_heads} and {config.decoder_attention_heads}.")
     encoder, decoder = model.get_encoder(), model.model.decoder
-    _embeddings(spec.encoder, encoder.embed_source, config)
+    _embeddings(spec.encoder, encoder.embed_source, config, factors)
     _embeddings(spec.decoder, decoder.embed_target, config)
     for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
         _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
@@ -153,6 +166,10 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     spec = model_spec(model)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
     spec.register_source_vocabulary(tokens)
+    factors = list(getattr(model.config, "source_factors", []))
+    for factor in factors:
+        labels = factor_labels(tokenizer, model.config, factor)
+        spec.register_source_vocabulary(labels)
     spec.register_target_vocabulary(tokens)
     spec.config.bos_token = tokenizer.bos_token
     spec.config.eos_token = tokenizer.eos_token
@@ -165,8 +182,24 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     tokenizer.save_pretrained(output)  # the translator encodes raw text with it (and its annotator)
     (output / CONFIG_FILE).write_text(json.dumps(
         {"exported_from": str(model_path), "model_type": model.config.model_type, "quantization": quantization,
-         "max_position_embeddings": model.config.max_position_embeddings}, indent=1))
+         "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors}, indent=1))
     return output
+
+
+def factor_labels(tokenizer, config, factor: str) -> list[str]:
+    """A factor's labels by id, as CTranslate2's vocabulary of that source embedding."""
+    from .configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
+
+    vocabulary = getattr(tokenizer.feature_vocabularies, factor, None)
+    size = getattr(config, FACTOR_VOCABULARY_SIZE_ARGUMENTS[factor])
+    if vocabulary is None or len(vocabulary) != size:
+        raise ValueError(f"the tokenizer's {factor} vocabulary does not match the model's ({size} entries).")
+    bad = [label for label in vocabulary.labels if FACTOR_SEPARATOR in label or not label.strip()
+           or any(character.isspace() for character in label)]
+    if bad:
+        raise ValueError(f"{factor} labels {bad[:5]} contain whitespace or the factor separator "
+                         f"{FACTOR_SEPARATOR!r}; CTranslate2 cannot read them as source features.")
+    return list(vocabulary.labels)
 
 
 class CTranslate2Translator:
@@ -181,8 +214,6 @@ class CTranslate2Translator:
         inter_threads, intra_threads: CTranslate2's parallelism (batches in parallel, threads per batch).
     """
 
-    #: The exported models read no source features: the translate command hands over raw text, no parse.
-    reads_parses = False
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
                  inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256):
@@ -196,15 +227,40 @@ class CTranslate2Translator:
             raise ValueError(f"{folder} is not an hf_srcfeat CTranslate2 export (no {CONFIG_FILE}); write one with "
                              "hf-srcfeat-export-ct2.")
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.max_length = json.loads((folder / CONFIG_FILE).read_text())["max_position_embeddings"]
+        settings = json.loads((folder / CONFIG_FILE).read_text())
+        self.max_length = settings["max_position_embeddings"]
+        self.factors = settings.get("source_factors", [])
+        # A model without source features needs no parse: the translate command then hands over raw text.
+        self.reads_parses = bool(self.factors)
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=inter_threads, intra_threads=intra_threads)
         self.num_beams, self.max_new_tokens = num_beams, max_new_tokens
 
-    def source_tokens(self, texts: Sequence[str]) -> list[list[str]]:
-        """The subword tokens of the sources, with `</s>`, as the PyTorch model reads them."""
-        encoded = self.tokenizer(list(texts), source_features=False, truncation=True, max_length=self.max_length)
-        return [self.tokenizer.convert_ids_to_tokens(ids) for ids in encoded["input_ids"]]
+    def source_tokens(self, sources: Sequence) -> list[list[str]]:
+        """The subword tokens of the sources (raw texts, or `AnnotatedSentence`s for a model with factors), with
+        `</s>`, as the PyTorch model reads them; with factors, `subword￨label￨...` per token."""
+        from .annotation import AnnotatedSentence
+        from .configuration_relevance_features import FACTOR_FEATURE_NAMES
+
+        sources = list(sources)
+        if not self.factors:
+            texts = [source.text if isinstance(source, AnnotatedSentence) else source for source in sources]
+            encoded = self.tokenizer(texts, source_features=False, truncation=True, max_length=self.max_length)
+            return [self.tokenizer.convert_ids_to_tokens(ids) for ids in encoded["input_ids"]]
+        parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
+        if parsed and len(parsed) != len(sources):
+            raise ValueError("give either raw texts or AnnotatedSentences, not both.")
+        encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length) if parsed \
+            else self.tokenizer(sources, truncation=True, max_length=self.max_length)
+        vocabularies = self.tokenizer.feature_vocabularies
+        rows = []
+        for index, ids in enumerate(encoded["input_ids"]):
+            columns = [self.tokenizer.convert_ids_to_tokens(ids)]
+            for factor in self.factors:
+                labels = getattr(vocabularies, factor).labels
+                columns.append([labels[value] for value in encoded[FACTOR_FEATURE_NAMES[factor]][index]])
+            rows.append([FACTOR_SEPARATOR.join(parts) for parts in zip(*columns, strict=True)])
+        return rows
 
     def translate(self, texts: Sequence[str], num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
                   num_return_sequences: int = 1, return_scores: bool = False) -> list:

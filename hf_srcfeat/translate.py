@@ -256,10 +256,15 @@ def load_translator(args: argparse.Namespace):
 
         compute_type = args.compute_type or {"float32": "default"}.get(args.dtype, args.dtype)
         try:
-            return CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
-                                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
+            translator = CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
+                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
         except (ValueError, ImportError) as error:
             raise SystemExit(f"hf-srcfeat-translate: {error}") from None
+        if translator.reads_parses and args.input_format == "text":
+            translator.tokenizer.annotator = StanzaAnnotator(
+                language=translator.tokenizer.language, model_dir=args.stanza_dir, cache_path=args.annotation_cache,
+                use_cache=not args.no_annotation_cache, device=device)
+        return translator
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "

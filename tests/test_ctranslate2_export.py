@@ -83,3 +83,43 @@ def test_an_existing_output_folder_is_not_overwritten(exported, tmp_path, capsys
     (tmp_path / "kept.txt").write_text("mine")
     assert main([str(folder), str(tmp_path)]) == 1
     assert "not empty" in capsys.readouterr().err and (tmp_path / "kept.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("combine", ["concat", "add"])
+def test_relevance_factor_embeddings_run_as_ctranslate2_source_features(combine, feature_tokenizer, test_sentences,
+                                                                       tmp_path):
+    from hf_srcfeat import RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
+
+    from .end_to_end import tiny_method_config
+    from .helpers import random_model
+
+    config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine=combine,
+                                **feature_tokenizer.feature_vocabularies.sizes())
+    model = random_model(RelevanceFeaturesForConditionalGeneration, config).eval()
+    model.save_pretrained(tmp_path / "model")
+    feature_tokenizer.save_pretrained(tmp_path / "model")
+    assert main([str(tmp_path / "model"), str(tmp_path / "ct2")]) == 0
+    translator = CTranslate2Translator(tmp_path / "ct2", intra_threads=1)
+    sentences = test_sentences[:12]
+    tokens = translator.source_tokens(sentences)[0]
+    assert all(token.count("￨") == len(config.source_factors) for token in tokens), "subword￨lemma￨tag￨pos￨deprel"
+    batch = feature_tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12)
+    expected = [text.strip() for text in feature_tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    assert translator.translate(sentences, num_beams=1, max_new_tokens=12) == expected
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in sentences[:4]), encoding="utf-8")
+    assert translate_main(["--model", str(tmp_path / "ct2"), "--backend", "ctranslate2", "--input", str(source),
+                           "--output", str(tmp_path / "output.de"), "--num_beams", "1", "--max_new_tokens", "12",
+                           "--quiet", "--device", "cpu"]) == 0
+    assert (tmp_path / "output.de").read_text(encoding="utf-8").splitlines() == expected[:4], "parsed on the way"
+
+
+def test_relevance_masks_cannot_be_exported(feature_tokenizer):
+    from hf_srcfeat import RelevanceFeaturesConfig
+
+    config = RelevanceFeaturesConfig(vocab_size=100, d_model=32, encoder_attention_heads=2, decoder_attention_heads=2,
+                                     relevance_combine="self_relevance")
+    with pytest.raises(ValueError, match="relevance masks"):
+        check_exportable(config)

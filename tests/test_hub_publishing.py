@@ -177,10 +177,10 @@ def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_pa
 
 def test_a_method_card_states_the_difference_to_the_baseline_of_its_seed_and_its_significance(tmp_path):
     benchmark_dir = REPO / "training" / "results" / "benchmark"
-    method = json.loads((benchmark_dir / "deps_san_seed1.json").read_text())["test"]
+    method = json.loads((benchmark_dir / "relevance_concat_seed1.json").read_text())["test"]
     (tmp_path / "results.json").write_text(json.dumps({"seed": 1}))
-    card = publish.render_card((REPO / "hub_cards" / "deps_san.md").read_text(), REPO_ID,
-                               publish.run_results(tmp_path, benchmark_dir, "deps_san"))
+    card = publish.render_card((REPO / "hub_cards" / "relevance_features.md").read_text(), REPO_ID,
+                               publish.run_results(tmp_path, benchmark_dir, "relevance_concat"))
     test = method["significance_vs_baseline"]
     assert (f"scores {test['baseline_bleu']} (difference {method['bleu'] - test['baseline_bleu']:+.2f} BLEU; "
             f"paired bootstrap resampling, p = {test['p_value']:.3f})") in card
