@@ -78,6 +78,23 @@ class PhraseLayout:
         token_mask[batch, phrase, offset] = True
         return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
 
+    @classmethod
+    def ngram(cls, attention_mask: torch.Tensor) -> PhraseLayout:
+        """The n-gram phrases of `ngram_phrase_index`, laid out from tensor shapes alone: ceil(S / 3) phrase slots
+        of 8 token slots (ntok is 3 to 8), the unused ones masked. No value is read back to the host, so a compiled
+        model keeps one graph; `from_phrase_index` would size the layout by the batch's phrase count."""
+        batch_size, seq_len = attention_mask.shape
+        real = attention_mask.bool()
+        length = real.sum(-1)
+        first = real.to(torch.int8).argmax(-1)  # real tokens are contiguous (padding on one side)
+        phrase_length = ((length - 1) // 6).clamp(min=3, max=8)  # footnote 2, seq without </s>
+        slots = torch.arange(-(-seq_len // 3), device=attention_mask.device)[:, None] * phrase_length[:, None, None]
+        offset = slots + torch.arange(8, device=attention_mask.device)  # [B, P, T]: position among real tokens
+        token_mask = (offset < length[:, None, None]) & (torch.arange(8, device=attention_mask.device)
+                                                          < phrase_length[:, None, None])
+        token_index = ((first[:, None, None] + offset) * token_mask).clamp(max=seq_len - 1)
+        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+
     def gather(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[B, S, D] token vectors -> [B, P, T, D] phrase members (padding slots hold arbitrary tokens)."""
         batch = torch.arange(hidden_states.shape[0], device=hidden_states.device)[:, None, None]
@@ -193,7 +210,14 @@ class PhraseRepEncoder(SrcFeatEncoder):
         return ngram_phrase_index(attention_mask)
 
     def layer_contexts(self, input_ids, embeddings, features, attention_mask) -> list[PhraseEncoderLayerContext]:
-        layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
+        if self.config.phrase_segmentation == "ngram" and torch.compiler.is_compiling():
+            # Static slots keep one graph; eager mode takes the compact layout (the same phrases, up to 2.5x fewer
+            # slots to pool over).
+            if attention_mask is None:
+                attention_mask = torch.ones(embeddings.shape[:2], dtype=torch.long, device=embeddings.device)
+            layout = PhraseLayout.ngram(attention_mask)
+        else:  # parse phrases have data-dependent sizes
+            layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
         return [PhraseEncoderLayerContext(layout=layout) for _ in self.layers]
 
     def build_output(self, last_hidden_state, hidden_states, attentions, contexts, features,

@@ -47,6 +47,22 @@ def test_ngram_phrases_have_max_min_8_seq_over_6_3_tokens_and_a_shorter_last_phr
     assert ngram_phrase_index(mask).tolist() == [[-1, -1, 0, 0, 0, 1], [0, 0, 0, 1, -1, -1]]
 
 
+def test_the_ngram_layout_from_shapes_holds_the_phrases_of_the_phrase_index_layout():
+    torch.manual_seed(0)
+    for trial in range(60):
+        seq_len = int(torch.randint(2, 70, ()))
+        lengths = torch.randint(1, seq_len + 1, (3,))
+        positions = torch.arange(seq_len)
+        mask = (positions < lengths[:, None]) if trial % 2 else (positions >= seq_len - lengths[:, None])
+        expected = PhraseLayout.from_phrase_index(ngram_phrase_index(mask.long()))
+        layout = PhraseLayout.ngram(mask.long())
+        phrases, tokens = expected.token_mask.shape[1:]
+        assert torch.equal(layout.token_mask[:, :phrases, :tokens], expected.token_mask)
+        assert not layout.token_mask[:, phrases:].any() and not layout.token_mask[:, :, tokens:].any()
+        kept = expected.token_mask
+        assert torch.equal(layout.token_index[:, :phrases, :tokens][kept], expected.token_index[kept])
+
+
 def test_the_layout_holds_each_phrase_s_tokens_in_order_and_masks_the_rest():
     phrase_index = torch.tensor([[0, 0, 1, 1, 1, -1], [0, 1, 1, 2, -1, -1]])
     layout = PhraseLayout.from_phrase_index(phrase_index)
