@@ -332,3 +332,14 @@ def test_runs_on_pre_parsed_sources_side_by_side_with_significance_added_later(
     for split in BLIND_SPLITS:
         output = tmp_path / "results" / "blind" / f"relevance_concat_seed1.{split}.de"
         assert len(output.read_text(encoding="utf-8").splitlines()) == BLIND_SOURCE_LINES
+
+
+def test_a_run_that_trained_to_the_end_is_scored_not_retrained(tmp_path):
+    """Scoring cut after training (a crash, a missing baseline folder) must not cost the training again."""
+    results = {"global_step": 1200, "train_metrics": {"train_runtime": 2933.6}, "train_seconds": 2933.8}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert benchmark.finished_training(tmp_path, 1200) == results
+    assert benchmark.finished_training(tmp_path, 2400) is None, "a longer budget trains on"
+    (tmp_path / "results.json").write_text(json.dumps({**results, "global_step": 800}))
+    assert benchmark.finished_training(tmp_path, 1200) is None
+    assert benchmark.finished_training(tmp_path / "missing", 1200) is None

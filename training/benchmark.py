@@ -300,7 +300,13 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     if args.data_dir:
         arguments["data_dir"] = args.data_dir
     torch.set_num_threads(args.threads)
-    training = train.main(as_argv(arguments))
+    training = finished_training(folder, shared["max_steps"])
+    if training is not None:
+        # Trained to the end before the scoring after it was cut (e.g. by a crash): score it, do not retrain.
+        recorded = json.loads((folder / "training_args.json").read_text()).get("resume_from_checkpoint")
+        resumed_from_step = int(Path(recorded).name.split("-")[1]) if recorded else 0
+    else:
+        training = train.main(as_argv(arguments))
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder).to(decoding_device(args))
@@ -337,6 +343,15 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "test": score(beam_hypotheses, references), "test_sentences": len(sources), "test_num_beams": TEST_NUM_BEAMS,
         **pretraining,
     }
+
+
+def finished_training(folder: Path, max_steps: int) -> dict | None:
+    """train.py's results of a run in `folder` that trained all `max_steps`, or None."""
+    path = folder / "results.json"
+    if not path.exists():
+        return None
+    recorded = json.loads(path.read_text())
+    return recorded if recorded.get("global_step") == max_steps and recorded.get("train_metrics") else None
 
 
 def decoding_device(args) -> str:
@@ -524,8 +539,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"run the baseline of seed {seed} first: {system} is tested against it (or pass "
                              "--defer_significance and run the significance command once it is done).")
         result = run_system(system, seed, args, tokenizer_dir)
-        if baseline_done:
+        baseline_translations = args.runs_dir / "baseline" / f"seed{seed}" / "test_predictions.beam4.txt"
+        if baseline_done and baseline_translations.exists():
             add_significance(args, result)
+        elif system != "baseline":
+            # A finished run is never lost to a missing baseline folder (e.g. run folders left on another machine).
+            print(f"{system} seed {seed}: significance deferred: the baseline's test translations "
+                  f"({baseline_translations}) are missing; run the significance command once they exist.", flush=True)
         write_json(path, result)
         write_blind_translations(args, system, seed)
         print(f"{system} seed {seed}: BLEU {result['test']['bleu']} chrF {result['test']['chrf']}", flush=True)
