@@ -31,7 +31,9 @@ ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
 class AnnotatedWord:
     """One syntactic word. `head` is 1-based as in CoNLL-U; 0 marks the root. `space_after` says whether
     whitespace followed the word in the raw text (CoNLL-U `SpaceAfter=No`); the tokenizer keeps that spacing.
-    `feats` is the CoNLL-U FEATS string ("Number=Plur|Person=3", "_" for none)."""
+    `feats` is the CoNLL-U FEATS string ("Number=Plur|Person=3", "_" for none). `factors` holds factors no
+    parser gives (named-entity tags, domain tags, word clusters...) as (name, value) pairs: CoNLL-U MISC
+    `Factor_<name>=<value>`, or OpenNMT-py's `word￨value` input (`hf_srcfeat.user_factors`)."""
 
     text: str
     upos: str
@@ -41,6 +43,11 @@ class AnnotatedWord:
     head: int
     space_after: bool = True
     feats: str = "_"
+    factors: tuple[tuple[str, str], ...] = ()
+
+    def factor(self, name: str) -> str | None:
+        """The value of the user factor `name`, or None."""
+        return dict(self.factors).get(name)
 
 
 @dataclass
@@ -101,8 +108,9 @@ class AnnotatedSentence:
     @classmethod
     def from_json(cls, payload: str) -> AnnotatedSentence:
         data = json.loads(payload)
-        return cls(words=[AnnotatedWord(**word) for word in data["words"]], sentence_id=data["sentence_id"],
-                   text=data["text"])
+        words = [AnnotatedWord(**{**word, "factors": tuple(tuple(pair) for pair in word.get("factors", ()))})
+                 for word in data["words"]]
+        return cls(words=words, sentence_id=data["sentence_id"], text=data["text"])
 
     @classmethod
     def from_features(cls, words: Sequence[str], upos: Sequence[str], lemmas: Sequence[str],
@@ -230,7 +238,8 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
                              f"{sentence_id or line_number}.")
         words.append(AnnotatedWord(text=columns[1], lemma=columns[2], upos=columns[3], xpos=columns[4],
                                    head=integer(columns[6], "head", line_number), deprel=columns[7],
-                                   space_after="SpaceAfter=No" not in columns[9], feats=columns[5]))
+                                   space_after="SpaceAfter=No" not in columns[9], feats=columns[5],
+                                   factors=misc_factors(columns[9])))
         if multiword is not None and word_id == multiword[1]:
             words[multiword[0] - 1:] = multiword_spacing(words[multiword[0] - 1:], multiword[2], multiword[3])
             multiword = None
@@ -238,15 +247,35 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
         yield finished(line_number + 1)
 
 
+#: Prefix of a user factor in the CoNLL-U MISC column: `Factor_ner=B-PER`.
+MISC_FACTOR_PREFIX = "Factor_"
+
+
+def misc_factors(misc: str) -> tuple[tuple[str, str], ...]:
+    """The `Factor_<name>=<value>` entries of a MISC column, as (name, value) pairs."""
+    pairs = []
+    for entry in misc.split("|"):
+        name, separator, value = entry.partition("=")
+        if separator and name.startswith(MISC_FACTOR_PREFIX) and len(name) > len(MISC_FACTOR_PREFIX):
+            pairs.append((name[len(MISC_FACTOR_PREFIX):], value))
+    return tuple(pairs)
+
+
+def misc_column(word: AnnotatedWord) -> str:
+    entries = [] if word.space_after else ["SpaceAfter=No"]
+    entries += [f"{MISC_FACTOR_PREFIX}{name}={value}" for name, value in word.factors]
+    return "|".join(entries) or "_"
+
+
 def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
-    """One sentence as CoNLL-U lines (with `# text` when known, and `SpaceAfter=No`), ending in a blank line;
-    `read_conllu` reads it back to the same words. DEPS and other MISC entries are not kept."""
+    """One sentence as CoNLL-U lines (with `# text` when known, `SpaceAfter=No` and user factors in MISC), ending
+    in a blank line; `read_conllu` reads it back to the same words. DEPS and other MISC entries are not kept."""
     lines = [f"# sent_id = {sentence.sentence_id}"] if sentence.sentence_id else []
     if sentence.text:
         lines.append(f"# text = {sentence.text}")
     for index, word in enumerate(sentence.words, start=1):
         lines.append("\t".join([str(index), word.text, word.lemma, word.upos, word.xpos, word.feats, str(word.head),
-                                word.deprel, "_", "_" if word.space_after else "SpaceAfter=No"]))
+                                word.deprel, "_", misc_column(word)]))
     return [*lines, ""]
 
 

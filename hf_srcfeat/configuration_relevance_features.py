@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
+from .source_features import user_factor_feature
 
 #: The linguistic factors a source token can carry, in the order of Table 1 (the subword itself comes first), and
 #: the word's morphological features (CoNLL-U FEATS), which the paper does not use: opt in through source_factors.
@@ -32,8 +33,10 @@ COMBINE_METHODS = ("concat", "add", "linear", "self_relevance", "word_relevance"
 def proportional_factor_widths(factors: Sequence[str], d_model: int) -> dict[str, int]:
     """Table 2's widths scaled to sum to `d_model`: each linguistic factor gets its rounded share (at least
     1), the subword the rest. With d_model 536 (= 250 + 250 + 6 + 15 + 15) this is Table 2 exactly."""
-    total = sum(REFERENCE_FACTOR_WIDTHS[name] for name in ("word", *factors))
-    widths = {name: max(1, round(d_model * REFERENCE_FACTOR_WIDTHS[name] / total)) for name in factors}
+    # A user factor (not in the paper) gets the width the paper gives the small tag sets.
+    reference = {name: REFERENCE_FACTOR_WIDTHS.get(name, 15) for name in ("word", *factors)}
+    total = sum(reference.values())
+    widths = {name: max(1, round(d_model * reference[name] / total)) for name in factors}
     return {"word": d_model - sum(widths.values()), **widths}
 
 
@@ -71,6 +74,9 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
             Size of the dependency-relation vocabulary; pass the tokenizer's `feature_vocabularies.sizes()`.
         num_morph_features (`int`, *optional*, defaults to 64):
             Size of the FEATS vocabulary (used with the `"feats"` factor); from `feature_vocabularies.sizes()`.
+        extra_factors (`dict[str, int]`, *optional*):
+            User factors the tokenizer carries (name -> vocabulary size, `feature_vocabularies.sizes()`); any of
+            them may be named in `source_factors` like the built-in ones (read from `factor_<name>_ids`).
         share_embeddings (`bool`, *optional*, defaults to `False`):
             As in the baseline, but off by default: the subword factor is narrower than the target embeddings
             except with `add`.
@@ -88,6 +94,7 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
         num_pos_tags: int = 20,
         num_dependency_relations: int = 64,
         num_morph_features: int = 64,
+        extra_factors: Mapping[str, int] | None = None,
         share_embeddings: bool = False,
         **kwargs,
     ):
@@ -99,6 +106,7 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
         self.num_pos_tags = num_pos_tags
         self.num_dependency_relations = num_dependency_relations
         self.num_morph_features = num_morph_features
+        self.extra_factors = dict(extra_factors) if extra_factors else {}
         super().__init__(share_embeddings=share_embeddings, **kwargs)
 
     @property
@@ -111,17 +119,28 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
         return proportional_factor_widths(self.source_factors, self.d_model)
 
     def factor_vocabulary_size(self, factor: str) -> int:
+        if factor in self.extra_factors:
+            return self.extra_factors[factor]
         return getattr(self, FACTOR_VOCABULARY_SIZE_ARGUMENTS[factor])
+
+    @staticmethod
+    def factor_feature_name(factor: str) -> str:
+        """The tokenizer output holding a factor's ids."""
+        return FACTOR_FEATURE_NAMES.get(factor) or user_factor_feature(factor)
 
     def check_arguments(self) -> None:
         super().check_arguments()
         check_choice("relevance_combine", self.relevance_combine, COMBINE_METHODS)
-        unknown = [name for name in self.source_factors if name not in LINGUISTIC_FACTORS]
+        known = [*LINGUISTIC_FACTORS, *self.extra_factors]
+        unknown = [name for name in self.source_factors if name not in known]
         if unknown or len(set(self.source_factors)) != len(self.source_factors):
-            raise ValueError(f"`source_factors` must be distinct names from {list(LINGUISTIC_FACTORS)}, got "
+            raise ValueError(f"`source_factors` must be distinct names from {known} (user factors come from "
+                             "`extra_factors`, the tokenizer's `feature_vocabularies.sizes()`), got "
                              f"{self.source_factors!r}.")
         for argument in FACTOR_VOCABULARY_SIZE_ARGUMENTS.values():
             check_positive_int(argument, getattr(self, argument))
+        for name, size in self.extra_factors.items():
+            check_positive_int(f"extra_factors[{name!r}]", size)
         self._check_factor_widths()
 
     def _check_factor_widths(self) -> None:

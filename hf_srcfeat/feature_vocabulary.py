@@ -4,7 +4,8 @@ The POS feature is UPOS (17 universal tags, a closed set) or, with `pos_tagset="
 language-specific tags (Penn Treebank's for English, as CoreNLP gives them to Chen et al. and Chakrabarty et
 al.), learned from the training sentences like the relation labels. The morphological features (`feats`: a
 word's whole CoNLL-U FEATS string, e.g. "Number=Plur|Person=3", "_" for none) are a vocabulary of their own;
-tokenizers saved before it existed have none.
+tokenizers saved before it existed have none. User factors (`AnnotatedWord.factors`: named-entity tags,
+domain tags, ...) get a vocabulary each, by name, learned from the training sentences that carry them.
 
 Every vocabulary starts with the same three entries, so that id 0 is always padding:
 `<pad>` (0), `<unk>` (1, a label not seen when the vocabulary was built) and `<special>` (2, a special token
@@ -17,7 +18,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .annotation import AnnotatedSentence
 
@@ -79,6 +80,7 @@ class FeatureVocabularies:
     subword_tag: FeatureVocabulary
     pos_tagset: str = "upos"
     feats: FeatureVocabulary | None = None
+    extra: dict[str, FeatureVocabulary] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pos_tagset not in POS_TAGSETS:
@@ -96,8 +98,18 @@ class FeatureVocabularies:
         if pos_tagset not in POS_TAGSETS:
             raise ValueError(f"pos_tagset must be one of {list(POS_TAGSETS)}, got {pos_tagset!r}.")
         lemmas, relations, xpos_tags, morphology = Counter(), Counter(), Counter(), Counter()
+        user_factors: dict[str, Counter] | None = None
         for sentence in sentences:
+            names = [name for name, _ in sentence.words[0].factors]
+            if user_factors is None:
+                user_factors = {name: Counter() for name in names}
             for word in sentence.words:
+                if [name for name, _ in word.factors] != list(user_factors):
+                    raise ValueError(f"sentence {sentence.name}: word {word.text!r} has the user factors "
+                                     f"{[name for name, _ in word.factors]}, the training data so far "
+                                     f"{list(user_factors)}; every word needs the same factors, in the same order.")
+                for name, value in word.factors:
+                    user_factors[name][value] += 1
                 lemmas[word.lemma] += 1
                 relations[word.deprel] += 1
                 relations[word.deprel.split(":")[0]] += 0  # the base relation is always a fallback entry
@@ -116,7 +128,8 @@ class FeatureVocabularies:
                    deprel=FeatureVocabulary.from_counts(relations, min_frequency=0,
                                                         fallback_to_base_relation=True),
                    subword_tag=FeatureVocabulary(SUBWORD_TAGS), pos_tagset=pos_tagset,
-                   feats=FeatureVocabulary.from_counts(morphology))
+                   feats=FeatureVocabulary.from_counts(morphology),
+                   extra={name: FeatureVocabulary.from_counts(counts) for name, counts in (user_factors or {}).items()})
 
     def sizes(self) -> dict[str, int]:
         """Embedding table sizes, by the config argument names the models use."""
@@ -124,6 +137,8 @@ class FeatureVocabularies:
                  "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
         if self.feats is not None:
             sizes["num_morph_features"] = len(self.feats)
+        if self.extra:
+            sizes["extra_factors"] = {name: len(vocabulary) for name, vocabulary in self.extra.items()}
         return sizes
 
     def to_dict(self) -> dict:
@@ -132,6 +147,8 @@ class FeatureVocabularies:
         optional = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
         if self.feats is not None:
             optional["feats"] = self.feats.labels
+        if self.extra:
+            optional["extra_factors"] = {name: vocabulary.labels for name, vocabulary in self.extra.items()}
         return {"format": 1, "reserved": list(RESERVED_LABELS), **optional,
                 **{name: getattr(self, name).labels for name in ("pos", "lemma", "deprel", "subword_tag")}}
 
@@ -143,7 +160,8 @@ class FeatureVocabularies:
         return cls(pos=FeatureVocabulary(data["pos"]), lemma=FeatureVocabulary(data["lemma"]),
                    deprel=FeatureVocabulary(data["deprel"], fallback_to_base_relation=True),
                    subword_tag=FeatureVocabulary(data["subword_tag"]), pos_tagset=data.get("pos_tagset", "upos"),
-                   feats=FeatureVocabulary(data["feats"]) if "feats" in data else None)
+                   feats=FeatureVocabulary(data["feats"]) if "feats" in data else None,
+                   extra={name: FeatureVocabulary(labels) for name, labels in data.get("extra_factors", {}).items()})
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as handle:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .configuration_relevance_features import FACTOR_FEATURE_NAMES, RelevanceFeaturesConfig
+from .configuration_relevance_features import RelevanceFeaturesConfig
 from .embeddings import SrcFeatSourceEmbedding
 from .modeling_srcfeat_transformer import (
     SrcFeatEncoder,
@@ -54,7 +54,8 @@ class FactoredSourceEmbedding(SrcFeatSourceEmbedding):
 
     def factor_ids(self, features: SourceFeatures) -> dict[str, torch.Tensor]:
         """The id tensor of every used factor, checked against the embedding tables."""
-        return {name: features.require_ids(FACTOR_FEATURE_NAMES[name], f"Relevance features (factor {name!r})",
+        return {name: features.require_ids(RelevanceFeaturesConfig.factor_feature_name(name),
+                                           f"Relevance features (factor {name!r})",
                                            self.vocabulary_sizes[name], name)
                 for name in self.factors}
 

@@ -38,7 +38,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding
-from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
+from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures, is_user_factor_feature
 
 
 @dataclass
@@ -172,6 +172,12 @@ class SrcFeatDecoderLayer(GradientCheckpointingLayer):
         return hidden_states, self_weights, cross_weights
 
 
+def user_factor_arguments(arguments: dict) -> dict:
+    """The user factors (`factor_<name>_ids`) among keyword arguments. Others are ignored: `generate` hands an
+    encoder that takes keyword arguments every model argument (`labels` too)."""
+    return {name: value for name, value in arguments.items() if is_user_factor_feature(name)}
+
+
 class SrcFeatEncoder(nn.Module):
     """Transformer encoder. Subclasses swap the class attributes or override the hooks, not `forward`."""
 
@@ -220,6 +226,7 @@ class SrcFeatEncoder(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **kwargs,  # user factors, factor_<name>_ids (named kwargs: generate hands a wildcard encoder everything)
     ) -> SrcFeatEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
@@ -231,7 +238,8 @@ class SrcFeatEncoder(nn.Module):
                              f"{(batch_size, seq_len)} like the source tokens.")
         features = SourceFeatures(pos_ids=pos_ids, lemma_ids=lemma_ids, deprel_ids=deprel_ids,
                                   subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
-                                  dep_distance=dep_distance, feats_ids=feats_ids)
+                                  dep_distance=dep_distance, feats_ids=feats_ids,
+                                  user_factor_ids=user_factor_arguments(kwargs))
         features.check_shapes(batch_size, seq_len)
 
         hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
@@ -479,6 +487,7 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
                 input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
                 deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids,
                 phrase_ids=phrase_ids, dep_distance=dep_distance, feats_ids=feats_ids, inputs_embeds=inputs_embeds,
+                **user_factor_arguments(kwargs),
                 output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             )
         elif not isinstance(encoder_outputs, ModelOutput):
@@ -588,7 +597,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
             deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,
-            dep_distance=dep_distance, feats_ids=feats_ids, decoder_input_ids=decoder_input_ids,
+            dep_distance=dep_distance, feats_ids=feats_ids, **user_factor_arguments(kwargs),
+            decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
@@ -618,6 +628,11 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             count = count.to(total.device)
         return total / count
 
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        # User factors (factor_<name>_ids) are keyword arguments the signature cannot list: the encoder reads them.
+        super()._validate_model_kwargs({key: value for key, value in model_kwargs.items()
+                                        if not is_user_factor_feature(key)})
+
     def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name,
                                                      generation_config):
         # Transformers 5.x hook that runs the encoder once before decoding. The source features are only
@@ -625,7 +640,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
             inputs_tensor, model_kwargs, model_input_name, generation_config
         )
-        for name in SOURCE_FEATURE_NAMES:
+        for name in [*SOURCE_FEATURE_NAMES, *(key for key in model_kwargs if is_user_factor_feature(key))]:
             model_kwargs.pop(name, None)
         return model_kwargs
 

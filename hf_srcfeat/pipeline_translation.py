@@ -18,7 +18,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotation import AnnotatedSentence, check_text
-from .source_features import SOURCE_FEATURE_NAMES
+from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import check_tokenizer_matches
 
 TASK = "source-feature-translation"
@@ -95,7 +95,8 @@ class SourceFeatureTranslationPipeline(Pipeline):
                  ) -> dict[str, torch.Tensor]:
         batch_size = model_inputs["input_ids"].shape[0]
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
-        inputs = {name: model_inputs[name] for name in MODEL_INPUTS if name in model_inputs}
+        inputs = {name: model_inputs[name] for name in model_inputs
+                  if name in MODEL_INPUTS or is_user_factor_feature(name)}
         if not return_scores:
             output_ids = self.model.generate(**inputs, **generate_kwargs)
             # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.

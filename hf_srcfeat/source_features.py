@@ -25,6 +25,15 @@ SOURCE_FEATURE_NAMES: tuple[str, ...] = (
 PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
 
 
+def user_factor_feature(name: str) -> str:
+    """The tokenizer output (and model argument) holding the ids of user factor `name`: `factor_<name>_ids`."""
+    return f"factor_{name}_ids"
+
+
+def is_user_factor_feature(argument: str) -> bool:
+    return argument.startswith("factor_") and argument.endswith("_ids") and len(argument) > len("factor__ids")
+
+
 @dataclass
 class SourceFeatures:
     """Source-side linguistic features aligned to subword tokens; any of them may be absent (None)."""
@@ -37,26 +46,29 @@ class SourceFeatures:
     phrase_ids: torch.LongTensor | None = None
     dep_distance: torch.Tensor | None = None
     feats_ids: torch.LongTensor | None = None
+    #: ids of the user factors, by tokenizer output name (`factor_<name>_ids`)
+    user_factor_ids: dict[str, torch.LongTensor] | None = None
 
     def check_shapes(self, batch_size: int, seq_len: int) -> None:
         """Raise a ValueError naming the feature whose shape does not match the tokens [batch, seq]."""
-        for field in fields(self):
-            value = getattr(self, field.name)
+        named = [(field.name, getattr(self, field.name)) for field in fields(self) if field.name != "user_factor_ids"]
+        named += list((self.user_factor_ids or {}).items())
+        for name, value in named:
             if value is None:
                 continue
-            if value.is_floating_point() and field.name not in PAIRWISE_FEATURE_NAMES:
-                raise TypeError(f"`{field.name}` has dtype {value.dtype}; it holds ids or indices, an integer tensor "
+            if value.is_floating_point() and name not in PAIRWISE_FEATURE_NAMES:
+                raise TypeError(f"`{name}` has dtype {value.dtype}; it holds ids or indices, an integer tensor "
                                 "(torch.long), as the tokenizer returns it.")
-            expected = (batch_size, seq_len, seq_len) if field.name in PAIRWISE_FEATURE_NAMES else (batch_size, seq_len)
+            expected = (batch_size, seq_len, seq_len) if name in PAIRWISE_FEATURE_NAMES else (batch_size, seq_len)
             if tuple(value.shape) != expected:
                 raise ValueError(
-                    f"`{field.name}` has shape {tuple(value.shape)} but the source tokens need {expected} "
+                    f"`{name}` has shape {tuple(value.shape)} but the source tokens need {expected} "
                     "(features must be aligned to the subword tokens, padded like `input_ids`)."
                 )
 
     def require(self, name: str, method: str) -> torch.Tensor:
         """Return feature `name`, or raise a ValueError saying which method needs it and where it comes from."""
-        value = getattr(self, name)
+        value = (self.user_factor_ids or {}).get(name) if is_user_factor_feature(name) else getattr(self, name)
         if value is None:
             raise ValueError(
                 f"{method} needs `{name}`, but it was not given. Encode the source with "

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,9 +38,9 @@ from transformers.utils import PaddingStrategy
 
 from .annotation import AnnotatedSentence, Annotator, StanzaAnnotator, annotator_from_settings, check_text
 from .dependency_tree import token_distance_matrix
-from .feature_vocabulary import PAD_ID, SPECIAL_ID, FeatureVocabularies
+from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
-from .source_features import SOURCE_FEATURE_NAMES
+from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature, user_factor_feature
 from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
 
 FEATURE_VOCAB_FILE = "feature_vocab.json"
@@ -293,6 +294,14 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if vocabularies.feats is not None:
             morphology = np.array([vocabularies.feats.id(w.feats) for w in sentence.words], dtype=np.int64)
             features["feats_ids"] = morphology[words]
+        for name, vocabulary in vocabularies.extra.items():
+            values = [w.factor(name) for w in sentence.words]
+            if any(value is None for value in values):
+                # No value given (e.g. raw text without the factor): <unk>, as OpenNMT-py's src_feats_defaults do.
+                warnings.warn(f"sentence {sentence.name} has no {name!r} factor on some words; they get <unk>.",
+                              stacklevel=4)
+            ids = np.array([vocabulary.id(value) if value is not None else UNK_ID for value in values], dtype=np.int64)
+            features[user_factor_feature(name)] = ids[words]
         return features
 
     @staticmethod
@@ -304,7 +313,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         length = len(encoding.ids)
         is_word = np.array([word is not None for word in encoding.word_ids], dtype=bool)
         row: dict[str, list] = {"input_ids": list(encoding.ids), "attention_mask": [1] * length}
-        for name in SOURCE_FEATURE_NAMES:
+        for name in [*SOURCE_FEATURE_NAMES, *(key for key in features if is_user_factor_feature(key))]:
             if name == "dep_distance" or name not in features:
                 continue
             values = features[name][kept]
@@ -337,7 +346,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
     def _pad(self, encoded_inputs, max_length=None, padding_strategy=PaddingStrategy.DO_NOT_PAD,
              pad_to_multiple_of=None, padding_side=None, return_attention_mask=None):
         length = len(encoded_inputs["input_ids"])
-        for name in SOURCE_FEATURE_NAMES:
+        for name in [*SOURCE_FEATURE_NAMES, *(key for key in encoded_inputs if is_user_factor_feature(key))]:
             if name in encoded_inputs and len(encoded_inputs[name]) != length:
                 raise ValueError(f"`{name}` has {len(encoded_inputs[name])} entries but input_ids has {length}; "
                                  "features must be aligned to the tokens.")
@@ -354,6 +363,8 @@ class SourceFeatureTokenizer(TokenizersBackend):
         for name, fill in FEATURE_PADDING.items():
             if name in encoded_inputs:
                 encoded_inputs[name] = pad(encoded_inputs[name], fill)
+        for name in [key for key in encoded_inputs if is_user_factor_feature(key)]:
+            encoded_inputs[name] = pad(encoded_inputs[name], PAD_ID)
         if "dep_distance" in encoded_inputs:
             rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
             blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
@@ -374,10 +385,10 @@ def storage_features(columns: Sequence[str]):
     integer types, for `Dataset.map(..., features=...)`: about a third of the int64 default."""
     from datasets import Features, List, Value
 
-    unknown = [column for column in columns if column not in STORAGE_DTYPES]
+    unknown = [column for column in columns if column not in STORAGE_DTYPES and not is_user_factor_feature(column)]
     if unknown:
         raise ValueError(f"no storage type for columns {unknown} (store trees as word_heads, not dep_distance).")
-    return Features({column: List(Value(STORAGE_DTYPES[column])) for column in columns})
+    return Features({column: List(Value(STORAGE_DTYPES.get(column, "int32"))) for column in columns})
 
 
 def check_tokenizer_matches(config, tokenizer) -> None:
@@ -392,7 +403,7 @@ def check_tokenizer_matches(config, tokenizer) -> None:
     if tokenizer.feature_vocabularies is not None:
         for name, size in tokenizer.feature_vocabularies.sizes().items():
             expected = getattr(config, name, None)
-            if isinstance(expected, int) and expected != size:
+            if isinstance(expected, (int, dict)) and expected != size:
                 problems.append(f"{name}: the tokenizer has {size}, the model was built for {expected}")
     recorded = getattr(config, "tokenizer_fingerprint", None)
     if recorded and recorded != tokenizer.fingerprint() and not problems:

@@ -37,7 +37,7 @@ from typing import IO
 
 import torch
 
-from .annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
+from .annotation import AnnotatedSentence, annotator_from_settings, read_conllu
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -148,8 +148,10 @@ class FileTranslator:
     either step fail, its items are retried one by one so that only the offending sentence is lost.
     """
 
-    def __init__(self, translator, num_return_sequences: int = 1, batch_size: int = 32, sort_by_length: bool = True):
+    def __init__(self, translator, num_return_sequences: int = 1, batch_size: int = 32, sort_by_length: bool = True,
+                 factor_names: list[str] | None = None):
         self.translator = translator
+        self.factor_names = factor_names  # lines are OpenNMT-py's word￨value format with these user factors
         self.num_return_sequences = num_return_sequences
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
@@ -196,13 +198,21 @@ class FileTranslator:
         if not pending:
             return
         tokenizer = self.translator.tokenizer
+
+        def annotate(texts: list[str]) -> list:
+            if self.factor_names:
+                from .user_factors import parse_factored_lines
+
+                return parse_factored_lines(tokenizer.annotator, texts, self.factor_names)
+            return tokenizer.annotate(texts)
+
         try:
-            for item, sentence in zip(pending, tokenizer.annotate([item.text for item in pending]), strict=True):
+            for item, sentence in zip(pending, annotate([item.text for item in pending]), strict=True):
                 item.sentence = sentence
         except Exception:  # noqa: BLE001 - isolate the sentence the parser failed on, keep the others
             for item in pending:
                 try:
-                    item.sentence = tokenizer.annotate([item.text])[0]
+                    item.sentence = annotate([item.text])[0]
                 except Exception as error:  # noqa: BLE001
                     item.error = f"the annotator failed: {type(error).__name__}: {error}"
 
@@ -243,6 +253,15 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def command_annotator(tokenizer, args: argparse.Namespace, device: str):
+    """The annotator the tokenizer was built with (Stanza, spaCy, ...), with the command's cache options."""
+    settings = tokenizer.annotator_settings
+    options = dict(cache_path=args.annotation_cache, use_cache=not args.no_annotation_cache)
+    if settings.get("backend", "stanza") == "stanza":
+        options.update(model_dir=args.stanza_dir, device=device)
+    return annotator_from_settings(settings, **options)
+
+
 def load_translator(args: argparse.Namespace):
     """The translation pipeline for the model, its tokenizer and the annotator the options ask for (or, with
     `--backend ctranslate2`, the translator of a CTranslate2 export)."""
@@ -260,19 +279,15 @@ def load_translator(args: argparse.Namespace):
                                                num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
         except (ValueError, ImportError) as error:
             raise SystemExit(f"hf-srcfeat-translate: {error}") from None
-        if translator.reads_parses and args.input_format == "text":
-            translator.tokenizer.annotator = StanzaAnnotator(
-                language=translator.tokenizer.language, model_dir=args.stanza_dir, cache_path=args.annotation_cache,
-                use_cache=not args.no_annotation_cache, device=device)
+        if translator.reads_parses and args.input_format in ("text", "factored"):
+            translator.tokenizer.annotator = command_annotator(translator.tokenizer, args, device)
         return translator
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
-    if args.input_format == "text":
-        tokenizer.annotator = StanzaAnnotator(
-            language=tokenizer.language, model_dir=args.stanza_dir, cache_path=args.annotation_cache,
-            use_cache=not args.no_annotation_cache, device=device)
+    if args.input_format in ("text", "factored"):
+        tokenizer.annotator = command_annotator(tokenizer, args, device)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
     generation = {"num_beams": args.num_beams}
     if args.max_new_tokens is not None:
@@ -293,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's)")
     parser.add_argument("--input", "-i", default="-", help="input file (.gz read as gzip); - or absent: stdin")
     parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")
-    parser.add_argument("--input_format", choices=["text", "conllu"], default="text",
+    parser.add_argument("--factor_names", nargs="+", default=None, help=(
+        "with --input_format factored: the names of the user factors of each word￨value1￨value2 token"))
+    parser.add_argument("--input_format", choices=["text", "conllu", "factored"], default="text",
                         help="text: raw sentences, one a line, parsed on the way; conllu: pre-parsed sentences")
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
     parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
@@ -328,12 +345,14 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
     if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
         parser.error(f"--output {args.output} is the input file; it would be overwritten.")
+    if (args.input_format == "factored") != bool(args.factor_names):
+        parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
 
 
 def count_lines(path: str, input_format: str) -> int | None:
-    if path == "-" or input_format != "text":
+    if path == "-" or input_format not in ("text", "factored"):
         return None
     with open_binary_input(path) as stream:
         return sum(1 for _ in stream)
@@ -350,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     file_translator = FileTranslator(load_translator(args), args.num_return_sequences, args.batch_size,
-                                     sort_by_length=not args.no_sort)
+                                     sort_by_length=not args.no_sort,
+                                     factor_names=args.factor_names if args.input_format == "factored" else None)
     total = count_lines(args.input, args.input_format)
     reader = read_conllu_sentences if args.input_format == "conllu" else read_raw_lines
     # Written under a temporary name and renamed when complete: an interrupted run never leaves a short file that

@@ -129,3 +129,11 @@ def test_a_short_french_to_german_training_from_raw_french_text(multi30k_dir, tm
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert tokenizer.language == "fr" and tokenizer.annotator_settings["model"] == MODEL
     assert len((output_dir / "test_predictions.txt").read_text().splitlines()) == 10
+    from hf_srcfeat.translate import main as translate
+
+    (tmp_path / "input.fr").write_text("Un chien court dans l'herbe.\n\nDeux enfants jouent.\n", encoding="utf-8")
+    assert translate(["--model", str(output_dir), "--input", str(tmp_path / "input.fr"), "--output",
+                      str(tmp_path / "output.de"), "--num_beams", "2", "--max_new_tokens", "10", "--quiet",
+                      "--device", "cpu", "--annotation_cache", str(tmp_path / "cache.sqlite")]) == 0
+    lines = (tmp_path / "output.de").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3 and lines[1] == "" and lines[0] and lines[2], "parsed by spaCy, as recorded"

@@ -1,0 +1,131 @@
+"""User-supplied factors: read from CoNLL-U MISC (`Factor_<name>=<value>`) and from OpenNMT-py's `word￨value`
+lines, given their own vocabulary by the tokenizer, aligned to subwords, and embedded by name by a relevance model
+trained end to end on real Multi30k sentences with a casing factor (a classic NMT factor)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_srcfeat import FeatureVocabularies, RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
+from hf_srcfeat.annotation import read_conllu, write_conllu
+from hf_srcfeat.subword_training import SPECIAL_TOKENS
+from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
+from hf_srcfeat.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
+
+from .end_to_end import tiny_method_config
+
+
+def casing(word: str) -> str:
+    return "UPPER" if word.isupper() and len(word) > 1 else "Cap" if word[:1].isupper() else \
+        "lower" if word.islower() else "other"
+
+
+def factored(sentence: str) -> str:
+    return " ".join(f"{word}{FACTOR_SEPARATOR}{casing(word)}" for word in sentence.split())
+
+
+def test_conllu_misc_factors_are_read_and_written_back(tmp_path):
+    lines = ["# text = Anna runs.", "1\tAnna\tAnna\tPROPN\tNNP\t_\t2\tnsubj\t_\tFactor_ner=B-PER|Factor_case=Cap",
+             "2\truns\trun\tVERB\tVBZ\t_\t0\troot\t_\tSpaceAfter=No|Factor_ner=O|Factor_case=lower",
+             "3\t.\t.\tPUNCT\t.\t_\t2\tpunct\t_\tFactor_ner=O|Factor_case=other", ""]
+    [sentence] = list(read_conllu(lines))
+    assert sentence.words[0].factors == (("ner", "B-PER"), ("case", "Cap"))
+    assert sentence.words[1].factor("ner") == "O" and not sentence.words[1].space_after
+    write_conllu([sentence], tmp_path / "out.conllu")
+    assert list(read_conllu(tmp_path / "out.conllu")) == [sentence]
+
+
+def test_a_factored_line_with_a_missing_value_is_refused_naming_line_and_token():
+    words, values = split_factored_line(f"Two{FACTOR_SEPARATOR}Cap dogs{FACTOR_SEPARATOR}lower", ["case"])
+    assert words == ["Two", "dogs"] and values == {"case": ["Cap", "lower"]}
+    with pytest.raises(ValueError, match="line 7: token 'dogs' has 0 factor values, expected 1 \\(case\\)"):
+        split_factored_line(f"Two{FACTOR_SEPARATOR}Cap dogs", ["case"], line_number=7)
+
+
+@pytest.fixture(scope="module")
+def factored_data(stanza_annotator, train_pairs, subword_tokenizer):
+    sources = list(train_pairs["source"])[:300]
+    parses = parse_factored_lines(stanza_annotator, [factored(source) for source in sources], ["case"])
+    tokenizer = SourceFeatureTokenizer(tokenizer_object=subword_tokenizer.backend_tokenizer,
+                                       feature_vocabularies=FeatureVocabularies.build(parses),
+                                       annotator=stanza_annotator, model_max_length=256, **SPECIAL_TOKENS)
+    return tokenizer, parses, list(train_pairs["target"])[:300]
+
+
+def test_the_tokenizer_gives_each_user_factor_its_vocabulary_and_aligns_it_to_subwords(factored_data, tmp_path):
+    tokenizer, parses, _ = factored_data
+    vocabulary = tokenizer.feature_vocabularies.extra["case"]
+    assert {"Cap", "lower", "other"} <= set(vocabulary.labels)
+    assert tokenizer.feature_vocabularies.sizes()["extra_factors"] == {"case": len(vocabulary)}
+    encoded = tokenizer(annotations=parses[0])
+    expected = [vocabulary.id(parses[0].words[word].factor("case")) if word >= 0 else 2
+                for word in encoded["word_ids"]]
+    assert encoded["factor_case_ids"] == expected
+    assert [word.text for word in parses[0].words] == list(parses[0].text.split()), "the given words are kept"
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).feature_vocabularies.extra["case"] == vocabulary
+
+
+def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(factored_data, test_sentences,
+                                                                                stanza_annotator, tmp_path):
+    tokenizer, parses, targets = factored_data
+    config = tiny_method_config(RelevanceFeaturesConfig, tokenizer, relevance_combine="concat",
+                                source_factors=["pos", "case"], **tokenizer.feature_vocabularies.sizes())
+    assert config.extra_factors == {"case": len(tokenizer.feature_vocabularies.extra["case"])}
+    torch.manual_seed(0)
+    model = RelevanceFeaturesForConditionalGeneration(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(60):
+        start = (step * 32) % (len(parses) - 32)
+        batch = tokenizer(annotations=parses[start:start + 32], text_target=targets[start:start + 32],
+                          padding=True, return_tensors="pt")
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:5]) / 5
+    model.eval().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval(), AutoTokenizer.from_pretrained(tmp_path)
+    sentences = parse_factored_lines(stanza_annotator, [factored(text) for text in test_sentences[:4]], ["case"])
+    batch = tokenizer(annotations=sentences, padding=True, return_tensors="pt")
+    assert "factor_case_ids" in batch
+    together = model.generate(**batch, num_beams=4, max_new_tokens=12)
+    for index, sentence in enumerate(sentences):
+        alone = model.generate(**tokenizer(annotations=sentence, return_tensors="pt"), num_beams=4, max_new_tokens=12)
+        assert tokenizer.decode(alone[0], skip_special_tokens=True) == \
+            tokenizer.decode(together[index], skip_special_tokens=True)
+    # The casing differs between two factor values of one word: the factor reaches the model.
+    changed = tokenizer(annotations=sentences[:1], return_tensors="pt")
+    changed["factor_case_ids"] = torch.where(changed["factor_case_ids"] > 2, 3, changed["factor_case_ids"])
+    assert not torch.equal(model.get_encoder()(**changed).last_hidden_state,
+                           model.get_encoder()(**tokenizer(annotations=sentences[:1],
+                                                           return_tensors="pt")).last_hidden_state)
+    with pytest.warns(UserWarning, match="no 'case' factor"):
+        plain = tokenizer(test_sentences[:1], return_tensors="pt")  # raw text without the factor: <unk>
+    assert (plain["factor_case_ids"][0, :-1] == 1).all()
+    assert model.generate(**plain, max_new_tokens=5).shape[0] == 1
+
+
+def test_the_translate_command_reads_factored_lines(factored_data, test_sentences, tmp_path):
+    from hf_srcfeat.translate import main
+
+    tokenizer, _, _ = factored_data
+    config = tiny_method_config(RelevanceFeaturesConfig, tokenizer, relevance_combine="concat",
+                                source_factors=["case"], **tokenizer.feature_vocabularies.sizes())
+    torch.manual_seed(0)
+    model = RelevanceFeaturesForConditionalGeneration(config).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    lines = [factored(text) for text in test_sentences[:3]]
+    (tmp_path / "input.txt").write_text("\n".join([lines[0], "", *lines[1:]]) + "\n", encoding="utf-8")
+    assert main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "input.txt"), "--output",
+                 str(tmp_path / "output.de"), "--input_format", "factored", "--factor_names", "case",
+                 "--num_beams", "1", "--max_new_tokens", "8", "--quiet", "--device", "cpu"]) == 0
+    output = (tmp_path / "output.de").read_text(encoding="utf-8").splitlines()
+    assert len(output) == 4 and output[1] == "" and all(output[index] for index in (0, 2, 3))
