@@ -104,7 +104,7 @@ def results_table(by_system: dict[str, list[dict]], speed: dict | None) -> str:
         row = [
             system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
             "–" if system == "baseline" else f"{paired_delta(results, baseline):+.2f}",
-            "–" if system == "baseline" else ", ".join(f"{p:.3f}" for p in p_values if p is not None),
+            "–" if system == "baseline" else ", ".join("not tested yet" if p is None else f"{p:.3f}" for p in p_values),
             mean_and_spread([r["test"]["bleu_lowercase"] for r in results]),
             mean_and_spread([r["test"]["chrf"] for r in results]), f"{results[0]['num_parameters']:,}", *times,
         ]
@@ -160,7 +160,11 @@ def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]
         if system == "baseline":
             continue
         delta = paired_delta(results, by_system["baseline"])
-        p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value", 1.0) for r in results]
+        p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
+        if None in p_values:
+            lines.append(f"- `{system}` differs from the baseline by {delta:+.2f} BLEU; its significance is not tested "
+                         "yet (`benchmark.py significance` adds it once the baseline's test translations exist).")
+            continue
         significant_seeds = sum(p < level for p in p_values)
         listed = f"p = {', '.join(f'{p:.3f}' for p in p_values)}"
         seeds = f"in each of its {len(results)} seeds" if len(results) > 1 else "in its one finished seed"
