@@ -380,6 +380,14 @@ STORAGE_DTYPES = {"input_ids": "int32", "attention_mask": "int8", "pos_ids": "in
                   TREE_COLUMN: "int16", "labels": "int32"}
 
 
+def stored_columns(tokenizer: SourceFeatureTokenizer) -> list[str]:
+    """The columns a stored encoding of this tokenizer has (`return_dep_distance=False`, with `labels`): the
+    optional features only when its vocabularies have them (tokenizers saved before FEATS have no `feats_ids`)."""
+    vocabularies = tokenizer.feature_vocabularies
+    columns = [column for column in STORAGE_DTYPES if column != "feats_ids" or vocabularies.feats is not None]
+    return columns + [user_factor_feature(name) for name in vocabularies.extra]
+
+
 def storage_features(columns: Sequence[str]):
     """`datasets.Features` storing tokenized columns (O(S) trees, `return_dep_distance=False`) in their narrowest
     integer types, for `Dataset.map(..., features=...)`: about a third of the int64 default."""

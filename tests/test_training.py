@@ -205,3 +205,41 @@ def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(mul
     shared = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["tokenized_cache_files"]
               for rank in (0, 1)]
     assert shared[0]["train"] and shared[0] == shared[1], "both ranks read the one prepared dataset"
+
+
+def test_a_tokenizer_saved_before_morphological_features_still_trains(multi30k_dir, tmp_path):
+    """A tokenizer without a FEATS vocabulary (saved before it existed, like the benchmark's) encodes no feats_ids:
+    the stored encodings must not expect that column."""
+    first = tmp_path / "first"
+    train.main(TINY + ["--output_dir", str(first), "--do_train", "--max_train_samples", "100", "--max_steps", "1",
+                       "--per_device_train_batch_size", "8", "--do_predict_test", "false",
+                       "--data_dir", str(multi30k_dir)])
+    vocabulary = json.loads((first / "feature_vocab.json").read_text())
+    del vocabulary["feats"]
+    (first / "feature_vocab.json").write_text(json.dumps(vocabulary))
+    results = train.main(TINY + ["--output_dir", str(tmp_path / "second"), "--tokenizer_name_or_path", str(first),
+                                 "--do_train", "--max_train_samples", "100", "--max_steps", "2",
+                                 "--per_device_train_batch_size", "8", "--do_predict_test", "false",
+                                 "--data_dir", str(multi30k_dir)])
+    assert results["global_step"] == 2
+
+
+def test_user_factors_in_conllu_misc_train_a_relevance_model(stanza_annotator, multi30k_dir, tmp_path):
+    from dataclasses import replace
+
+    from hf_srcfeat.annotation import read_conllu, write_conllu
+
+    options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path,
+                                  {"train": 200, "val": 20, "test_2016_flickr": 20})
+    for path in tmp_path.glob("*.conllu.gz"):  # a casing factor in MISC, as a user's pipeline would add it
+        sentences = [sentence.__class__(words=[replace(word, factors=(("case", "Cap" if word.text[:1].isupper()
+                                                                      else "other"),)) for word in sentence.words],
+                                        sentence_id=sentence.sentence_id, text=sentence.text)
+                     for sentence in read_conllu(path)]
+        write_conllu(sentences, path)
+    results = train.main(TINY + PARSED_RUN + options + [
+        "--output_dir", str(tmp_path / "run"), "--model_type", "relevance_features",
+        "--config_overrides", json.dumps({"relevance_combine": "concat", "source_factors": ["pos", "case"]})])
+    assert results["config"]["extra_factors"] == {"case": 5}
+    assert json.loads((tmp_path / "run" / "feature_vocab.json").read_text())["extra_factors"]["case"][3:] == \
+        ["other", "Cap"]

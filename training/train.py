@@ -42,9 +42,9 @@ from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrain
 from hf_srcfeat.corpora import SOURCE_CONLLU, load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.tokenization_source_features import (
-    STORAGE_DTYPES,
     check_tokenizer_matches,
     storage_features,
+    stored_columns,
     train_source_feature_tokenizer,
 )
 
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> dict:
         return encoded
 
     with training_args.main_process_first(desc="tokenization"):
-        stored = storage_features(list(STORAGE_DTYPES))  # narrow integer types: a third of the int64 default
+        stored = storage_features(stored_columns(tokenizer))  # narrow integer types: a third of the int64 default
         # Cached next to the corpus's Arrow files: a second run with the same corpus and tokenizer reuses them,
         # and under torchrun the other ranks read what the main process wrote.
         tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
