@@ -6,6 +6,8 @@ import math
 
 from transformers import PretrainedConfig
 
+from .feature_dropout import check_feature_dropout
+
 LAYERNORM_POSITIONS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 
@@ -86,6 +88,9 @@ class SrcFeatTransformerConfig(PretrainedConfig):
             Tie the output projection to the target embedding matrix.
         label_smoothing (`float`, *optional*, defaults to 0.1):
             Label smoothing of the cross-entropy loss computed when `labels` are given.
+        feature_dropout (`dict[str, float]`, *optional*):
+            Training only: the probability that a word loses a source feature, by feature name (`pos_ids`,
+            `dep_distance`, `factor_<name>_ids`, ...; see `hf_srcfeat.feature_dropout`). Default none.
         init_std (`float`, *optional*, defaults to `None`):
             Standard deviation of the embedding initialisation; `None` means d_model ** -0.5. Linear layers use
             Xavier-uniform initialisation, as in the original Transformer implementations.
@@ -131,6 +136,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         share_embeddings: bool = True,
         tie_word_embeddings: bool = True,
         label_smoothing: float = 0.1,
+        feature_dropout: dict[str, float] | None = None,
         init_std: float | None = None,
         pad_token_id: int = 0,
         bos_token_id: int = 1,
@@ -158,6 +164,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         self.share_embeddings = share_embeddings
         self.tie_word_embeddings = tie_word_embeddings
         self.label_smoothing = label_smoothing
+        self.feature_dropout = dict(feature_dropout) if isinstance(feature_dropout, dict) else feature_dropout or {}
         self.init_std = init_std
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -186,6 +193,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
                 )
         for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             check_probability(name, getattr(self, name))
+        check_feature_dropout(self.feature_dropout)
         check_choice("activation_function", self.activation_function, ACTIVATIONS)
         check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
         if self.init_std is not None:

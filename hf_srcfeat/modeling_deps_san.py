@@ -37,8 +37,9 @@ def farthest_word_distance(dep_distance: torch.Tensor) -> torch.Tensor:
 
 
 def place_special_tokens_farthest(dep_distance: torch.Tensor) -> torch.Tensor:
-    """Pairs with a token of no word (-1) get one more than the sentence's farthest word pair."""
-    return torch.where(dep_distance < 0, farthest_word_distance(dep_distance) + 1, dep_distance)
+    """Pairs with a token of no word (-1) get one more than the sentence's farthest word pair; links hidden by
+    feature dropout (`UNKNOWN_DISTANCE`) stay unknown, and are scored neutrally."""
+    return torch.where(dep_distance == -1, farthest_word_distance(dep_distance) + 1, dep_distance)
 
 
 def knowledge_sparse(dep_distance: torch.Tensor, mode: str, probability: float, k: int,

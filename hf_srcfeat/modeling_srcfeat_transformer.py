@@ -38,6 +38,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding
+from .feature_dropout import apply_feature_dropout
 from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures, is_user_factor_feature
 
 
@@ -241,6 +242,8 @@ class SrcFeatEncoder(nn.Module):
                                   dep_distance=dep_distance, feats_ids=feats_ids,
                                   user_factor_ids=user_factor_arguments(kwargs))
         features.check_shapes(batch_size, seq_len)
+        if self.training and self.config.feature_dropout:
+            features = apply_feature_dropout(features, self.config.feature_dropout)
 
         hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
