@@ -155,8 +155,6 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from . import __name__ as _  # noqa: F401  (registers the model classes)
-
     output = Path(output_dir)
     if output.exists() and any(output.iterdir()) and not force:
         raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
@@ -219,8 +217,6 @@ class CTranslate2Translator:
                  inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256):
         import ctranslate2
         from transformers import AutoTokenizer
-
-        from . import __name__ as _  # noqa: F401  (registers the tokenizer class)
 
         folder = Path(model_dir)
         if not (folder / CONFIG_FILE).exists():

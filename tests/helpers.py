@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from hf_srcfeat.annotation import AnnotatedSentence
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -23,7 +25,8 @@ def random_model(model_class, config, seed: int = 0, scale: float = 3.0):
 
 def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 32, learning_rate: float = 3e-3,
                   seed: int = 0, device: str = "cpu") -> list[float]:
-    """A few optimiser steps of teacher-forced training on real pairs; returns the loss of every step."""
+    """A few optimiser steps of teacher-forced training on real pairs; returns the loss of every step. The sources
+    are raw texts or `AnnotatedSentence`s (pre-parsed, e.g. carrying user factors)."""
     torch.manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     sources, targets = list(pairs["source"]), list(pairs["target"])
@@ -31,8 +34,10 @@ def train_briefly(model, tokenizer, pairs, steps: int = 120, batch_size: int = 3
     model.train()
     for step in range(steps):
         start = (step * batch_size) % (len(sources) - batch_size)
-        batch = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
-                          padding=True, return_tensors="pt").to(device)
+        chunk = sources[start:start + batch_size]
+        source = {"annotations": chunk} if isinstance(chunk[0], AnnotatedSentence) else {"text": chunk}
+        batch = tokenizer(**source, text_target=targets[start:start + batch_size], padding=True,
+                          return_tensors="pt").to(device)
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         loss = model(**batch).loss
         loss.backward()

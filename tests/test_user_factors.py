@@ -15,6 +15,7 @@ from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
 from hf_srcfeat.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
 
 from .end_to_end import tiny_method_config
+from .helpers import train_briefly
 
 
 def casing(word: str) -> str:
@@ -76,18 +77,7 @@ def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(
     assert config.extra_factors == {"case": len(tokenizer.feature_vocabularies.extra["case"])}
     torch.manual_seed(0)
     model = RelevanceFeaturesForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses = []
-    for step in range(60):
-        start = (step * 32) % (len(parses) - 32)
-        batch = tokenizer(annotations=parses[start:start + 32], text_target=targets[start:start + 32],
-                          padding=True, return_tensors="pt")
-        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_briefly(model, tokenizer, {"source": parses, "target": targets}, steps=60)
     assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:5]) / 5
     model.eval().save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
