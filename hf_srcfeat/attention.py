@@ -108,22 +108,31 @@ def flex_score_modified_attention(
     if dropout:
         raise ValueError("FlexAttention has no attention dropout; the eager path handles attention_dropout > 0.")
     shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-    masked = _is_masked_out(attention_mask).expand(shape) if attention_mask is not None else None
-    scale = score_scale.expand(shape) if score_scale is not None else None
-    bias = position_bias.expand(shape) if position_bias is not None else None
-    lowest = torch.finfo(query.dtype).min
+    # Both are read in query's dtype inside the kernel. The mask goes in as an additive bias (the dtype's minimum
+    # where masked, as the eager path fills) rather than a captured boolean under torch.where: with the boolean,
+    # torch 2.11 broke the compiled graph inside FlexAttention's autograd on an H100 and training failed.
+    scale = score_scale.to(query.dtype).expand(shape) if score_scale is not None else None
+    bias = position_bias.to(query.dtype) if position_bias is not None else None
+    if attention_mask is not None:
+        lowest = torch.finfo(query.dtype).min
+        mask_bias = torch.zeros(_is_masked_out(attention_mask).shape, dtype=query.dtype, device=query.device)
+        mask_bias = mask_bias.masked_fill(_is_masked_out(attention_mask), lowest)
+        bias = mask_bias if bias is None else (bias + mask_bias).clamp(min=lowest)
+    bias = bias.expand(shape).contiguous() if bias is not None else None
 
     def score_mod(score, batch, head, query_index, key_index):
         if scale is not None:
             score = score * scale[batch, head, query_index, key_index]
         if bias is not None:
             score = score + bias[batch, head, query_index, key_index]
-        if masked is not None:
-            score = torch.where(masked[batch, head, query_index, key_index], lowest, score)
         return score
 
     function = _compiled_flex_attention() if compiled else flex_attention
-    output = function(query, key, value, score_mod=score_mod, scale=scaling)
+    # FlexAttention's autocast rule breaks the compiled graph and then fails in its autograd (torch 2.11, seen on an
+    # H100): run it outside autocast on the dtype autocast gave the projections, as the eager path computes in.
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        dtype = query.dtype
+        output = function(query, key.to(dtype), value.to(dtype), score_mod=score_mod, scale=scaling)
     return output.transpose(1, 2).contiguous(), None
 
 
@@ -133,10 +142,15 @@ def _compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=True)
 
 
+#: FlexAttention's compiled kernels need this many dimensions per head (torch 2.11: 'must be at least 16').
+FLEX_ATTENTION_MIN_HEAD_DIM = 16
+
+
 def fused_score_modification_available(query: torch.Tensor, dropout: float) -> bool:
     """Whether a multiplicative score modification can run as a fused FlexAttention kernel: on CUDA, without
-    attention dropout. Elsewhere the eager path computes it (FlexAttention's CPU path is a reference, not fused)."""
-    return query.is_cuda and not dropout
+    attention dropout, with heads of at least 16 dimensions (FlexAttention's kernels refuse fewer). Elsewhere the
+    eager path computes it (FlexAttention's CPU path is a reference, not fused)."""
+    return query.is_cuda and not dropout and query.shape[-1] >= FLEX_ATTENTION_MIN_HEAD_DIM
 
 
 class SrcFeatAttention(nn.Module):
