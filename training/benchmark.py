@@ -143,6 +143,13 @@ def shared_arguments(args) -> dict:
     return {**SHARED_ARGUMENTS, **args.shared_overrides}
 
 
+def language_pair(args) -> tuple[str, str]:
+    """(source, target) language of the set-up: en→de unless the shared overrides name others (e.g. fr→de with
+    '{"source_lang": "fr", "annotator": "spacy", "spacy_model": "fr_core_news_sm"}')."""
+    shared = shared_arguments(args)
+    return shared["source_lang"], shared["target_lang"]
+
+
 def dae_arguments(args) -> dict:
     """The autoencoder's arguments, with the shared overrides that pretrain_dae.py understands."""
     from dataclasses import fields
@@ -161,15 +168,24 @@ def ensure_tokenizer(args) -> Path:
     runs_dir, data_dir, shared = args.runs_dir, args.data_dir, shared_arguments(args)
     folder = runs_dir / "tokenizer"
     if not (folder / "tokenizer.json").exists():
-        from hf_srcfeat.annotation import StanzaAnnotator
         from hf_srcfeat.multi30k import load_multi30k
         from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
-        pairs = load_multi30k("train", "en", "de", data_dir)
-        annotations = StanzaAnnotator().annotate(list(pairs["source"]))
+        source_lang, target_lang = language_pair(args)
+        pairs = load_multi30k("train", source_lang, target_lang, data_dir)
+        annotator = train.make_annotator(train.DataArguments(
+            source_lang=source_lang, annotator=shared.get("annotator", "stanza"),
+            spacy_model=shared.get("spacy_model")))
+        if args.source_parses:
+            from hf_srcfeat.annotation import read_conllu
+
+            annotations = list(read_conllu(source_parse_file(args, "train")))
+        else:
+            annotations = annotator.annotate(list(pairs["source"]))
         tokenizer = train_source_feature_tokenizer(
             list(pairs["source"]), list(pairs["target"]), vocab_size=shared["vocab_size"],
-            subword_model=shared["subword_model"], language="en", source_annotations=annotations)
+            subword_model=shared["subword_model"], language=source_lang, source_annotations=annotations,
+            annotator=annotator)
         tokenizer.save_pretrained(folder)
     return folder
 
@@ -310,7 +326,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder).to(decoding_device(args))
-    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir)
+    test = load_multi30k("test_2016_flickr", *language_pair(args), args.data_dir)
     sources, references = list(test["source"])[:args.max_test_samples], list(test["target"])[:args.max_test_samples]
     if args.source_parses:
         from hf_srcfeat.annotation import read_conllu
@@ -320,7 +336,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     _, greedy_seconds = translate(model, tokenizer, sources, num_beams=1)
     (folder / "test_predictions.beam4.txt").write_text("\n".join(beam_hypotheses) + "\n", encoding="utf-8")
 
-    train_pairs = load_multi30k("train", "en", "de", args.data_dir)
+    train_pairs = load_multi30k("train", *language_pair(args), args.data_dir)
     tokens_per_sentence = mean_target_tokens(tokenizer, list(train_pairs["target"]))
     samples = (shared["max_steps"] - resumed_from_step) * shared["per_device_train_batch_size"]
     runtime = training["train_metrics"]["train_runtime"]
@@ -330,7 +346,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "system": system, "model_type": model_type, "seed": seed, "config": training["config"],
         "code_version": training["code_version"], "shared_arguments": shared,
         "config_overrides": overrides, "data_files": training["data_files"] + [
-            str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in ("en", "de")],
+            str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in language_pair(args)],
         "num_parameters": training["num_parameters"], "torch_threads": args.threads,
         "train_seconds": round(training["train_seconds"], 1), "resumed_from_step": resumed_from_step,
         **({"continued_from": continued_from} if continued_from else {}),
@@ -360,8 +376,8 @@ def decoding_device(args) -> str:
 
 
 def source_parse_file(args, split: str) -> Path:
-    """`<source_parses>/<split>.en.conllu.gz`, as `python -m hf_srcfeat.annotate` writes it."""
-    path = Path(args.source_parses) / f"{split}.en.conllu.gz"
+    """`<source_parses>/<split>.<source_lang>.conllu.gz`, as `python -m hf_srcfeat.annotate` writes it."""
+    path = Path(args.source_parses) / f"{split}.{language_pair(args)[0]}.conllu.gz"
     if not path.exists():
         raise FileNotFoundError(f"--source_parses: {path} is missing (make it with python -m hf_srcfeat.annotate).")
     return path
@@ -379,7 +395,7 @@ def add_significance(args, result: dict) -> None:
         return
     baseline_folder = args.runs_dir / "baseline" / f"seed{result['seed']}"
     system_folder = args.runs_dir / result["system"] / f"seed{result['seed']}"
-    references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir)["target"])[:args.max_test_samples]
+    references = list(load_multi30k("test_2016_flickr", *language_pair(args), args.data_dir)["target"])[:args.max_test_samples]
 
     def translations(folder: Path) -> list[str]:
         return (folder / "test_predictions.beam4.txt").read_text(encoding="utf-8").splitlines()
@@ -399,7 +415,7 @@ def rescore(args, system: str, seed: int) -> bool:
     if not predictions.exists():
         raise SystemExit(f"cannot rescore {path.name}: its translations {predictions} are gone.")
     hypotheses = predictions.read_text(encoding="utf-8").splitlines()
-    references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir)["target"])[:len(hypotheses)]
+    references = list(load_multi30k("test_2016_flickr", *language_pair(args), args.data_dir)["target"])[:len(hypotheses)]
     scores = score(hypotheses, references)
     added = {key: value for key, value in scores.items() if key not in result["test"]}
     if not added:
@@ -427,7 +443,8 @@ def retest(args, system: str, seed: int) -> bool:
 
 
 def blind_output(args, system: str, seed: int, split: str) -> Path:
-    return args.results_dir / "blind" / f"{system}_seed{seed}.{split}.de"
+    folder = args.blind_results_dir or args.results_dir / "blind"
+    return folder / f"{system}_seed{seed}.{split}.{language_pair(args)[1]}"
 
 
 def write_blind_translations(args, system: str, seed: int) -> list[Path]:
@@ -447,7 +464,7 @@ def write_blind_translations(args, system: str, seed: int) -> list[Path]:
         output = blind_output(args, system, seed, split)
         output.parent.mkdir(parents=True, exist_ok=True)
         source = ["--input", str(source_parse_file(args, split)), "--input_format", "conllu"] if args.source_parses \
-            else ["--input", str(blind_source_file(split, "en", args.blind_dir))]
+            else ["--input", str(blind_source_file(split, language_pair(args)[0], args.blind_dir))]
         translate_command.main([
             "--model", str(folder), *source, "--output", str(output), "--num_beams", str(TEST_NUM_BEAMS),
             # max_length counts the decoder's start token, max_new_tokens does not.
@@ -489,8 +506,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--defer_significance", action="store_true", help=(
         "train a system although the baseline of its seed is not finished (e.g. side by side on one GPU); its "
         "significance test is then added by the significance command"))
+    parser.add_argument("--blind_results_dir", type=Path, default=None, help=(
+        "where the blind translations go (default: RESULTS_DIR/blind), e.g. "
+        "training/results/benchmark/blind/fr-de for another source language"))
     parser.add_argument("--blind_dir", default=None, help=(
-        "folder of the blind test sources {set}.en.gz (default: $HF_SRCFEAT_MULTI30K_BLIND_DIR, else the Multi30k "
+        "folder of the blind test sources {set}.<source_lang>.gz (default: $HF_SRCFEAT_MULTI30K_BLIND_DIR, else the Multi30k "
         "folder)"))
     args = parser.parse_args(argv)
 
