@@ -144,7 +144,7 @@ def reconstruction_bleu(model, tokenizer, sentences: list[str], collator: Denois
         outputs = []
         for start in range(0, len(inputs), batch_size):
             batch = tokenizer(inputs[start:start + batch_size], source_features=False, padding=True,
-                              truncation=True, max_length=collator.max_length, return_tensors="pt")
+                              truncation=True, max_length=collator.max_length, return_tensors="pt").to(model.device)
             with torch.no_grad():
                 generated = model.generate(**batch, num_beams=1, max_new_tokens=collator.max_length)
             outputs += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
