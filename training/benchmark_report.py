@@ -92,14 +92,14 @@ def results_table(by_system: dict[str, list[dict]], speed: dict | None) -> str:
         raise SystemExit("no baseline results: run `training/benchmark.py run --systems baseline` first.")
     baseline = by_system["baseline"]
     header = ["system", "seeds", "BLEU", "Δ BLEU", "p (per seed)", "BLEU lc", "chrF", "parameters",
-              "train time", "decode time beam 4", "decode time greedy"]
+              *(["train time", "decode time beam 4", "decode time greedy"] if speed is not NO_SPEED else [])]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for system, results in by_system.items():
         results = sorted(results, key=lambda r: r["seed"])
         bleu = [r["test"]["bleu"] for r in results]
         p_values = [r["test"].get("significance_vs_baseline", {}).get("p_value") for r in results]
-        overheads = measured_overheads(speed, system) if speed else None
-        times = (["not measured"] * 3 if overheads is None else
+        overheads = measured_overheads(speed, system) if speed and speed is not NO_SPEED else None
+        times = ([] if speed is NO_SPEED else ["not measured"] * 3 if overheads is None else
                  [f"{overheads[key]:.2f}x" for key in ("train", "decode_beam4", "decode_beam1")])
         row = [
             system, ",".join(str(r["seed"]) for r in results), mean_and_spread(bleu),
@@ -128,6 +128,10 @@ def overhead_table(speed: dict) -> str:
         lines.append(f"| {system}{note} | {overheads['train']:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}) | "
                      f"{overheads['decode_beam4']:.2f}x | {overheads['decode_beam1']:.2f}x | {paper_text} |")
     return "\n".join(lines)
+
+
+#: `results_table`'s speed when no speed run belongs to the results (e.g. GPU or other-language runs): no time columns.
+NO_SPEED: dict = {}
 
 
 def load_speed(speed_file: Path) -> dict | None:
@@ -295,7 +299,7 @@ def plot_validation_loss(by_system: dict[str, list[dict]], output: Path) -> None
 
 def minute_range(seconds: list[float]) -> str:
     low, high = round(min(seconds) / 60), round(max(seconds) / 60)
-    return f"{low} minutes" if low == high else f"{low}-{high} minutes"
+    return f"{low} minute{'' if low == 1 else 's'}" if low == high else f"{low}-{high} minutes"
 
 
 def minutes(by_system: dict[str, list[dict]]) -> str:
@@ -316,43 +320,62 @@ def pretraining_minutes(by_system: dict[str, list[dict]]) -> str:
             f"{minute_range(seconds_per_seed)} per seed, not counted in its train time.")
 
 
-def unfinished(by_system: dict[str, list[dict]], seeds: list[int]) -> str | None:
-    """Which of the benchmark's planned runs (every system, every seed) have no result file yet."""
-    from benchmark import SYSTEMS
-
+def unfinished(by_system: dict[str, list[dict]], systems: list[str], seeds: list[int], results_dir: Path) -> str | None:
+    """Which of the planned runs (every system, every seed) have no result file yet."""
     done = {(r["system"], r["seed"]) for results in by_system.values() for r in results}
-    missing = [f"{system} seed {seed}" for seed in seeds for system in SYSTEMS if (system, seed) not in done]
+    missing = [f"{system} seed {seed}" for seed in seeds for system in systems if (system, seed) not in done]
     if not missing:
         return None
-    return (f"**Not finished yet**: {len(missing)} of {len(SYSTEMS) * len(seeds)} planned runs have no result "
+    return (f"**Not finished yet**: {len(missing)} of {len(systems) * len(seeds)} planned runs have no result "
             f"({', '.join(missing)}); the table shows the finished ones. Results of runs trained before a change to "
-            "their system are kept in `training/results/benchmark/superseded/`, with the reason.")
+            f"their system are kept in `{display_path(results_dir)}/superseded/`, with the reason.")
 
 
-def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int], speed_file: Path,
-           longer_baselines: list[dict] | None = None) -> str:
+def display_path(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def hardware(baseline: dict, shared: dict) -> str:
+    """Where the runs trained, and what that means for the speeds in their files."""
+    if shared.get("use_cpu", True):
+        return ("The training runs themselves are not compared for speed: two ran at a time on this 2-core machine, "
+                "under load that changed from run to run (each result file records its own throughput). "
+                f"{baseline['torch_threads']} torch thread(s) per run")
+    precision = "bf16" if shared.get("bf16") else "fp16" if shared.get("fp16") else "fp32"
+    return (f"Trained and decoded on one GPU ({baseline['decoding_device']}, {precision}), the runs side by side on "
+            "it, so their times are not compared")
+
+
+def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list[int], speed_file: Path | None,
+           longer_baselines: list[dict] | None = None, planned_systems: list[str] | None = None,
+           results_dir: Path = REPO / "training" / "results" / "benchmark") -> str:
+    from benchmark import SYSTEMS
+
     baseline = by_system["baseline"][0]
     shared = baseline["shared_arguments"]
+    source_lang, target_lang = shared.get("source_lang", "en"), shared.get("target_lang", "de")
     seeds = sorted({r["seed"] for results in by_system.values() for r in results})
     versions = sorted({r["code_version"][:7] for results in by_system.values() for r in results})
-    status = unfinished(by_system, planned_seeds)
+    status = unfinished(by_system, planned_systems or list(SYSTEMS), planned_seeds, results_dir)
     extra_parameters = capacity(by_system)
     longer = longer_budget(by_system["baseline"], longer_baselines or [])
-    speed = load_speed(speed_file)
+    speed = load_speed(speed_file) if speed_file else NO_SPEED
+    times = ("Times are relative to the baseline (time per training target token, per decoded "
+             "sentence; 1.50x = 50% slower, the papers' convention), from the interleaved speed run below, in which "
+             "the systems take turns on the same batches. ") if speed_file else ""
+    annotator = (f" Sources parsed by spaCy `{shared['spacy_model']}`." if shared.get("annotator") == "spacy"
+                 else "")
     lines = [
         *([status, ""] if status else []),
-        f"Multi30k en→de, test_2016_flickr ({baseline['test_sentences']} sentences), beam 4; every system trained "
+        f"Multi30k {source_lang}→{target_lang}, test_2016_flickr ({baseline['test_sentences']} sentences), beam 4; every system trained "
         f"for {shared['max_steps']} steps of {shared['per_device_train_batch_size']} sentence pairs with the same "
         f"tokenizer, model size (d_model {shared['d_model']}, {shared['encoder_layers']}+{shared['decoder_layers']} "
         f"layers, {shared['attention_heads']} heads), optimiser and schedule; seeds {', '.join(map(str, seeds))}; "
         f"code version(s) {', '.join(versions)}. BLEU: sacreBLEU `{baseline['test']['bleu_signature']}`; "
         "BLEU lc: the same, lowercased; Δ BLEU: mean over seeds of the difference to the baseline run of the "
         "same seed; p: paired bootstrap resampling against the baseline of the same seed "
-        "(1000 samples). Times are relative to the baseline (time per training target token, per decoded "
-        "sentence; 1.50x = 50% slower, the papers' convention), from the interleaved speed run below, in which "
-        "the systems take turns on the same batches. The training runs themselves are not compared for speed: "
-        "two ran at a time on this 2-core machine, under load that changed from run to run (each result file "
-        f"records its own throughput). {baseline['torch_threads']} torch thread(s) per run; training took "
+        f"(1000 samples).{annotator} {times}{hardware(baseline, shared)}; training took "
         f"{minutes(by_system)} per run (resumed runs scaled to the whole budget).{pretraining_minutes(by_system)}",
         "",
         results_table(by_system, speed),
@@ -360,14 +383,14 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
         *outcomes(by_system),
         "",
         *([extra_parameters, ""] if extra_parameters else []),
-        *overhead_section(speed),
-        "",
+        *([*overhead_section(speed), ""] if speed_file else []),
         f"![validation loss]({plot_name})",
         "",
-        baseline_against_reference(by_system["baseline"]),
+        # The published reference is an en→de figure.
+        *([baseline_against_reference(by_system["baseline"])] if (source_lang, target_lang) == ("en", "de") else []),
         *(["", longer] if longer else []),
         "",
-        "Generated by `python training/benchmark_report.py` from `training/results/benchmark/*.json`.",
+        f"Generated by `python training/benchmark_report.py` from `{display_path(results_dir)}/*.json`.",
     ]
     return "\n".join(lines)
 
@@ -388,24 +411,28 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "benchmark_report.md")
     parser.add_argument("--update_readme", action="store_true")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the seeds every system should have")
+    parser.add_argument("--systems", nargs="+", default=None, help="the systems planned (default: all of benchmark.py)")
     parser.add_argument("--speed_results", type=Path,
                         default=REPO / "training" / "results" / "speed_benchmark_systems.json",
-                        help="benchmark_speed.py --benchmark_systems output (the overhead table)")
+                        help="benchmark_speed.py --benchmark_systems output (the overhead table); 'none': no speed")
     parser.add_argument("--longer_budget_dir", type=Path,
                         default=REPO / "training" / "results" / "benchmark_longer_budget",
-                        help="results of baselines trained on past the benchmark's budget (benchmark.py --continue_from)")
+                        help="results of baselines trained on past the benchmark's budget (benchmark.py "
+                             "--continue_from); 'none': not shown")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
+    speed_file = None if str(args.speed_results) == "none" else args.speed_results
     by_system = load_results(args.results_dir)
-    longer_baselines = load_results(args.longer_budget_dir).get("baseline", []) if args.longer_budget_dir.exists() else []
+    longer_baselines = (load_results(args.longer_budget_dir).get("baseline", [])
+                        if str(args.longer_budget_dir) != "none" and args.longer_budget_dir.exists() else [])
     plot = args.output.with_suffix(".png")
     plot_validation_loss(by_system, plot)
-    text = report(by_system, plot.name, args.seeds, args.speed_results, longer_baselines)
+    options = {"longer_baselines": longer_baselines, "planned_systems": args.systems, "results_dir": args.results_dir}
+    text = report(by_system, plot.name, args.seeds, speed_file, **options)
     args.output.write_text(text + "\n")
     if args.update_readme:
         relative_plot = plot.resolve().relative_to(args.readme.resolve().parent)
-        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds, args.speed_results,
-                                                   longer_baselines))
+        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds, speed_file, **options))
     print(text)
     return text
 
