@@ -69,6 +69,17 @@ SYSTEMS: dict[str, tuple[str, dict]] = {
     "lfe_dae": ("latent_feedback", {"lfe_mode": "fine_tuned"}),  # + lfe_pretrained_from, set per seed
 }
 
+#: Issue 25.3's robustness variants: a benchmark system trained with feature dropout (each word's factors replaced by
+#: `<unk>`, its dependency links by "unknown", with probability 0.2 each; hf_srcfeat.feature_dropout). Not part of the
+#: benchmark's plan (the report and the default --systems leave them out); run by name with --systems.
+FEATURE_DROPOUT_RATE = 0.2
+ROBUSTNESS_SYSTEMS: dict[str, tuple[str, dict]] = {
+    "relevance_concat_fd": ("relevance_features", {"relevance_combine": "concat", "feature_dropout": {
+        name: FEATURE_DROPOUT_RATE for name in ("pos_ids", "lemma_ids", "deprel_ids", "subword_tag_ids")}}),
+    "deps_san_fd": ("deps_san", {"deps_san_layers": [0], "feature_dropout": {"dep_distance": FEATURE_DROPOUT_RATE}}),
+}
+
+
 #: The denoising autoencoder of `lfe_dae`: the translation model's size and tokenizer, its own budget.
 DAE_ARGUMENTS = {
     "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
@@ -288,7 +299,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
 
     from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 
-    model_type, overrides = SYSTEMS[system]
+    model_type, overrides = {**SYSTEMS, **ROBUSTNESS_SYSTEMS}[system]
     overrides = dict(overrides)
     pretraining = {}
     if system == "lfe_dae":
@@ -484,7 +495,7 @@ def write_json(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run", "status", "rescore", "significance", "blind"])
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=[*SYSTEMS, *ROBUSTNESS_SYSTEMS])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     parser.add_argument("--results_dir", type=Path, default=REPO / "training" / "results" / "benchmark")
