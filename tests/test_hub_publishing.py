@@ -227,6 +227,12 @@ def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_it
     history = subprocess.run(["git", "log", "--oneline"], cwd=tmp_path / "mirrors" / "models" / entry["repo_id"],
                              capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(history) == 2, "the mirror keeps both versions"
+    entries = json.loads((tmp_path / "published.json").read_text())
+    assert "(superseded)" not in model_zoo.zoo_table(entries, benchmark_dir)
+    retrained = json.loads((benchmark_dir / "baseline_seed1.json").read_text())
+    retrained["test"]["bleu"] += 1.0
+    (benchmark_dir / "baseline_seed1.json").write_text(json.dumps(retrained))
+    assert "(superseded)" in model_zoo.zoo_table(entries, benchmark_dir), "a re-trained system's old checkpoint"
 
 
 def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, test_sentences, tmp_path):

@@ -40,7 +40,16 @@ def method_name(model_type: str) -> str:
     return title[2:].removesuffix(" (hf_srcfeat)")
 
 
-def zoo_table(entries: list[dict]) -> str:
+def is_superseded(entry: dict, benchmark_dir: Path) -> bool:
+    """Whether the benchmark no longer holds this checkpoint's result (its system was re-trained after a change)."""
+    results = entry.get("results") or {}
+    if "system" not in results:
+        return False
+    current = benchmark_dir / f"{results['system']}_seed{results['seed']}.json"
+    return not current.exists() or json.loads(current.read_text())["test"]["bleu"] != results["bleu"]
+
+
+def zoo_table(entries: list[dict], benchmark_dir: Path = REPO / "training" / "results" / "benchmark") -> str:
     if not entries:
         return "No model has been published yet."
     lines = ["| Model | Method | Test BLEU / chrF (this checkpoint) | Mean BLEU over seeds | Served from | Load |",
@@ -48,6 +57,8 @@ def zoo_table(entries: list[dict]) -> str:
     for entry in entries:
         results = entry.get("results") or {}
         scores = f"{results['bleu']} / {results['chrf']}" if results else "not measured"
+        if is_superseded(entry, benchmark_dir):
+            scores += " (superseded)"
         mean = results.get("mean_over_seeds")
         if mean:
             seeds = f"{'seeds' if len(mean['seeds']) > 1 else 'seed'} {', '.join(map(str, mean['seeds']))}"
@@ -65,6 +76,10 @@ def zoo_table(entries: list[dict]) -> str:
              "`pipeline(\"translation\")`); without hf_srcfeat, `AutoModelForSeq2SeqLM` and `AutoTokenizer` "
              "`.from_pretrained(repo_id, trust_remote_code=True)` run the code shipped in the repository. Encoding "
              "raw text needs Stanza."]
+    if any(is_superseded(entry, benchmark_dir) for entry in entries):
+        notes.append("(superseded): the benchmark re-trained this system after a change to its code (see Results and "
+                     "`training/results/benchmark/superseded/`); the checkpoint still loads and runs with the "
+                     "behaviour it was trained with, and is replaced when its re-run is published.")
     if any(entry["destination"] == "local mirror" for entry in entries):
         notes.append("\"local mirror\": published into a git mirror served by a Hub-compatible server (olah, "
                      "`HF_ENDPOINT=http://host:port`), not (yet) uploaded to huggingface.co: this environment has "
@@ -86,8 +101,8 @@ def publish_benchmark(args: argparse.Namespace) -> list[str]:
     published = []
     for system in benchmark.SYSTEMS:
         repo_id, run = repo_id_for(args.organisation, system), args.runs_dir / system / f"seed{args.seed}"
-        if not (args.benchmark_dir / f"{system}_seed{args.seed}.json").exists():
-            continue
+        if not (args.benchmark_dir / f"{system}_seed{args.seed}.json").exists() or not (run / "results.json").exists():
+            continue  # no result, or no finished model folder here (gone with another machine, or training again)
         if published_results.get(repo_id) == publish.run_results(run, args.benchmark_dir, system):
             continue
         with tempfile.TemporaryDirectory() as staging:  # the mirror's git history or the Hub keeps each version
