@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,25 @@ from .multi30k import multi30k_file
 MULTI30K = "multi30k"
 #: Column of each source's CoNLL-U parse, when the corpus carries them (`--source_parse_column`).
 SOURCE_CONLLU = "source_conllu"
+
+#: Prefix of the columns carrying a user factor per source word (`--source_factor_columns ner` keeps the corpus's
+#: `ner` column as `source_factor_ner`): space-separated values, one per whitespace-separated source word.
+SOURCE_FACTOR_PREFIX = "source_factor_"
+
+
+def _carried_columns(batch: dict, parse_column: str | None, factor_columns: Sequence[str]) -> dict:
+    """The parse and factor columns a corpus keeps next to source and target, under their fixed names."""
+    carried = {SOURCE_CONLLU: batch[parse_column]} if parse_column else {}
+    carried.update({SOURCE_FACTOR_PREFIX + name: batch[name] for name in factor_columns})
+    return carried
+
+
+def _check_carried(origin: str, available: list[str], parse_column: str | None, factor_columns: Sequence[str]) -> None:
+    if parse_column and parse_column not in available:
+        raise ValueError(f"{origin} has no {parse_column!r} column for the source parses (it has {available}).")
+    missing = [name for name in factor_columns if name not in available]
+    if missing:
+        raise ValueError(f"{origin} has no {missing} column for the source factors (it has {available}).")
 
 
 @dataclass
@@ -114,16 +133,16 @@ def check_text_pair(source_file: Path, target_file: Path) -> None:
 
 # The files are checked line by line first (errors name the line), then read by `datasets` into Arrow files on
 # disk: memory-mapped, and `map` over them is cached, so a second run over the same corpus reuses the work.
-def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None) -> Dataset:
+def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
+                    factor_columns: Sequence[str] = ()) -> Dataset:
     check_json_lines(path, source_lang, target_lang)
     loaded = load_dataset("json", data_files=str(path), split="train")
-    if parse_column and parse_column not in loaded.column_names:
-        raise ValueError(f"{path} has no {parse_column!r} field for the source parses (it has {loaded.column_names}).")
+    _check_carried(str(path), loaded.column_names, parse_column, factor_columns)
 
     def pairs(batch):
         columns = {"source": [pair[source_lang] for pair in batch["translation"]],
                    "target": [pair[target_lang] for pair in batch["translation"]]}
-        return {**columns, SOURCE_CONLLU: batch[parse_column]} if parse_column else columns
+        return {**columns, **_carried_columns(batch, parse_column, factor_columns)}
 
     return loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
 
@@ -143,18 +162,20 @@ def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
     return concatenate_datasets(sides, axis=1)
 
 
-def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None) -> Corpus:
+def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None,
+              factor_columns: Sequence[str] = ()) -> Corpus:
     """One parallel file (or text-file pair by prefix), by its form; the corpus is named after the file. JSON lines
-    may carry each source's CoNLL-U parse in the field `parse_column`."""
+    may carry each source's CoNLL-U parse in the field `parse_column` and word-aligned factors in `factor_columns`."""
     given = Path(path)
     suffixes = [suffix for suffix in given.suffixes if suffix != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     name = given.name.split(".")[0]
     if kind in (".json", ".jsonl") and given.is_file():
-        return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column), [str(given)])
-    if parse_column:
-        raise ValueError(f"{path}: source parses in a column need JSON lines or a datasets source; for other files "
-                         "give them as CoNLL-U (--train_source_conllu etc.).")
+        return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column, factor_columns),
+                      [str(given)])
+    if parse_column or factor_columns:
+        raise ValueError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
+                         "other files give them as CoNLL-U (--train_source_conllu etc., factors in MISC).")
     if kind == ".tsv" and given.is_file():
         return Corpus(name, read_tsv(given), [str(given)])
     source_file = _existing(given.with_name(f"{given.name}.{source_lang}"))
@@ -166,16 +187,15 @@ def load_file(path: str, source_lang: str, target_lang: str, parse_column: str |
 
 
 def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, source_column: str | None,
-                 target_column: str | None, parse_column: str | None = None) -> Dataset:
+                 target_column: str | None, parse_column: str | None = None,
+                 factor_columns: Sequence[str] = ()) -> Dataset:
     """`source`/`target` columns from a `translation` dict column or from named columns (a cached `map`: the
     data stays on disk); an empty or missing sentence is an error naming its row."""
     if source_column or target_column:
         missing = [column for column in (source_column, target_column) if column not in dataset.column_names]
         if missing:
             raise ValueError(f"{origin} has no column {missing} (it has {dataset.column_names}).")
-    if parse_column and parse_column not in dataset.column_names:
-        raise ValueError(f"{origin} has no column {parse_column!r} for the source parses (it has "
-                         f"{dataset.column_names}).")
+    _check_carried(origin, dataset.column_names, parse_column, factor_columns)
     if not (source_column or target_column) and "translation" not in dataset.column_names:
         raise ValueError(f"{origin} has no `translation` column; name the text columns with --source_column and "
                          f"--target_column (it has {dataset.column_names}).")
@@ -189,8 +209,7 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
         for index, source, target in zip(indices, sources, targets, strict=True):
             _check_sentence(source, "source", f"{origin} row", index + 1)
             _check_sentence(target, "target", f"{origin} row", index + 1)
-        columns = {"source": sources, "target": targets}
-        return {**columns, SOURCE_CONLLU: batch[parse_column]} if parse_column else columns
+        return {"source": sources, "target": targets, **_carried_columns(batch, parse_column, factor_columns)}
 
     return dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
 
@@ -211,9 +230,12 @@ class Corpora:
 def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,
                  validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
                  source_column: str | None = None, target_column: str | None = None,
-                 data_dir: str | None = None, parse_column: str | None = None) -> Corpora:
+                 data_dir: str | None = None, parse_column: str | None = None,
+                 factor_columns: Sequence[str] = ()) -> Corpora:
     """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
-    is given); files given override the same split of the named dataset."""
+    is given); files given override the same split of the named dataset. Every split keeps the parse column and the
+    word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`)."""
+    factor_columns = tuple(factor_columns)
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
     if dataset_name and dataset_name != MULTI30K:
@@ -221,13 +243,16 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
         origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         for split in loaded:
             corpus = Corpus(split, from_dataset(loaded[split], f"{origin} {split}", source_lang, target_lang,
-                                                source_column, target_column, parse_column),
+                                                source_column, target_column, parse_column, factor_columns),
                             [f"{origin} split {split}"])
             if split.startswith("test"):
                 tests.append(corpus)
             else:
                 splits["validation" if split in ("validation", "valid", "dev") else split] = corpus
     elif dataset_name == MULTI30K or not any([train_file, validation_file, test_files]):
+        if factor_columns:
+            raise ValueError(f"Multi30k has no factor columns {list(factor_columns)}; give the corpus as JSON lines "
+                             "or a datasets source with them.")
         for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
             files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
             corpus = Corpus(split, read_text_pair(*files), [str(path) for path in files])
@@ -236,11 +261,12 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
             else:
                 tests.append(corpus)
     if train_file:
-        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column)
+        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column, factor_columns)
     if validation_file:
-        splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column)
+        splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column,
+                                         factor_columns)
     if test_files:
-        tests = [load_file(path, source_lang, target_lang, parse_column) for path in test_files]
+        tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
     missing = [split for split in ("train", "validation") if split not in splits]
     if missing:
         raise ValueError(f"no {missing} data: give --{missing[0]}_file, or a --dataset_name that has that split.")

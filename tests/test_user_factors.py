@@ -4,18 +4,22 @@ trained end to end on real Multi30k sentences with a casing factor (a classic NM
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat import FeatureVocabularies, RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
 from hf_srcfeat.annotation import read_conllu, write_conllu
+from hf_srcfeat.multi30k import load_multi30k
 from hf_srcfeat.subword_training import SPECIAL_TOKENS
 from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
 from hf_srcfeat.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
 
 from .end_to_end import tiny_method_config
 from .helpers import train_briefly
+from .test_bad_input import TINY_RUN
 
 
 def casing(word: str) -> str:
@@ -119,3 +123,39 @@ def test_the_translate_command_reads_factored_lines(factored_data, test_sentence
                  "--num_beams", "1", "--max_new_tokens", "8", "--quiet", "--device", "cpu"]) == 0
     output = (tmp_path / "output.de").read_text(encoding="utf-8").splitlines()
     assert len(output) == 4 and output[1] == "" and all(output[index] for index in (0, 2, 3))
+
+
+def write_factor_corpus(path, pairs, case_values=None) -> str:
+    """JSON lines of Multi30k pairs with a `case` field: one casing value per whitespace-separated source word."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for index, (source, target) in enumerate(zip(pairs["source"], pairs["target"], strict=True)):
+            case = case_values(index, source) if case_values else " ".join(casing(word) for word in source.split())
+            handle.write(json.dumps({"translation": {"en": source, "de": target}, "case": case},
+                                    ensure_ascii=False) + "\n")
+    return str(path)
+
+
+def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(multi30k_dir, tmp_path):
+    import train
+
+    corpus = write_factor_corpus(tmp_path / "train.jsonl", load_multi30k("train", "en", "de", multi30k_dir, limit=200))
+    run = tmp_path / "run"
+    train.main(TINY_RUN + [
+        "--output_dir", str(run), "--do_train", "--train_file", corpus, "--validation_file", corpus,
+        "--source_factor_columns", "case", "--model_type", "relevance_features",
+        "--config_overrides", json.dumps({"relevance_combine": "concat", "source_factors": ["pos", "case"]})])
+    tokenizer, config = AutoTokenizer.from_pretrained(run), AutoConfig.from_pretrained(run)
+    vocabulary = tokenizer.feature_vocabularies.extra["case"]
+    assert {"Cap", "lower", "other"} <= set(vocabulary.labels)
+    assert config.extra_factors == {"case": len(vocabulary)} and "case" in config.source_factors
+
+
+def test_a_factor_column_that_does_not_match_its_words_is_refused_naming_the_row(multi30k_dir, tmp_path):
+    import train
+
+    pairs = load_multi30k("train", "en", "de", multi30k_dir, limit=40)
+    corpus = write_factor_corpus(tmp_path / "train.jsonl", pairs, lambda index, source: " ".join(
+        casing(word) for word in source.split()[:-1] if index == 2) or " ".join(casing(w) for w in source.split()))
+    with pytest.raises(ValueError, match=r"train.jsonl row 3: .*factor 'case' has \d+ values for \d+ words"):
+        train.main(TINY_RUN + ["--output_dir", str(tmp_path / "run"), "--do_train", "--train_file", corpus,
+                               "--validation_file", corpus, "--source_factor_columns", "case"])

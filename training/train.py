@@ -39,7 +39,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
 from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
-from hf_srcfeat.corpora import SOURCE_CONLLU, load_corpora
+from hf_srcfeat.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.tokenization_source_features import (
     check_tokenizer_matches,
@@ -47,6 +47,7 @@ from hf_srcfeat.tokenization_source_features import (
     stored_columns,
     train_source_feature_tokenizer,
 )
+from hf_srcfeat.user_factors import attach_factors
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -94,6 +95,12 @@ class DataArguments:
     source_parse_column: str | None = field(default=None, metadata={
         "help": "Column of --dataset_name (or field of the JSON lines) holding each source's CoNLL-U parse, from any "
                 "parser: used instead of parsing with Stanza."})
+    source_factor_columns: list[str] | None = field(default=None, metadata={
+        "help": "Columns of --dataset_name (or fields of the JSON lines) each holding a factor of your own, one value "
+                "per source word, space-separated (named-entity tags, domain tags, clusters, ...); the factor is named "
+                "after its column (factor_<column>_ids; a relevance model embeds it with source_factors). The "
+                "values follow the parse's words with --source_parse_column, else the source's whitespace-separated "
+                "words, which are then parsed as given.", "nargs": "+"})
     target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
@@ -308,6 +315,30 @@ def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
     return {PARSE_COLUMN: parses}
 
 
+def attach_factor_columns(data, names: list[str], pretokenized_annotator, origin: str):
+    """The split with each row's word-aligned factor columns attached to the words of its parse (PARSE_COLUMN): the
+    given parse, or else a parse of the source's whitespace-separated words as they are split (so that values and
+    words line up, as in OpenNMT-py's factor files); `pretokenized_annotator()` makes that parser when needed. A row
+    whose values do not match its words is an error naming the row."""
+    columns = [SOURCE_FACTOR_PREFIX + name for name in names]
+
+    def attach(batch, indices):
+        if PARSE_COLUMN in batch:
+            parses = [AnnotatedSentence.from_json(parse) for parse in batch[PARSE_COLUMN]]
+        else:
+            parses = pretokenized_annotator().annotate(batch["source"], show_progress=False)
+        attached = []
+        for row, (index, parse) in enumerate(zip(indices, parses, strict=True)):
+            values = {name: (batch[column][row] or "").split() for name, column in zip(names, columns, strict=True)}
+            try:
+                attached.append(attach_factors(parse, values).to_json())
+            except ValueError as error:
+                raise ValueError(f"{origin} row {index + 1}: {error}") from None
+        return {PARSE_COLUMN: attached}
+
+    return data.map(attach, batched=True, with_indices=True, remove_columns=columns, desc=f"factors of {origin}")
+
+
 def make_annotator(data_args: DataArguments):
     """The annotator of raw sources that `--annotator` names."""
     if data_args.annotator == "spacy":
@@ -437,18 +468,26 @@ def main(argv: list[str] | None = None) -> dict:
     corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
-                           data_args.source_parse_column)
+                           data_args.source_parse_column, data_args.source_factor_columns or ())
+    # Made once, only if a split with factor columns comes without parses.
+    pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
 
     def prepared(corpus, limit: int | None, conllu: str | None):
-        """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file)."""
+        """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file) or its
+        factors are (columns, attached to the parses)."""
         data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
         if SOURCE_CONLLU in data.column_names:
             if conllu:
                 raise ValueError(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
                                  "give one.")
-            return data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
+            data = data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
                             with_indices=True, remove_columns=[SOURCE_CONLLU])
-        return source_parses(conllu, corpus.name, data, cut=limit is not None) if conllu else data
+        elif conllu:
+            data = source_parses(conllu, corpus.name, data, cut=limit is not None)
+        if data_args.source_factor_columns:
+            data = attach_factor_columns(data, data_args.source_factor_columns, pretokenized_annotator,
+                                         corpus.origin[0])
+        return data
 
     splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
               "validation": prepared(corpora.validation, data_args.max_eval_samples,
