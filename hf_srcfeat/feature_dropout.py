@@ -17,10 +17,9 @@ from dataclasses import replace
 import torch
 
 from .feature_vocabulary import SPECIAL_ID, UNK_ID
-from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures, is_user_factor_feature
+from .source_features import SOURCE_FEATURE_NAMES, UNKNOWN_DISTANCE, SourceFeatures, is_user_factor_feature
 
-#: A dependency distance that is not known (a dropped link): neither a word pair (>= 0) nor a special token (-1).
-UNKNOWN_DISTANCE = -2
+__all__ = ["UNKNOWN_DISTANCE", "apply_feature_dropout", "check_feature_dropout"]
 #: Features that hold positions, not labels: never dropped.
 NOT_DROPPABLE = ("word_ids", "phrase_ids")
 

@@ -39,7 +39,12 @@ from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding
 from .feature_dropout import apply_feature_dropout
-from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures, is_user_factor_feature
+from .source_features import (
+    SOURCE_FEATURE_NAMES,
+    MissingFeatureDefaults,
+    SourceFeatures,
+    is_user_factor_feature,
+)
 
 
 @dataclass
@@ -244,6 +249,9 @@ class SrcFeatEncoder(nn.Module):
         features.check_shapes(batch_size, seq_len)
         if self.training and self.config.feature_dropout:
             features = apply_feature_dropout(features, self.config.feature_dropout)
+        if not self.training:  # a source without a parse still translates, with a warning (MissingFeatureDefaults)
+            device = (input_ids if input_ids is not None else inputs_embeds).device
+            features.defaults = MissingFeatureDefaults(batch_size, seq_len, device, attention_mask)
 
         hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,

@@ -47,7 +47,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
         check_tokenizer_matches(self.model.config, self.tokenizer)
 
     def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
-                             truncation: bool | None = None, **generate_kwargs):
+                             truncation: bool | None = None, parse: bool | None = None, **generate_kwargs):
         postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
@@ -64,7 +64,8 @@ class SourceFeatureTranslationPipeline(Pipeline):
         for index, item in enumerate(items):
             check_input(index, item)
         texts = [item for item in items if isinstance(item, str)]
-        if texts:  # one annotator call for all raw sentences: Stanza is much faster on batches
+        # parse=False: raw sentences go in as subwords alone, the model's features take their defaults (a warning).
+        if texts and kwargs.get("parse", True):  # one annotator call for all raw sentences: faster on batches
             parsed = iter(self.tokenizer.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
         results = super().__call__(items, **kwargs)
@@ -72,10 +73,13 @@ class SourceFeatureTranslationPipeline(Pipeline):
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
 
-    def preprocess(self, sentence: AnnotatedSentence, truncation: bool = True) -> dict[str, torch.Tensor]:
-        """The sentence's encoding. Longer than the tokenizer's `model_max_length`, it is cut there with a warning
-        (`truncation=True`, the default); with `truncation=False` it is kept whole up to the model's
-        `max_position_embeddings`, beyond which it is an error naming the sentence."""
+    def preprocess(self, sentence: AnnotatedSentence | str, truncation: bool = True) -> dict[str, torch.Tensor]:
+        """The sentence's encoding (a raw `str` only with `parse=False`: subwords without features). Longer than the
+        tokenizer's `model_max_length`, it is cut there with a warning (`truncation=True`, the default); with
+        `truncation=False` it is kept whole up to the model's `max_position_embeddings`, beyond which it is an error
+        naming the sentence."""
+        if isinstance(sentence, str):
+            return dict(self.tokenizer(sentence, source_features=False, truncation=truncation, return_tensors="pt"))
         encoded = self.tokenizer(annotations=sentence, return_tensors="pt")
         length = encoded["input_ids"].shape[-1]
         positions = getattr(self.model.config, "max_position_embeddings", None)

@@ -6,9 +6,12 @@ encoder and `Seq2SeqTrainer` does not drop them as unused columns); each method 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 
 import torch
+
+from .feature_vocabulary import PAD_ID, UNK_ID
 
 #: Names of the per-token feature tensors, all [batch, seq] except `dep_distance` [batch, seq, seq].
 SOURCE_FEATURE_NAMES: tuple[str, ...] = (
@@ -23,6 +26,10 @@ SOURCE_FEATURE_NAMES: tuple[str, ...] = (
 )
 
 PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
+
+#: A dependency distance that is not known (no parse, or a link dropped in training): neither a word pair (>= 0) nor
+#: a special token (-1); Deps-SAN scores it neutrally.
+UNKNOWN_DISTANCE = -2
 
 
 def user_factor_feature(name: str) -> str:
@@ -48,10 +55,13 @@ class SourceFeatures:
     feats_ids: torch.LongTensor | None = None
     #: ids of the user factors, by tokenizer output name (`factor_<name>_ids`)
     user_factor_ids: dict[str, torch.LongTensor] | None = None
+    #: set by the encoder at inference: what a feature that was not given becomes (`require`), instead of an error
+    defaults: MissingFeatureDefaults | None = None
 
     def check_shapes(self, batch_size: int, seq_len: int) -> None:
         """Raise a ValueError naming the feature whose shape does not match the tokens [batch, seq]."""
-        named = [(field.name, getattr(self, field.name)) for field in fields(self) if field.name != "user_factor_ids"]
+        named = [(field.name, getattr(self, field.name)) for field in fields(self)
+                 if field.name not in ("user_factor_ids", "defaults")]
         named += list((self.user_factor_ids or {}).items())
         for name, value in named:
             if value is None:
@@ -67,8 +77,16 @@ class SourceFeatures:
                 )
 
     def require(self, name: str, method: str) -> torch.Tensor:
-        """Return feature `name`, or raise a ValueError saying which method needs it and where it comes from."""
+        """Return feature `name`. When it was not given: at inference (`defaults` set) its default, with a warning,
+        so a model translates without a parse; in training a ValueError saying which method needs it and where it
+        comes from."""
         value = (self.user_factor_ids or {}).get(name) if is_user_factor_feature(name) else getattr(self, name)
+        if value is None and self.defaults is not None:
+            value = self.defaults.feature(name, method)
+            if is_user_factor_feature(name):
+                self.user_factor_ids = {**(self.user_factor_ids or {}), name: value}
+            else:
+                setattr(self, name, value)
         if value is None:
             raise ValueError(
                 f"{method} needs `{name}`, but it was not given. Encode the source with "
@@ -88,3 +106,30 @@ class SourceFeatures:
                 "with `**tokenizer.feature_vocabularies.sizes()`)."
             )
         return values
+
+
+@dataclass
+class MissingFeatureDefaults:
+    """What a feature becomes when the source comes without it at inference (no parse: no annotator for the
+    language, a parser that failed, or `source_features=False`), as OpenNMT-py's `src_feats_defaults`: every token's
+    label is `<unk>` (padding stays `<pad>`), every dependency link unknown (`UNKNOWN_DISTANCE`), every token its
+    own word and phrase. A model trained with feature dropout has seen such inputs."""
+
+    batch_size: int
+    seq_len: int
+    device: torch.device
+    attention_mask: torch.Tensor | None = None
+
+    def feature(self, name: str, method: str) -> torch.Tensor:
+        warnings.warn(f"{method} reads `{name}`, which the input does not have (no parse?): every token gets the "
+                      "feature's default (unknown). Translation quality depends on the parse; see the README's "
+                      "'Translating without a parse'.", UserWarning, stacklevel=3)
+        shape = (self.batch_size, self.seq_len)
+        if name in PAIRWISE_FEATURE_NAMES:
+            return torch.full((*shape, self.seq_len), UNKNOWN_DISTANCE, dtype=torch.long, device=self.device)
+        if name in ("word_ids", "phrase_ids"):
+            return torch.arange(self.seq_len, device=self.device).expand(shape)
+        labels = torch.full(shape, UNK_ID, dtype=torch.long, device=self.device)
+        if self.attention_mask is not None:
+            labels = labels.masked_fill(self.attention_mask == 0, PAD_ID)
+        return labels

@@ -149,14 +149,15 @@ class FileTranslator:
     """
 
     def __init__(self, translator, num_return_sequences: int = 1, batch_size: int = 32, sort_by_length: bool = True,
-                 factor_names: list[str] | None = None):
+                 factor_names: list[str] | None = None, parse: bool = True):
         self.translator = translator
+        self.parse_sources = parse  # False: raw text in, the model's features take their defaults
         self.factor_names = factor_names  # lines are OpenNMT-py's word￨value format with these user factors
         self.num_return_sequences = num_return_sequences
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
         # A translator whose model reads no source features (a CTranslate2 export of the baseline) gets raw text.
-        self.reads_parses = getattr(translator, "reads_parses", True)
+        self.reads_parses = parse and getattr(translator, "reads_parses", True)
         self.statistics = TranslationStatistics()
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -220,6 +221,8 @@ class FileTranslator:
         if not items:
             return []
         options = {"batch_size": self.batch_size, "num_return_sequences": self.num_return_sequences}
+        if not self.parse_sources:
+            options["parse"] = False
         if self.num_return_sequences > 1:
             options["return_scores"] = True
         try:
@@ -286,7 +289,7 @@ def load_translator(args: argparse.Namespace):
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
-    if args.input_format in ("text", "factored"):
+    if args.input_format in ("text", "factored") and not args.no_parse:
         tokenizer.annotator = command_annotator(tokenizer, args, device)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
     generation = {"num_beams": args.num_beams}
@@ -312,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         "with --input_format factored: the names of the user factors of each word￨value1￨value2 token"))
     parser.add_argument("--input_format", choices=["text", "conllu", "factored"], default="text",
                         help="text: raw sentences, one a line, parsed on the way; conllu: pre-parsed sentences")
+    parser.add_argument("--no_parse", action="store_true", help=(
+        "translate raw text without parsing it (no annotator for the language, or none wanted): the model's "
+        "source features take their defaults, with a warning; quality depends on the model (README, 'Translating "
+        "without a parse')"))
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
     parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
     parser.add_argument("--num_return_sequences", type=int, default=1,
@@ -349,6 +356,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
+    if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
+        parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
+                     f"got --input_format {args.input_format} --backend {args.backend}.")
 
 
 def count_lines(path: str, input_format: str) -> int | None:
@@ -370,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     file_translator = FileTranslator(load_translator(args), args.num_return_sequences, args.batch_size,
                                      sort_by_length=not args.no_sort,
-                                     factor_names=args.factor_names if args.input_format == "factored" else None)
+                                     factor_names=args.factor_names if args.input_format == "factored" else None,
+                                     parse=not args.no_parse)
     total = count_lines(args.input, args.input_format)
     reader = read_conllu_sentences if args.input_format == "conllu" else read_raw_lines
     # Written under a temporary name and renamed when complete: an interrupted run never leaves a short file that

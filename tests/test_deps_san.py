@@ -177,10 +177,12 @@ def test_the_fused_flex_attention_path_gives_what_the_eager_path_gives(deps_san_
     torch.testing.assert_close(fused, eager, atol=1e-5, rtol=1e-5)
 
 
-def test_a_source_without_dependency_distances_is_refused(deps_san_config, parsed_batch):
+def test_a_source_without_dependency_distances_is_refused_in_training_and_defaulted_at_inference(deps_san_config, parsed_batch):
     model = random_model(DepsSanForConditionalGeneration, deps_san_config())
-    with pytest.raises(ValueError, match="Deps-SAN needs `dep_distance`"):
+    with pytest.warns(UserWarning, match="no parse"):  # at inference: the feature's default
         model.get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
+    with pytest.raises(ValueError, match="Deps-SAN needs `dep_distance`"):  # in training: an error
+        model.train().get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
 
 
 class TestDepsSanEndToEnd(EndToEndFromRawText):

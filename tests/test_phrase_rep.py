@@ -79,8 +79,10 @@ def test_parse_phrases_come_from_the_tokenizer_and_leave_special_tokens_out(phra
     assert torch.equal(index, parsed_batch["phrase_ids"])
     eos = int(parsed_batch["attention_mask"][0].sum()) - 1
     assert index[0, eos] == -1
-    with pytest.raises(ValueError, match="parse phrases needs `phrase_ids`"):
+    with pytest.warns(UserWarning, match="no parse"):  # at inference: the feature's default
         model.get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
+    with pytest.raises(ValueError, match="parse phrases needs `phrase_ids`"):  # in training: an error
+        model.train().get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
 
 
 def _token_vectors(batch, seed: int = 0) -> torch.Tensor:

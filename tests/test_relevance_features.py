@@ -156,8 +156,10 @@ def test_a_subset_of_factors_needs_only_its_features(relevance_config, parsed_ba
     model = random_model(RelevanceFeaturesForConditionalGeneration, config)
     only_deprel = {key: parsed_batch[key] for key in ("input_ids", "attention_mask", "deprel_ids")}
     assert model.get_encoder()(**only_deprel).last_hidden_state.shape[-1] == 16
-    with pytest.raises(ValueError, match="needs `deprel_ids`"):
+    with pytest.warns(UserWarning, match="no parse"):  # at inference: the feature's default
         model.get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
+    with pytest.raises(ValueError, match="needs `deprel_ids`"):  # in training: an error
+        model.train().get_encoder()(input_ids=parsed_batch["input_ids"], attention_mask=parsed_batch["attention_mask"])
 
 
 def test_linear_maps_any_total_width_to_d_model(relevance_config, parsed_batch):

@@ -219,16 +219,17 @@ TEST_NUM_BEAMS, TEST_MAX_LENGTH = 4, 64
 
 
 def translate(model, tokenizer, sources: list, num_beams: int, batch_size: int = 64,
-              max_length: int = TEST_MAX_LENGTH) -> tuple[list[str], float]:
+              max_length: int = TEST_MAX_LENGTH, parse: bool = True) -> tuple[list[str], float]:
     """Hypotheses and generation seconds of raw sources or their parses (`AnnotatedSentence`s), on the model's device
-    (source encoding, i.e. parsing, happens before the clock starts)."""
+    (source encoding, i.e. parsing, happens before the clock starts). `parse=False`: raw sources as subwords alone,
+    the model's features at their defaults."""
     from hf_srcfeat.annotation import AnnotatedSentence
 
     def encode(chunk: list):
         options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt")
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             return tokenizer(annotations=chunk, **options)
-        return tokenizer(chunk, **options)
+        return tokenizer(chunk, source_features=parse, **options)
 
     batches = [encode(sources[start:start + batch_size]) for start in range(0, len(sources), batch_size)]
     hypotheses, seconds = [], 0.0

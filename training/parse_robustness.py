@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""How much each benchmark model depends on its parse (issue 25.3): BLEU on test_2016_flickr with the normal parses,
+with corrupted parses (a share x of the words get a random head and random tags), and with no parse at all.
+
+    python training/parse_robustness.py --runs deps_san/seed1 relevance_concat/seed1 baseline/seed1 \\
+        --corruption 0.1 0.25 0.5 --output training/results/parse_robustness.json
+
+Corruption, per word, with probability x (the same words and replacements for every model: one seeded draw):
+its head becomes a word drawn at random among those that keep the sentence a tree (not itself, not one of its
+descendants; the root keeps its root), and its UPOS, XPOS and relation become labels drawn at random from those of
+the test parses. Lemmas and morphological features stay. "No parse": the subwords alone, every feature at its
+default (`MissingFeatureDefaults`: <unk> labels, unknown dependency links). Decoding as the benchmark's test
+(beam 4, at most 64 tokens); each result is written to the output as soon as it is scored, and a result already
+there is not computed again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark  # noqa: E402
+import train  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def descendants(heads: list[int], word: int) -> set[int]:
+    """1-based indices of the words below `word` in the tree given by 1-based `heads` (0 = root)."""
+    children: dict[int, list[int]] = {}
+    for index, head in enumerate(heads, start=1):
+        children.setdefault(head, []).append(index)
+    found, stack = set(), [word]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[str]]):
+    """`sentence` with each word's head and tags replaced at random with probability `rate` (still one tree)."""
+    heads = [word.head for word in sentence.words]
+    words = list(sentence.words)
+    for index in range(1, len(words) + 1):
+        if rng.random() >= rate:
+            continue
+        word = words[index - 1]
+        if heads[index - 1] != 0:
+            allowed = [other for other in range(1, len(words) + 1)
+                       if other != index and other not in descendants(heads, index)]
+            if allowed:
+                heads[index - 1] = rng.choice(allowed)
+        words[index - 1] = replace(word, head=heads[index - 1], upos=rng.choice(labels["upos"]),
+                                   xpos=rng.choice(labels["xpos"]),
+                                   deprel="root" if heads[index - 1] == 0 else rng.choice(labels["deprel"]))
+    return replace(sentence, words=words)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", required=True, help="run folders under --runs_dir (system/seedK)")
+    parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
+    parser.add_argument("--corruption", nargs="+", type=float, default=[0.1, 0.25, 0.5])
+    parser.add_argument("--no_parse", action=argparse.BooleanOptionalAction, default=True,
+                        help="also translate without a parse (default: yes)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the corruption draw")
+    parser.add_argument("--max_sentences", type=int, default=None, help="the first N test sentences only")
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    parser.add_argument("--source_parses", default=None, help=(
+        "CoNLL-U parses of the test sources (test_2016_flickr.en.conllu.gz in this folder); default: Stanza, cached"))
+    parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parse_robustness.json")
+    args = parser.parse_args(argv)
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hf_srcfeat.annotation import StanzaAnnotator, read_conllu
+    from hf_srcfeat.multi30k import load_multi30k
+
+    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir)
+    sources, references = list(test["source"])[:args.max_sentences], list(test["target"])[:args.max_sentences]
+    if args.source_parses:
+        parses = list(read_conllu(Path(args.source_parses) / "test_2016_flickr.en.conllu.gz"))[:len(sources)]
+    else:
+        parses = StanzaAnnotator().annotate(sources)
+    labels = {name: sorted({getattr(word, name) for sentence in parses for word in sentence.words})
+              for name in ("upos", "xpos", "deprel")}
+    conditions = {"parsed": parses}
+    for rate in args.corruption:
+        rng = random.Random(f"{args.seed}-{rate}")
+        conditions[f"corrupted_{rate:g}"] = [corrupt(sentence, rate, rng, labels) for sentence in parses]
+    if args.no_parse:
+        conditions["no_parse"] = sources
+
+    results = json.loads(args.output.read_text()) if args.output.exists() else {
+        "test_set": "test_2016_flickr", "sentences": len(sources), "corruption_seed": args.seed,
+        "code_version": train.code_version(), "command": "python training/parse_robustness.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]), "runs": {}}
+    torch.manual_seed(0)
+    for run in args.runs:
+        folder = args.runs_dir / run
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        entry = results["runs"].setdefault(run, {"model_type": model.config.model_type,
+                                                 "feature_dropout": getattr(model.config, "feature_dropout", {})})
+        for condition, inputs in conditions.items():
+            if condition in entry:
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # the no-parse defaults warn once per batch
+                hypotheses, _ = benchmark.translate(model, tokenizer, inputs, num_beams=benchmark.TEST_NUM_BEAMS,
+                                                    parse=condition != "no_parse")
+            scores = benchmark.score(hypotheses, references)
+            entry[condition] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+            print(f"{run} {condition}: BLEU {scores['bleu']}", flush=True)
+            benchmark.write_json(args.output, results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
