@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .configuration_diverse_input import DiverseInputConfig
 from .embeddings import SrcFeatSourceEmbedding, sinusoidal_position_encoding, source_positions
@@ -23,6 +22,34 @@ from .modeling_srcfeat_transformer import (
 from .source_features import SourceFeatures
 
 RECURRENT_CELL_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}
+WEIGHT_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+
+
+class BidirectionalRecurrentWeights(nn.Module):
+    """The weights of a one-layer bidirectional `nn.GRU`/`nn.LSTM`/`nn.RNN` (same names, shapes and
+    initialisation, so checkpoints load either way), run one direction at a time by `run`.
+
+    Why not the `nn` module itself: Dynamo does not trace RNN modules (a graph break at every call), and packing
+    padded sentences needs their lengths on the host (a sync). Calling the RNN operator that `nn.GRU.forward` calls,
+    on sentences whose padding comes after their tokens, needs neither."""
+
+    def __init__(self, width: int, cell: str):
+        super().__init__()
+        reference = RECURRENT_CELL_CLASSES[cell](width, width, batch_first=True, bidirectional=True)
+        self.cell, self.input_size, self.hidden_size = cell, width, width
+        for suffix in ("", "_reverse"):
+            for name in WEIGHT_NAMES:
+                self.register_parameter(f"{name}_l0{suffix}", getattr(reference, f"{name}_l0{suffix}"))
+
+    def run(self, inputs: torch.Tensor, reverse: bool) -> torch.Tensor:
+        """The states [B, S, width] of one direction run left to right over `inputs` [B, S, width]."""
+        weights = [getattr(self, f"{name}_l0{'_reverse' if reverse else ''}") for name in WEIGHT_NAMES]
+        initial = inputs.new_zeros(1, inputs.shape[0], self.hidden_size)
+        # (input, hx, weights, has_biases, num_layers, dropout, train, bidirectional, batch_first), as nn.GRU calls
+        if self.cell == "lstm":
+            return torch._VF.lstm(inputs, (initial, initial), weights, True, 1, 0.0, self.training, False, True)[0]
+        operator = torch._VF.gru if self.cell == "gru" else torch._VF.rnn_tanh
+        return operator(inputs, initial, weights, True, 1, 0.0, self.training, False, True)[0]
 
 
 class RecurrenceFeatures(nn.Module):
@@ -30,29 +57,34 @@ class RecurrenceFeatures(nn.Module):
 
     def __init__(self, width: int, cell: str):
         super().__init__()
-        self.rnn = RECURRENT_CELL_CLASSES[cell](width, width, batch_first=True, bidirectional=True)
+        self.rnn = BidirectionalRecurrentWeights(width, cell)
         self.projection = nn.Linear(2 * width, width)  # 2 d_r -> d_r
 
     def align_weights(self) -> None:
         """Weights loaded from safetensors can sit at addresses that are not 64-byte aligned; oneDNN's RNN then
         takes another kernel whose rounding differs (~1e-7), and a reloaded model would not reproduce the
         saved one's logits exactly. Copying them once to fresh (aligned) memory restores the usual path."""
+        if torch.compiler.is_compiling():
+            return
         for parameter in self.rnn.parameters():
             if parameter.device.type == "cpu" and parameter.data_ptr() % 64:
                 parameter.data = parameter.data.clone()
 
     def forward(self, group: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         self.align_weights()
-        if attention_mask is None:
-            states, _ = self.rnn(group)
-            return self.projection(states)
-        real = attention_mask.bool()
-        # Move every sentence's real tokens to the front (order kept), run the packed RNN, move them back.
+        real = (attention_mask if attention_mask is not None else torch.ones_like(group[..., 0])).bool()
+        # Every sentence's real tokens to the front (order kept): the forward direction then never reads padding
+        # before a token. The backward direction reads each sentence reversed within its length (padding still
+        # after it), and its states are put back in sentence order: the same gather, as it is its own inverse.
         order = torch.argsort((~real).to(torch.int8), dim=1, stable=True)
         compact = group.gather(1, order[..., None].expand_as(group))
-        lengths = real.sum(1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(compact, lengths, batch_first=True, enforce_sorted=False)
-        states, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=group.shape[1])
+        positions = torch.arange(group.shape[1], device=group.device)
+        lengths = real.sum(1, keepdim=True)
+        within = torch.where(positions < lengths, lengths - 1 - positions, positions)[..., None]
+        forward_states = self.rnn.run(compact, reverse=False)
+        backward_states = self.rnn.run(compact.gather(1, within.expand_as(compact)), reverse=True)
+        backward_states = backward_states.gather(1, within.expand_as(backward_states))
+        states = torch.cat([forward_states, backward_states], -1)
         restored = torch.empty_like(states).scatter_(1, order[..., None].expand_as(states), states)
         return self.projection(restored) * real[..., None]
 

@@ -258,3 +258,21 @@ class TestFusingDiverseEndToEnd(EndToEndFromRawText):
         printed = capsys.readouterr().out
         assert "| group | global | recurrence | local | syntactic |" in printed and "| Average |" in printed
         assert (tmp_path / "diversity.json").exists()
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_every_recurrent_cell_gives_the_packed_bidirectional_nn_modules_states(cell):
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from hf_srcfeat.modeling_diverse_input import RECURRENT_CELL_CLASSES, RecurrenceFeatures
+
+    torch.manual_seed(0)
+    recurrence = RecurrenceFeatures(6, cell)
+    reference = RECURRENT_CELL_CLASSES[cell](6, 6, batch_first=True, bidirectional=True)
+    reference.load_state_dict(recurrence.rnn.state_dict())  # the same parameter names: checkpoints load either way
+    group, lengths = torch.randn(3, 7, 6), torch.tensor([7, 4, 1])
+    mask = (torch.arange(7)[None] < lengths[:, None]).long()
+    packed = pack_padded_sequence(group, lengths, batch_first=True, enforce_sorted=False)
+    states, _ = pad_packed_sequence(reference(packed)[0], batch_first=True, total_length=7)
+    expected = recurrence.projection(states) * mask[..., None]
+    torch.testing.assert_close(recurrence(group, mask), expected, atol=1e-6, rtol=1e-5)
