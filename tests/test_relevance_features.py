@@ -244,8 +244,8 @@ def test_morphological_features_are_a_factor_of_their_own(feature_tokenizer, tes
     first, other = 0, int((ids != ids[0]).nonzero()[0, 0])
     assert not torch.allclose(masks["feats"][0, first], masks["feats"][0, other])
     without = {name: value for name, value in batch.items() if name != "feats_ids"}
-    with pytest.raises(ValueError, match="feats_ids"):
-        model(**without, labels=batch["input_ids"][:, :4])
+    with pytest.raises(ValueError, match="feats_ids"):  # in training; at inference it takes its default
+        model.train()(**without, labels=batch["input_ids"][:, :4])
 
 
 def test_plot_script_draws_the_pos_masks_of_a_self_relevance_model(tmp_path, feature_tokenizer, test_sentences):
