@@ -18,7 +18,7 @@ from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
 from hf_srcfeat.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
 
 from .end_to_end import tiny_method_config
-from .helpers import train_briefly
+from .helpers import random_model, train_briefly
 from .test_bad_input import TINY_RUN
 
 
@@ -104,6 +104,19 @@ def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(
         plain = tokenizer(test_sentences[:1], return_tensors="pt")  # raw text without the factor: <unk>
     assert (plain["factor_case_ids"][0, :-1] == 1).all()
     assert model.generate(**plain, max_new_tokens=5).shape[0] == 1
+
+
+@pytest.mark.parametrize("combine", ["add", "linear", "self_relevance", "word_relevance"])
+def test_every_factor_combination_embeds_a_user_factor_by_name(combine, factored_data):
+    tokenizer, parses, _ = factored_data
+    config = tiny_method_config(RelevanceFeaturesConfig, tokenizer, relevance_combine=combine,
+                                source_factors=["pos", "case"], **tokenizer.feature_vocabularies.sizes())
+    model = random_model(RelevanceFeaturesForConditionalGeneration, config)
+    batch = tokenizer(annotations=parses[:2], padding=True, return_tensors="pt")
+    changed = {**batch, "factor_case_ids": torch.where(batch["factor_case_ids"] > 2, 3, batch["factor_case_ids"])}
+    assert not torch.equal(batch["factor_case_ids"], changed["factor_case_ids"])
+    assert not torch.allclose(model.get_encoder()(**changed).last_hidden_state,
+                              model.get_encoder()(**batch).last_hidden_state), "the factor reaches the encoder"
 
 
 def test_the_translate_command_reads_factored_lines(factored_data, test_sentences, tmp_path):
