@@ -50,6 +50,11 @@ class SourceItem:
     text: str | None = None
     sentence: AnnotatedSentence | None = None
     error: str | None = None
+    parse_failure: str | None = None  # why the annotator failed on it: then translated from its subwords alone
+
+    @property
+    def unparsed(self) -> bool:
+        return self.parse_failure is not None
 
     @property
     def is_empty(self) -> bool:
@@ -68,13 +73,16 @@ class TranslationStatistics:
     translate_seconds: float = 0.0
     total_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)  # translated without a parse, and why
 
     def summary(self) -> str:
         def rate(count: int, seconds: float) -> str:
             return f"{count / seconds:.1f} sentences/s" if seconds > 0 else "n/a"
 
         parsed = self.translated + self.failed
-        return (f"{self.sentences} sentences ({self.translated} translated, {self.empty} empty, {self.failed} failed)"
+        unparsed = f", {len(self.unparsed)} of them without a parse" if self.unparsed else ""
+        return (f"{self.sentences} sentences ({self.translated} translated{unparsed}, {self.empty} empty, "
+                f"{self.failed} failed)"
                 f" in {self.total_seconds:.1f} s: parsing {self.parse_seconds:.1f} s "
                 f"({rate(parsed, self.parse_seconds)}), translation {self.translate_seconds:.1f} s "
                 f"({rate(self.translated, self.translate_seconds)}), overall {rate(self.sentences, self.total_seconds)}")
@@ -158,6 +166,9 @@ class FileTranslator:
         self.sort_by_length = sort_by_length
         # A translator whose model reads no source features (a CTranslate2 export of the baseline) gets raw text.
         self.reads_parses = parse and getattr(translator, "reads_parses", True)
+        # The transformers pipeline translates a sentence the annotator fails on without its parse (features at
+        # their defaults); a CTranslate2 export with source features cannot, and loses that sentence.
+        self.translates_unparsed = not hasattr(translator, "reads_parses")
         self.statistics = TranslationStatistics()
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -166,13 +177,17 @@ class FileTranslator:
         self.parse(items)
         parsed = time.perf_counter()
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
-                 and (item.sentence is not None or not self.reads_parses)]
+                 and (item.sentence is not None or not self.reads_parses or item.unparsed)]
         if self.sort_by_length:
             ready.sort(key=lambda index: -len(self.source(items[index]).split() if not self.reads_parses
-                                              else items[index].sentence.words))
+                                              or items[index].unparsed else items[index].sentence.words))
         outputs: list[list[dict]] = [[] for _ in items]
-        for index, translations in zip(ready, self.generate([items[index] for index in ready]), strict=True):
-            outputs[index] = translations
+        for unparsed in (False, True):
+            group = [index for index in ready if items[index].unparsed == unparsed]
+            for index, translations in zip(group, self.generate([items[index] for index in group],
+                                                                parse=self.parse_sources and not unparsed),
+                                           strict=True):
+                outputs[index] = translations
         statistics = self.statistics
         statistics.parse_seconds += parsed - start
         statistics.translate_seconds += time.perf_counter() - parsed
@@ -182,12 +197,15 @@ class FileTranslator:
             if item.error is not None:
                 statistics.failed += 1
                 statistics.failures.append(f"line {item.line_number}: {item.error}")
+            elif item.unparsed:
+                statistics.unparsed.append(f"line {item.line_number}: {item.parse_failure}")
         statistics.translated += sum(1 for output in outputs if output)
         return outputs
 
     def source(self, item: SourceItem):
-        """What the translator reads: the parsed sentence, or the raw text for a model without source features."""
-        if self.reads_parses:
+        """What the translator reads: the parsed sentence, or the raw text for a model without source features (or
+        a sentence the annotator failed on)."""
+        if self.reads_parses and not item.unparsed:
             return item.sentence
         return item.text if item.text is not None else item.sentence.text or " ".join(
             word.text for word in item.sentence.words)
@@ -215,13 +233,17 @@ class FileTranslator:
                 try:
                     item.sentence = annotate([item.text])[0]
                 except Exception as error:  # noqa: BLE001
-                    item.error = f"the annotator failed: {type(error).__name__}: {error}"
+                    failure = f"the annotator failed: {type(error).__name__}: {error}"
+                    if self.translates_unparsed and not self.factor_names:
+                        item.parse_failure = failure
+                    else:
+                        item.error = failure
 
-    def generate(self, items: list[SourceItem]) -> list[list[dict]]:
+    def generate(self, items: list[SourceItem], parse: bool = True) -> list[list[dict]]:
         if not items:
             return []
         options = {"batch_size": self.batch_size, "num_return_sequences": self.num_return_sequences}
-        if not self.parse_sources:
+        if not parse:
             options["parse"] = False
         if self.num_return_sequences > 1:
             options["return_scores"] = True
@@ -231,7 +253,7 @@ class FileTranslator:
             if len(items) == 1:
                 items[0].error = f"the model failed: {type(error).__name__}: {error}"
                 return [[]]
-            return [translations for item in items for translations in self.generate([item])]
+            return [translations for item in items for translations in self.generate([item], parse)]
 
 
 def as_list(output) -> list[dict]:
@@ -401,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                 if item.error is not None:
                     print(f"hf-srcfeat-translate: {args.input} line {item.line_number}: {item.error}; "
                           "writing an empty translation.", file=sys.stderr)
+                elif item.unparsed:
+                    print(f"hf-srcfeat-translate: {args.input} line {item.line_number}: {item.parse_failure}; "
+                          "translated without a parse.", file=sys.stderr)
                 target.write(format_output(index, translations, args.num_return_sequences))
                 index += 1
             target.flush()

@@ -156,3 +156,26 @@ def test_cuda_on_a_machine_without_it_is_a_clear_error(model_folder, tmp_path):
         pytest.skip("this machine has CUDA")
     with pytest.raises(SystemExit, match="no CUDA device"):
         main(["--model", str(model_folder), "--input", write_lines(tmp_path / "in.en", ["A dog."]), "--device", "cuda"])
+
+
+def test_a_sentence_the_annotator_fails_on_is_translated_without_a_parse(model_folder, test_sentences, tmp_path,
+                                                                         monkeypatch, capsys):
+    from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
+
+    annotate = SourceFeatureTokenizer.annotate
+
+    def failing(self, texts, *args, **kwargs):
+        if any("FAIL" in text for text in texts):
+            raise RuntimeError("the parser gave up")
+        return annotate(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", failing)
+    report = tmp_path / "report.json"
+    lines = [test_sentences[0], "FAIL " + test_sentences[1], test_sentences[2]]
+    output = translate(model_folder, tmp_path, "--report_json", str(report), lines=lines)
+    assert len(output) == 3 and all(output), "every line translated, the failed parse too"
+    assert output[0] == translate(model_folder, tmp_path, lines=lines[:1])[0], "the others as before"
+    assert "line 2: the annotator failed: RuntimeError: the parser gave up; translated without a parse" in \
+        capsys.readouterr().err
+    statistics = json.loads(report.read_text())
+    assert statistics["failed"] == 0 and len(statistics["unparsed"]) == 1
