@@ -95,6 +95,17 @@ class PhraseLayout:
         token_index = ((first[:, None, None] + offset) * token_mask).clamp(max=seq_len - 1)
         return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
 
+    @classmethod
+    def dense(cls, phrase_index: torch.Tensor) -> PhraseLayout:
+        """`from_phrase_index`'s phrases laid out from tensor shapes alone, for a compiled model: S phrase slots (a
+        sentence has at most one phrase per token) of all S tokens, each slot masking in its phrase's members. The
+        same phrases in the same places (slot p = phrase p); more slots to pool over, so eager keeps the compact one."""
+        batch_size, seq_len = phrase_index.shape
+        slots = torch.arange(seq_len, device=phrase_index.device)
+        token_mask = phrase_index[:, None, :] == slots[None, :, None]  # [B, P = S, T = S]
+        token_index = slots.expand(batch_size, seq_len, seq_len)
+        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+
     def gather(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[B, S, D] token vectors -> [B, P, T, D] phrase members (padding slots hold arbitrary tokens)."""
         batch = torch.arange(hidden_states.shape[0], device=hidden_states.device)[:, None, None]
@@ -210,13 +221,16 @@ class PhraseRepEncoder(SrcFeatEncoder):
         return ngram_phrase_index(attention_mask)
 
     def layer_contexts(self, input_ids, embeddings, features, attention_mask) -> list[PhraseEncoderLayerContext]:
-        if self.config.phrase_segmentation == "ngram" and torch.compiler.is_compiling():
-            # Static slots keep one graph; eager mode takes the compact layout (the same phrases, up to 2.5x fewer
-            # slots to pool over).
-            if attention_mask is None:
-                attention_mask = torch.ones(embeddings.shape[:2], dtype=torch.long, device=embeddings.device)
-            layout = PhraseLayout.ngram(attention_mask)
-        else:  # parse phrases have data-dependent sizes
+        if torch.compiler.is_compiling():
+            # Static slots keep one graph; eager mode takes the compact layout (the same phrases, fewer slots to pool
+            # over: up to 2.5x for n-grams, S / phrase count for parse phrases).
+            if self.config.phrase_segmentation == "parse":
+                layout = PhraseLayout.dense(self.phrase_index(features, attention_mask, embeddings))
+            else:
+                if attention_mask is None:
+                    attention_mask = torch.ones(embeddings.shape[:2], dtype=torch.long, device=embeddings.device)
+                layout = PhraseLayout.ngram(attention_mask)
+        else:
             layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
         return [PhraseEncoderLayerContext(layout=layout) for _ in self.layers]
 

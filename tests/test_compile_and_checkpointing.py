@@ -11,9 +11,9 @@ from hf_srcfeat import MODEL_CLASSES_BY_TYPE
 
 from .test_half_precision import VARIANTS, variant_config
 
-#: Every variant of the shared half-precision set: phrase representations with n-gram phrases lay their phrases out
-#: from tensor shapes when compiled (parse phrases, sized by the batch's phrase count, still break the graph).
-ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_joint", "phrase_rep"]
+#: Every variant of the shared half-precision set, and phrase representations over parse phrases: compiled, phrase
+#: models lay their phrases out from tensor shapes (eager sizes the layout by the batch's phrase count).
+ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_joint", "phrase_rep", "phrase_parse"]
 
 
 def training_batch(feature_tokenizer, test_sentences):
@@ -22,7 +22,11 @@ def training_batch(feature_tokenizer, test_sentences):
 
 
 def model_of(variant: str, tokenizer):
-    config = variant_config(variant, tokenizer)
+    if variant == "phrase_parse":
+        config = variant_config("phrase_rep", tokenizer)
+        config.phrase_segmentation = "parse"
+    else:
+        config = variant_config(variant, tokenizer)
     config.dropout = 0.0  # deterministic, so the two runs can be compared exactly
     torch.manual_seed(0)
     return MODEL_CLASSES_BY_TYPE[config.model_type](config).train()
