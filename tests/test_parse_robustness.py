@@ -9,12 +9,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 
-from parse_robustness import corrupt, descendants  # noqa: E402
+from parse_robustness import corrupt  # noqa: E402
+
+from hf_srcfeat.dependency_tree import top_down_order  # noqa: E402
 
 
 def is_one_tree(heads: list[int]) -> bool:
-    roots = [index for index, head in enumerate(heads, start=1) if head == 0]
-    return len(roots) == 1 and descendants(heads, roots[0]) == set(range(1, len(heads) + 1)) - set(roots)
+    """One root, and every word reached from it (`top_down_order` raises on a cycle or a detached word)."""
+    try:
+        return heads.count(0) == 1 and len(top_down_order(heads)) == len(heads)
+    except ValueError:
+        return False
 
 
 def test_corrupted_parses_stay_trees_and_change_about_the_share_asked(stanza_annotator, test_sentences):

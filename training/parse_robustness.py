@@ -30,21 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # noqa: E402
 import train  # noqa: E402
 
+from hf_srcfeat.dependency_tree import ancestor_matrix  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def descendants(heads: list[int], word: int) -> set[int]:
-    """1-based indices of the words below `word` in the tree given by 1-based `heads` (0 = root)."""
-    children: dict[int, list[int]] = {}
-    for index, head in enumerate(heads, start=1):
-        children.setdefault(head, []).append(index)
-    found, stack = set(), [word]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
 
 
 def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[str]]):
@@ -56,8 +44,9 @@ def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[st
             continue
         word = words[index - 1]
         if heads[index - 1] != 0:
-            allowed = [other for other in range(1, len(words) + 1)
-                       if other != index and other not in descendants(heads, index)]
+            # Not the word itself nor one below it: ancestors[other, word] is 1 exactly for those.
+            below = ancestor_matrix(heads)[:, index - 1]
+            allowed = [other for other in range(1, len(words) + 1) if not below[other - 1]]
             if allowed:
                 heads[index - 1] = rng.choice(allowed)
         words[index - 1] = replace(word, head=heads[index - 1], upos=rng.choice(labels["upos"]),
