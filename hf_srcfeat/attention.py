@@ -114,9 +114,8 @@ def flex_score_modified_attention(
     scale = score_scale.to(query.dtype).expand(shape) if score_scale is not None else None
     bias = position_bias.to(query.dtype) if position_bias is not None else None
     if attention_mask is not None:
-        lowest = torch.finfo(query.dtype).min
-        mask_bias = torch.zeros(_is_masked_out(attention_mask).shape, dtype=query.dtype, device=query.device)
-        mask_bias = mask_bias.masked_fill(_is_masked_out(attention_mask), lowest)
+        lowest, masked = torch.finfo(query.dtype).min, _is_masked_out(attention_mask)
+        mask_bias = torch.zeros(masked.shape, dtype=query.dtype, device=query.device).masked_fill(masked, lowest)
         bias = mask_bias if bias is None else (bias + mask_bias).clamp(min=lowest)
     bias = bias.expand(shape).contiguous() if bias is not None else None
 

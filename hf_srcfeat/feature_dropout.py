@@ -17,11 +17,17 @@ from dataclasses import replace
 import torch
 
 from .feature_vocabulary import SPECIAL_ID, UNK_ID
-from .source_features import SOURCE_FEATURE_NAMES, UNKNOWN_DISTANCE, SourceFeatures, is_user_factor_feature
+from .source_features import (
+    POSITION_FEATURE_NAMES,
+    SOURCE_FEATURE_NAMES,
+    UNKNOWN_DISTANCE,
+    SourceFeatures,
+    is_user_factor_feature,
+)
 
 __all__ = ["UNKNOWN_DISTANCE", "apply_feature_dropout", "check_feature_dropout"]
-#: Features that hold positions, not labels: never dropped.
-NOT_DROPPABLE = ("word_ids", "phrase_ids")
+#: Positions, not labels, are never dropped.
+NOT_DROPPABLE = POSITION_FEATURE_NAMES
 
 
 def check_feature_dropout(rates) -> None:

@@ -27,6 +27,9 @@ SOURCE_FEATURE_NAMES: tuple[str, ...] = (
 
 PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
 
+#: Features that hold positions (which word, which phrase), not labels.
+POSITION_FEATURE_NAMES: tuple[str, ...] = ("word_ids", "phrase_ids")
+
 #: A dependency distance that is not known (no parse, or a link dropped in training): neither a word pair (>= 0) nor
 #: a special token (-1); Deps-SAN scores it neutrally.
 UNKNOWN_DISTANCE = -2
@@ -127,7 +130,7 @@ class MissingFeatureDefaults:
         shape = (self.batch_size, self.seq_len)
         if name in PAIRWISE_FEATURE_NAMES:
             return torch.full((*shape, self.seq_len), UNKNOWN_DISTANCE, dtype=torch.long, device=self.device)
-        if name in ("word_ids", "phrase_ids"):
+        if name in POSITION_FEATURE_NAMES:
             return torch.arange(self.seq_len, device=self.device).expand(shape)
         labels = torch.full(shape, UNK_ID, dtype=torch.long, device=self.device)
         if self.attention_mask is not None:

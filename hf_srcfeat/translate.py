@@ -179,8 +179,7 @@ class FileTranslator:
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
                  and (item.sentence is not None or not self.reads_parses or item.unparsed)]
         if self.sort_by_length:
-            ready.sort(key=lambda index: -len(self.source(items[index]).split() if not self.reads_parses
-                                              or items[index].unparsed else items[index].sentence.words))
+            ready.sort(key=lambda index: -self.source_length(items[index]))
         outputs: list[list[dict]] = [[] for _ in items]
         for unparsed in (False, True):
             group = [index for index in ready if items[index].unparsed == unparsed]
@@ -209,6 +208,11 @@ class FileTranslator:
             return item.sentence
         return item.text if item.text is not None else item.sentence.text or " ".join(
             word.text for word in item.sentence.words)
+
+    def source_length(self, item: SourceItem) -> int:
+        """Words of what the translator reads (`source`), for sorting by length."""
+        source = self.source(item)
+        return len(source.words) if isinstance(source, AnnotatedSentence) else len(source.split())
 
     def parse(self, items: list[SourceItem]) -> None:
         if not self.reads_parses:

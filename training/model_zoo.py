@@ -52,12 +52,13 @@ def is_superseded(entry: dict, benchmark_dir: Path) -> bool:
 def zoo_table(entries: list[dict], benchmark_dir: Path = REPO / "training" / "results" / "benchmark") -> str:
     if not entries:
         return "No model has been published yet."
+    superseded = [is_superseded(entry, benchmark_dir) for entry in entries]
     lines = ["| Model | Method | Test BLEU / chrF (this checkpoint) | Mean BLEU over seeds | Served from | Load |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for entry in entries:
+    for entry, replaced in zip(entries, superseded, strict=True):
         results = entry.get("results") or {}
         scores = f"{results['bleu']} / {results['chrf']}" if results else "not measured"
-        if is_superseded(entry, benchmark_dir):
+        if replaced:
             scores += " (superseded)"
         mean = results.get("mean_over_seeds")
         if mean:
@@ -76,7 +77,7 @@ def zoo_table(entries: list[dict], benchmark_dir: Path = REPO / "training" / "re
              "`pipeline(\"translation\")`); without hf_srcfeat, `AutoModelForSeq2SeqLM` and `AutoTokenizer` "
              "`.from_pretrained(repo_id, trust_remote_code=True)` run the code shipped in the repository. Encoding "
              "raw text needs Stanza."]
-    if any(is_superseded(entry, benchmark_dir) for entry in entries):
+    if any(superseded):
         notes.append("(superseded): the benchmark re-trained this system after a change to its code (see Results and "
                      "`training/results/benchmark/superseded/`); the checkpoint still loads and runs with the "
                      "behaviour it was trained with, and is replaced when its re-run is published.")
