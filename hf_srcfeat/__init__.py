@@ -13,6 +13,7 @@ from .annotation import (
 )
 from .annotator_spacy import SpacyAnnotator
 from .attention import ScoreModification, SrcFeatAttention
+from .configuration_composed import SrcFeatComposedConfig
 from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
 from .configuration_latent_feedback import LatentFeedbackConfig
@@ -20,6 +21,7 @@ from .configuration_phrase_rep import PhraseRepConfig
 from .configuration_relevance_features import RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
+from .modeling_composed import SrcFeatComposedForConditionalGeneration, SrcFeatComposedModel
 from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
 from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
 from .modeling_latent_feedback import LatentFeedbackForConditionalGeneration, LatentFeedbackModel
@@ -52,6 +54,7 @@ MODEL_CLASSES = (
     (DiverseInputConfig, DiverseInputModel, DiverseInputForConditionalGeneration),
     (PhraseRepConfig, PhraseRepModel, PhraseRepForConditionalGeneration),
     (LatentFeedbackConfig, LatentFeedbackModel, LatentFeedbackForConditionalGeneration),
+    (SrcFeatComposedConfig, SrcFeatComposedModel, SrcFeatComposedForConditionalGeneration),
 )
 
 MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
@@ -81,6 +84,9 @@ __all__ = [
     "FeatureVocabularies",
     "FeatureVocabulary",
     "SourceFeatureTokenizer",
+    "SrcFeatComposedConfig",
+    "SrcFeatComposedForConditionalGeneration",
+    "SrcFeatComposedModel",
     "SourceFeatureTranslationPipeline",
     "StanzaAnnotator",
     "SpacyAnnotator",

@@ -63,6 +63,7 @@ class LatentFeedbackEncoderLayer(SrcFeatEncoderLayer):
 
 class LatentFeedbackEncoder(SrcFeatEncoder):
     layer_class = LatentFeedbackEncoderLayer
+    context_class = FeedbackContext
 
     def __init__(self, config: LatentFeedbackConfig, embed_tokens: nn.Embedding):
         super().__init__(config, embed_tokens)
@@ -103,9 +104,19 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
         if input_ids is None:
             raise ValueError("Latent feature feedback needs `input_ids`: the latent feature encoder embeds the "
                              "source tokens itself, so `inputs_embeds` alone is not enough.")
+        contexts = super().layer_contexts(input_ids, embeddings, features, attention_mask)
         feedback = top_down_feedback(self.latent_states(input_ids, attention_mask), len(self.layers))
-        chosen = set(self.config.layers_with_feedback)
-        return [FeedbackContext(feedback=ctx if layer in chosen else None) for layer, ctx in enumerate(feedback)]
+        for layer in self.config.layers_with_feedback:
+            contexts[layer].feedback = feedback[layer]
+        return contexts
+
+
+def lfe_embedding_ties(config: LatentFeedbackConfig) -> dict[str, str]:
+    """A joint-trained separate LFE reads the NMT source embeddings: its embedding weight is tied to them."""
+    if config.share_lfe_parameters or config.lfe_has_own_embeddings:
+        return {}
+    source = "shared.weight" if config.share_embeddings else "encoder.embed_source.embed_tokens.weight"
+    return {"encoder.lfe.embed_source.embed_tokens.weight": source}
 
 
 class LatentFeedbackModel(SrcFeatTransformerModel):
@@ -113,11 +124,7 @@ class LatentFeedbackModel(SrcFeatTransformerModel):
     encoder_class = LatentFeedbackEncoder
 
     def _embedding_ties(self) -> dict[str, str]:
-        ties = super()._embedding_ties()
-        if not self.config.share_lfe_parameters and not self.config.lfe_has_own_embeddings:
-            source = "shared.weight" if self.config.share_embeddings else "encoder.embed_source.embed_tokens.weight"
-            ties["encoder.lfe.embed_source.embed_tokens.weight"] = source
-        return ties
+        return {**super()._embedding_ties(), **lfe_embedding_ties(self.config)}
 
 
 class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):

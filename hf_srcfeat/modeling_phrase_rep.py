@@ -203,6 +203,7 @@ class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
 
 class PhraseRepEncoder(SrcFeatEncoder):
     layer_class = PhraseRepEncoderLayer
+    context_class = PhraseEncoderLayerContext
     output_class = PhraseRepEncoderOutput
 
     def __init__(self, config: PhraseRepConfig, embed_tokens: nn.Embedding):
@@ -232,7 +233,10 @@ class PhraseRepEncoder(SrcFeatEncoder):
                 layout = PhraseLayout.ngram(attention_mask)
         else:
             layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
-        return [PhraseEncoderLayerContext(layout=layout) for _ in self.layers]
+        contexts = super().layer_contexts(input_ids, embeddings, features, attention_mask)
+        for context in contexts:
+            context.layout = layout
+        return contexts
 
     def build_output(self, last_hidden_state, hidden_states, attentions, contexts, features,
                      attention_mask) -> PhraseRepEncoderOutput:

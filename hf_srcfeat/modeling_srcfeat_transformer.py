@@ -3,9 +3,10 @@
 Extension points (each a small overridable piece, so a method's file holds only what its paper adds):
 
 * source input representation: `SrcFeatEncoder.source_embedding_class` (see `embeddings.py`);
-* per-layer encoder context: `SrcFeatEncoder.layer_contexts` returns one `EncoderLayerContext` per layer,
+* per-layer encoder context: `SrcFeatEncoder.layer_contexts` returns one `context_class` per layer,
   carrying a `ScoreModification` (per-head scale/bias of the self-attention scores) and anything a method
-  adds by subclassing the context (e.g. feedback from an auxiliary encoder);
+  adds by subclassing `EncoderLayerContext` (e.g. feedback from an auxiliary encoder); a method's
+  `layer_contexts` calls `super()` and fills in its own fields, so several methods can share one context;
 * sublayers: `SrcFeatEncoderLayer.before_self_attention` / `self_attention_input` and
   `SrcFeatDecoderLayer.before_cross_attention` (e.g. cross-attention to a second memory);
 * encoder outputs: `SrcFeatEncoder.output_class` / `build_output` add fields (stack per-layer tensors into
@@ -189,6 +190,7 @@ class SrcFeatEncoder(nn.Module):
 
     source_embedding_class = SrcFeatSourceEmbedding
     layer_class = SrcFeatEncoderLayer
+    context_class = EncoderLayerContext
     output_class = SrcFeatEncoderOutput
 
     def __init__(self, config, embed_tokens: nn.Embedding, num_layers: int | None = None):
@@ -207,8 +209,9 @@ class SrcFeatEncoder(nn.Module):
                        attention_mask: torch.Tensor | None) -> list[EncoderLayerContext]:
         """One context per layer, from the source tokens, their embeddings and features (e.g. a score scale
         from `features.dep_distance`, or the layers of an auxiliary encoder run on `input_ids`).
-        The baseline modifies nothing."""
-        return [EncoderLayerContext() for _ in self.layers]
+        The baseline modifies nothing. Methods call `super()` and fill in their fields of `context_class`, so that
+        methods compose (`modeling_composed.py`)."""
+        return [self.context_class() for _ in self.layers]
 
     def build_output(self, last_hidden_state, hidden_states, attentions, contexts, features,
                      attention_mask) -> SrcFeatEncoderOutput:

@@ -80,6 +80,18 @@ ROBUSTNESS_SYSTEMS: dict[str, tuple[str, dict]] = {
 }
 
 
+#: Issue 25.2's composed systems: two or more benchmark systems in one model (`SrcFeatComposedConfig`), each with its
+#: parts' settings, tested against the baseline and against each part. Run by name with --systems; reported beside
+#: their parts.
+COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {
+    "relevance_concat+deps_san": ("srcfeat_composed", {
+        "components": ["relevance_features", "deps_san"], **SYSTEMS["relevance_concat"][1], **SYSTEMS["deps_san"][1]}),
+}
+#: The benchmark systems a composed system combines.
+COMPOSED_PARTS = {"relevance_concat+deps_san": ["relevance_concat", "deps_san"]}
+ALL_SYSTEMS = {**SYSTEMS, **ROBUSTNESS_SYSTEMS, **COMPOSED_SYSTEMS}
+
+
 #: The denoising autoencoder of `lfe_dae`: the translation model's size and tokenizer, its own budget.
 DAE_ARGUMENTS = {
     "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
@@ -300,7 +312,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
 
     from hf_srcfeat.multi30k import load_multi30k, multi30k_file
 
-    model_type, overrides = {**SYSTEMS, **ROBUSTNESS_SYSTEMS}[system]
+    model_type, overrides = ALL_SYSTEMS[system]
     overrides = dict(overrides)
     pretraining = {}
     if system == "lfe_dae":
@@ -414,6 +426,15 @@ def add_significance(args, result: dict) -> None:
 
     result["test"]["significance_vs_baseline"] = paired_bootstrap(
         translations(baseline_folder), translations(system_folder), references)
+    parts = COMPOSED_PARTS.get(result["system"], [])
+    missing = [part for part in parts if not (args.runs_dir / part / f"seed{result['seed']}").is_dir()]
+    if missing:  # tested once they exist, by the significance command
+        print(f"{result['system']} seed {result['seed']}: not tested against {missing} (no run folder).", flush=True)
+    tested = {part: paired_bootstrap(translations(args.runs_dir / part / f"seed{result['seed']}"),
+                                     translations(system_folder), references)
+              for part in parts if part not in missing}
+    if tested:
+        result["test"]["significance_vs_parts"] = tested
 
 
 def rescore(args, system: str, seed: int) -> bool:
@@ -445,9 +466,9 @@ def retest(args, system: str, seed: int) -> bool:
     baseline was retrained); the file records when the test changed and by which code version."""
     path = result_path(args, system, seed)
     result = json.loads(path.read_text())
-    before = result["test"].get("significance_vs_baseline")
+    before = {key: result["test"].get(key) for key in ("significance_vs_baseline", "significance_vs_parts")}
     add_significance(args, result)
-    if result["test"]["significance_vs_baseline"] == before:
+    if {key: result["test"].get(key) for key in before} == before:
         return False
     result["significance_retested"] = train.code_version()
     write_json(path, result)
@@ -496,7 +517,7 @@ def write_json(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run", "status", "rescore", "significance", "blind"])
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=[*SYSTEMS, *ROBUSTNESS_SYSTEMS])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(ALL_SYSTEMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     parser.add_argument("--results_dir", type=Path, default=REPO / "training" / "results" / "benchmark")

@@ -39,6 +39,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
 from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
+from hf_srcfeat.configuration_composed import COMPONENT_CONFIGS
 from hf_srcfeat.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.tokenization_source_features import (
@@ -396,8 +397,16 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
 
 def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
     """The tokenizer's feature vocabulary sizes (`num_lemmas`, ...), for the configs that take them."""
-    accepted = inspect.signature(config_class.__init__).parameters
+    accepted = config_argument_names(config_class)
     return {name: size for name, size in tokenizer.feature_vocabularies.sizes().items() if name in accepted}
+
+
+def config_argument_names(config_class) -> set[str]:
+    """The arguments a config class takes (a composed config: every component's)."""
+    if issubclass(config_class, hf_srcfeat.SrcFeatComposedConfig):
+        return {name for component in COMPONENT_CONFIGS.values() for name in inspect.signature(
+            component.__init__).parameters}
+    return set(inspect.signature(config_class.__init__).parameters)
 
 
 def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
@@ -408,7 +417,7 @@ def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary
         raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
     overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
     config_class = MODEL_CONFIGS[model_args.model_type]
-    accepted = inspect.signature(config_class.__init__).parameters
+    accepted = config_argument_names(config_class)
     feature_sizes = {name: size for name, size in (feature_vocabulary_sizes or {}).items() if name in accepted}
     return config_class(
         vocab_size=vocab_size, d_model=model_args.d_model,
