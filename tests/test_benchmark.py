@@ -281,6 +281,45 @@ def test_a_method_is_called_better_only_when_it_is_significant_in_every_seed(p_v
     assert line.startswith(f"- `method` {verdict}")
 
 
+def test_a_composed_system_has_its_parts_settings_and_is_tested_against_each_part(tmp_path, capsys):
+    from argparse import Namespace
+
+    from hf_srcfeat.multi30k import load_multi30k
+
+    model_type, settings = benchmark.COMPOSED_SYSTEMS["relevance_concat+deps_san"]
+    assert model_type == "srcfeat_composed" and settings["components"] == ["relevance_features", "deps_san"]
+    for part in benchmark.COMPOSED_PARTS["relevance_concat+deps_san"]:
+        assert benchmark.SYSTEMS[part][1].items() <= settings.items()
+
+    references = list(load_multi30k("test_2016_flickr", "en", "de")["target"])[:30]
+    translations = {"baseline": ["Ein Hund."] * 30, "relevance_concat": references[:20] + ["Ein Hund."] * 10,
+                    "relevance_concat+deps_san": references[:25] + ["Ein Hund."] * 5}
+    for system, lines in translations.items():
+        (tmp_path / system / "seed1").mkdir(parents=True)
+        (tmp_path / system / "seed1" / "test_predictions.beam4.txt").write_text("\n".join(lines) + "\n")
+    args = Namespace(runs_dir=tmp_path, shared_overrides={}, data_dir=None, max_test_samples=30)
+    result = {"system": "relevance_concat+deps_san", "seed": 1, "test": {}}
+    benchmark.add_significance(args, result)
+    assert result["test"]["significance_vs_parts"] == {"relevance_concat": benchmark.paired_bootstrap(
+        translations["relevance_concat"], translations["relevance_concat+deps_san"], references)}
+    assert "not tested against ['deps_san'] (no run folder)" in capsys.readouterr().out
+
+
+def test_the_report_gives_a_composed_systems_difference_to_each_part():
+    import benchmark_report
+
+    def runs(bleu: float, **tests) -> list[dict]:
+        return [{"seed": seed, "test": {"bleu": bleu, **tests}} for seed in (1, 2)]
+
+    parts = {"relevance_concat": {"p_value": 0.01}, "deps_san": {"p_value": 0.3}}
+    by_system = {"baseline": runs(30.0), "relevance_concat": runs(31.0), "deps_san": runs(30.5),
+                 "relevance_concat+deps_san": runs(32.0, significance_vs_baseline={"p_value": 0.001},
+                                                   significance_vs_parts=parts)}
+    line = benchmark_report.outcomes(by_system)[-1]
+    assert line.endswith("Against its parts: `relevance_concat` +1.00 BLEU (p = 0.010, 0.010); `deps_san` +1.50 BLEU "
+                         "(p = 0.300, 0.300, not significant in every seed).")
+
+
 def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baseline(tiny_benchmark, tmp_path):
     import benchmark_report
 

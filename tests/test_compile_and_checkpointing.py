@@ -13,7 +13,8 @@ from .test_half_precision import VARIANTS, variant_config
 
 #: Every variant of the shared half-precision set, and phrase representations over parse phrases: compiled, phrase
 #: models lay their phrases out from tensor shapes (eager sizes the layout by the batch's phrase count).
-ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_joint", "phrase_rep", "phrase_parse"]
+ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_joint", "phrase_rep", "phrase_parse",
+             "composed"]
 
 
 def training_batch(feature_tokenizer, test_sentences):

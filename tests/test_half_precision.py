@@ -15,6 +15,7 @@ from hf_srcfeat import (
     LatentFeedbackConfig,
     PhraseRepConfig,
     RelevanceFeaturesConfig,
+    SrcFeatComposedConfig,
     SrcFeatTransformerConfig,
 )
 from hf_srcfeat.multi30k import load_multi30k
@@ -30,13 +31,19 @@ VARIANTS = {
     # Narrow phrase sublayers (the paper-size 12 d / 3 d defaults learn slower in the CUDA test's 60 steps at d 64).
     "phrase_rep": (PhraseRepConfig, {"phrase_pooling_dim": 64, "phrase_combination_dim": 64}),
     "lfe_joint": (LatentFeedbackConfig, {"lfe_mode": "joint"}),
+    # Four methods at once, one on each extension point (the LFE embeds the source itself: relevance features make
+    # the NMT subword embeddings narrower than d_model).
+    "composed": (SrcFeatComposedConfig, {
+        "components": ["relevance_features", "deps_san", "phrase_rep", "latent_feedback"],
+        "relevance_combine": "concat", "deps_san_heads": [0, 2], "phrase_pooling_dim": 64,
+        "phrase_combination_dim": 64, "lfe_own_embeddings": True}),
 }
 
 
 def variant_config(variant: str, tokenizer):
     config_class, overrides = VARIANTS[variant]
     sizes = tokenizer.feature_vocabularies.sizes()
-    if config_class is RelevanceFeaturesConfig:
+    if config_class in (RelevanceFeaturesConfig, SrcFeatComposedConfig):
         overrides = {**overrides, **sizes}
     if config_class is DiverseInputConfig:
         overrides = {**overrides, "num_pos_tags": sizes["num_pos_tags"]}

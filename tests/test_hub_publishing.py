@@ -23,6 +23,7 @@ from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
 
 from .end_to_end import tiny_method_config, train_from_raw_text
 from .helpers import REPO
+from .test_half_precision import VARIANTS
 
 sys.path.insert(0, str(REPO / "training"))
 import model_zoo  # noqa: E402
@@ -308,7 +309,9 @@ def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_c
     for model_type, model_class in MODEL_CLASSES_BY_TYPE.items():
         torch.manual_seed(0)
         config_class = model_class.config_class
-        config = tiny_method_config(config_class, feature_tokenizer,
+        # The composed model type with all four extension points in use (the shared half-precision variant).
+        composition = VARIANTS["composed"][1] if model_type == "srcfeat_composed" else {}
+        config = tiny_method_config(config_class, feature_tokenizer, **composition,
                                     **feature_vocabulary_arguments(config_class, feature_tokenizer))
         model = model_class(config).eval()
         model.save_pretrained(tmp_path / model_type / "run")

@@ -15,7 +15,7 @@ from hf_srcfeat.source_features import UNKNOWN_DISTANCE, MissingFeatureDefaults
 from .end_to_end import tiny_method_config
 from .test_half_precision import VARIANTS, variant_config
 
-FEATURE_READING = ["deps_san", "relevance_concat", "fusing_diverse"]
+FEATURE_READING = ["deps_san", "relevance_concat", "fusing_diverse", "composed"]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

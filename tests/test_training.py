@@ -170,6 +170,16 @@ def test_a_new_model_starts_from_its_seed_whatever_drew_from_the_random_generato
     assert not torch.equal(first.model.shared.weight, other_seed.model.shared.weight)
 
 
+def test_a_composed_model_gets_the_tokenizers_vocabulary_sizes_for_its_components(feature_tokenizer):
+    overrides = {"components": ["relevance_features", "deps_san"], "relevance_combine": "concat"}
+    model_args = train.ModelArguments(model_type="srcfeat_composed", d_model=32, ffn_dim=64, encoder_layers=1,
+                                      decoder_layers=1, attention_heads=4, config_overrides=json.dumps(overrides))
+    model = train.build_model(model_args, feature_tokenizer, seed=1)
+    sizes = feature_tokenizer.feature_vocabularies.sizes()
+    assert model.config.num_lemmas == sizes["num_lemmas"]
+    assert model.get_encoder().embed_source.factor_embeddings["lemma"].num_embeddings == sizes["num_lemmas"]
+
+
 def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi30k_dir, tmp_path):
     """The tokenized training set keeps each sentence's heads, not its [S, S] distance matrix; the collator builds
     the matrix per batch, and Deps-SAN (which reads it) trains."""

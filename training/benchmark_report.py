@@ -43,6 +43,7 @@ EXTRA_PARAMETERS = {
     "diverse_input": "the recurrence (BiRNN) and local (CNN) groups of the input representation",
     "phrase_rep": "phrase pooling and phrase cross-attention in every encoder and decoder layer",
     "latent_feedback": "the latent feature encoder (its own embedding and layers)",
+    "srcfeat_composed": "its components' modules",
 }
 #: A published Multi30k test_2016 (en->de) number for a small Transformer, to place the baseline.
 PUBLISHED_REFERENCE_BLEU = 41.0  # lowercased, tokenized
@@ -181,8 +182,24 @@ def outcomes(by_system: dict[str, list[dict]], level: float = 0.05) -> list[str]
         else:
             verdict = (f"differs from the baseline by {delta:+.2f} BLEU, significantly (p < {level}) in only "
                        f"{significant_seeds} of {len(results)} seeds ({listed}): no consistent difference at this scale")
-        lines.append(f"- `{system}` {verdict}.")
+        lines.append(f"- `{system}` {verdict}.{against_parts(results, by_system, level)}")
     return lines
+
+
+def against_parts(results: list[dict], by_system: dict[str, list[dict]], level: float) -> str:
+    """For a composed system: its difference to each of its parts, with the paired bootstrap p of each seed."""
+    tested = [r["test"].get("significance_vs_parts", {}) for r in results]
+    parts = list(dict.fromkeys(part for seed_tests in tested for part in seed_tests))
+    sentences = []
+    for part in parts:
+        if part not in by_system:
+            continue
+        delta = paired_delta(results, by_system[part])
+        p_values = ", ".join("not tested yet" if part not in seed_tests else f"{seed_tests[part]['p_value']:.3f}"
+                             for seed_tests in tested)
+        significant = all(part in seed_tests and seed_tests[part]["p_value"] < level for seed_tests in tested)
+        sentences.append(f"`{part}` {delta:+.2f} BLEU (p = {p_values}{'' if significant else ', not significant in every seed'})")
+    return f" Against its parts: {'; '.join(sentences)}." if sentences else ""
 
 
 def capacity(by_system: dict[str, list[dict]]) -> str | None:

@@ -30,7 +30,8 @@ ZOO_START, ZOO_END = "<!-- model-zoo:start -->", "<!-- model-zoo:end -->"
 
 
 def repo_id_for(organisation: str, system: str) -> str:
-    return f"{organisation}/{system.replace('_', '-')}-multi30k-en-de"
+    # Hub ids take letters, digits, '-', '_' and '.': a composed system's '+' becomes '-and-'.
+    return f"{organisation}/{system.replace('_', '-').replace('+', '-and-')}-multi30k-en-de"
 
 
 def method_name(model_type: str) -> str:
