@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 
 from parse_robustness import corrupt  # noqa: E402
@@ -35,3 +37,19 @@ def test_corrupted_parses_stay_trees_and_change_about_the_share_asked(stanza_ann
         changed += sum(a.upos != b.upos or a.head != b.head for a, b in zip(after.words, before.words, strict=True))
         words += len(before.words)
     assert 0.25 < changed / words < 0.55, changed / words
+
+
+def test_a_parsers_value_is_the_bleu_lost_per_point_of_head_accuracy_the_corruption_takes():
+    import parser_value
+
+    def curve(bleu_per_point: float) -> dict:
+        entry = {rate_name: {"bleu": 30.0 - bleu_per_point * 79.5 * rate} for rate, rate_name in
+                 ((0.0, "parsed"), (0.1, "corrupted_0.1"), (0.25, "corrupted_0.25"), (0.5, "corrupted_0.5"))}
+        return {"model_type": "deps_san", "feature_dropout": {}, **entry, "no_parse": {"bleu": 20.0}}
+
+    values = parser_value.parser_value({"runs": {"sensitive": curve(0.02), "flat": curve(0.0),
+                                                 "unfinished": {"parsed": {"bleu": 30.0}}}}, uas=79.5)
+    assert set(values) == {"sensitive", "flat"}  # a run without the whole curve is left out
+    assert values["sensitive"]["bleu_per_uas_point"] == pytest.approx(0.02)
+    assert values["sensitive"]["bleu_change_uas_+10"] == pytest.approx(0.2)
+    assert values["flat"]["bleu_change_uas_-10"] == 0.0

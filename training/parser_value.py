@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""What a better (or worse) parser is worth to each model (issue 25.4), from the parse-corruption curves of
+`training/parse_robustness.py` and the annotator's measured accuracy.
+
+    python training/parser_value.py     # writes training/results/parser_value.json, prints the README table
+
+Corrupting a fraction x of the words (random head, random UPOS/XPOS/deprel) turns correct heads and tags into
+wrong ones at the annotator's accuracy: head accuracy falls from UAS to about UAS (1 - x), UPOS accuracy from
+UPOS to about UPOS (1 - x). The least-squares slope of BLEU over the head-accuracy points lost (x = 0, 0.1, 0.25,
+0.5) is each model's sensitivity to the parse; extrapolated the other way it estimates what fewer errors would be
+worth. Random errors are not a parser's errors (those are systematic and plausible, so likely cost less), and the
+models were trained on the annotator's parses: read the figures as orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORRUPTION_RATES = (0.0, 0.1, 0.25, 0.5)
+#: Head-accuracy gains of the better parsers the README considers (points of UAS).
+SCENARIOS = (-10.0, 5.0, 10.0)
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x."""
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+
+
+def condition(rate: float) -> str:
+    return "parsed" if rate == 0 else f"corrupted_{rate:g}"
+
+
+def parser_value(robustness: dict, uas: float) -> dict[str, dict]:
+    values = {}
+    for run, entry in robustness["runs"].items():
+        if not all(condition(rate) in entry for rate in CORRUPTION_RATES) or "no_parse" not in entry:
+            continue
+        # Head accuracy lost at corruption rate x: uas * x points (a corrupted word's random head is wrong).
+        points = [(uas * rate, entry[condition(rate)]["bleu"]) for rate in CORRUPTION_RATES]
+        per_point = -slope(points)  # BLEU lost per point of head accuracy lost
+        values[run] = {"model_type": entry["model_type"], "feature_dropout": entry["feature_dropout"],
+                       "bleu_parsed": entry["parsed"]["bleu"], "bleu_no_parse": entry["no_parse"]["bleu"],
+                       "bleu_per_uas_point": round(per_point, 4) + 0.0,
+                       **{f"bleu_change_uas_{gain:+g}": round(per_point * gain, 2) + 0.0 for gain in SCENARIOS}}
+    return values
+
+
+def table(values: dict[str, dict]) -> str:
+    lines = ["| run | BLEU with the parses | BLEU per point of UAS | UAS -10 | UAS +5 | UAS +10 | no parse |",
+             "|---|---|---|---|---|---|---|"]
+    for run, value in values.items():
+        changes = [f"{value[f'bleu_change_uas_{gain:+g}']:+.2f}" for gain in SCENARIOS]
+        lines.append(f"| {run} | {value['bleu_parsed']:.2f} | {value['bleu_per_uas_point']:+.3f} | "
+                     f"{' | '.join(changes)} | {value['bleu_no_parse']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--robustness", type=Path, default=REPO / "training" / "results" / "parse_robustness.json")
+    parser.add_argument("--annotator_accuracy", type=Path,
+                        default=REPO / "training" / "results" / "annotator_stanza_shared_en.json")
+    parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parser_value.json")
+    args = parser.parse_args(argv)
+    accuracy = json.loads(args.annotator_accuracy.read_text())["ewt_test"]
+    values = parser_value(json.loads(args.robustness.read_text()), accuracy["uas"])
+    result = {"annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
+              "command": "python training/parser_value.py", "runs": values}
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(values))
+    return result
+
+
+if __name__ == "__main__":
+    main()
