@@ -1,5 +1,6 @@
 """The corruption of training/parse_robustness.py: on real parses, a share of the words gets a random head and random
-tags, every sentence stays one tree with its root, and the same seed gives the same corruption."""
+tags, every sentence stays one tree with its root, and the same seed gives the same corruption; training/parser_value.py
+reads a model's BLEU per point of parser accuracy off the resulting curve."""
 
 from __future__ import annotations
 
