@@ -197,8 +197,10 @@ def against_parts(results: list[dict], by_system: dict[str, list[dict]], level: 
         delta = paired_delta(results, by_system[part])
         p_values = ", ".join("not tested yet" if part not in seed_tests else f"{seed_tests[part]['p_value']:.3f}"
                              for seed_tests in tested)
-        significant = all(part in seed_tests and seed_tests[part]["p_value"] < level for seed_tests in tested)
-        sentences.append(f"`{part}` {delta:+.2f} BLEU (p = {p_values}{'' if significant else ', not significant in every seed'})")
+        all_tested = all(part in seed_tests for seed_tests in tested)
+        not_in_every_seed = all_tested and any(seed_tests[part]["p_value"] >= level for seed_tests in tested)
+        sentences.append(f"`{part}` {delta:+.2f} BLEU (p = {p_values}"
+                         f"{', not significant in every seed' if not_in_every_seed else ''})")
     return f" Against its parts: {'; '.join(sentences)}." if sentences else ""
 
 
