@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     overrides = json.loads(args.config_overrides)
     systems = dict(entry.split("=", 1) if "=" in entry else (entry, entry) for entry in args.model_types)
     if args.benchmark_systems:
-        from benchmark import SYSTEMS
+        from benchmark import COMPOSED_SYSTEMS, SYSTEMS
 
-        measured = {name: entry for name, entry in SYSTEMS.items() if name != "lfe_dae"}
+        measured = {name: entry for name, entry in {**SYSTEMS, **COMPOSED_SYSTEMS}.items() if name != "lfe_dae"}
         systems = {name: model_type for name, (model_type, _) in measured.items()}
         overrides = {name: system_overrides for name, (_, system_overrides) in measured.items()}
     unknown = sorted(set(systems.values()) - set(MODEL_CONFIGS))
