@@ -32,6 +32,7 @@ PAPER_OVERHEADS = {
     "phrase_max_attn_ta": ("1.75x train (Table 2)", "1.53x decode"),
     "lfe_joint": ("1.12x train (Table 1, s/iteration)", None),
     "lfe_dae": ("1.12x train (Table 1, s/iteration)", None),
+    "relevance_concat+deps_san": (None, None),  # no paper combines methods
 }
 SPEED_COMMAND = ("python training/benchmark_speed.py --benchmark_systems --tokenizer runs/benchmark/tokenizer "
                  "--rounds 8 --steps_per_round 3 --decode_beams 1 4 "
