@@ -11,7 +11,7 @@ from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
 from .configuration_latent_feedback import LatentFeedbackConfig
 from .configuration_phrase_rep import PhraseRepConfig
-from .configuration_relevance_features import RelevanceFeaturesConfig
+from .configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS, RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 
 #: Every method that can be a component, by its model type, in the order they are composed: input representation
@@ -31,9 +31,8 @@ EXTENSION_POINTS = {
     "phrase_rep": "extra phrase-attention sublayers (encoder and decoder)",
     "latent_feedback": "the encoder self-attention input, fed by an auxiliary encoder",
 }
-#: Facts about the tokenizer (`FeatureVocabularies.sizes()`), accepted whether or not an enabled method uses them.
-VOCABULARY_SIZE_ARGUMENTS = {"num_pos_tags", "num_lemmas", "num_dependency_relations", "num_subword_tags",
-                             "num_morph_features", "extra_factors"}
+BACKBONE_ARGUMENTS = [name for name in inspect.signature(SrcFeatTransformerConfig.__init__).parameters
+                      if name not in ("self", "kwargs")]
 
 
 def own_arguments(config_class: type[SrcFeatTransformerConfig]) -> list[str]:
@@ -43,8 +42,11 @@ def own_arguments(config_class: type[SrcFeatTransformerConfig]) -> list[str]:
             if name != "self" and parameter.kind is parameter.POSITIONAL_OR_KEYWORD and name not in BACKBONE_ARGUMENTS]
 
 
-BACKBONE_ARGUMENTS = [name for name in inspect.signature(SrcFeatTransformerConfig.__init__).parameters
-                      if name not in ("self", "kwargs")]
+#: Method -> the arguments its config adds to the backbone's.
+COMPONENT_ARGUMENTS = {name: own_arguments(config_class) for name, config_class in COMPONENT_CONFIGS.items()}
+#: Facts about the tokenizer (the keys of `FeatureVocabularies.sizes()`), accepted whether or not an enabled method
+#: uses them.
+VOCABULARY_SIZE_ARGUMENTS = {*FACTOR_VOCABULARY_SIZE_ARGUMENTS.values(), "extra_factors"}
 
 
 class SrcFeatComposedConfig(SrcFeatTransformerConfig):
@@ -75,21 +77,22 @@ class SrcFeatComposedConfig(SrcFeatTransformerConfig):
         check_components(self.components)
         backbone = {name: kwargs.pop(name) for name in BACKBONE_ARGUMENTS if name in kwargs}
         settings = self._take_component_arguments(kwargs)
-        backbone = self._backbone_defaults_of_components(backbone, settings)
         # Each method validates its own arguments on the shared backbone, as it would alone.
-        self._component_configs = {name: COMPONENT_CONFIGS[name](**backbone, **settings[name])
-                                   for name in self.components}
-        for name, component in self._component_configs.items():
-            for argument in own_arguments(COMPONENT_CONFIGS[name]):
+        configs = {name: COMPONENT_CONFIGS[name](**backbone, **settings[name]) for name in self.components}
+        resolved = self._backbone_defaults_of_components(backbone, configs)
+        if resolved != backbone:  # again on the backbone every component now shares
+            configs = {name: COMPONENT_CONFIGS[name](**resolved, **settings[name]) for name in self.components}
+        self._component_configs = configs
+        for name, component in configs.items():
+            for argument in COMPONENT_ARGUMENTS[name]:
                 setattr(self, argument, getattr(component, argument))
-        super().__init__(**backbone, **kwargs)
+        super().__init__(**resolved, **kwargs)
 
     def _take_component_arguments(self, kwargs: dict) -> dict[str, dict]:
         """Move each method argument out of `kwargs` to the enabled components that take it."""
         settings: dict[str, dict] = {name: {} for name in self.components}
         for argument in list(kwargs):
-            owners = [name for name, config_class in COMPONENT_CONFIGS.items()
-                      if argument in own_arguments(config_class)]
+            owners = [name for name, arguments in COMPONENT_ARGUMENTS.items() if argument in arguments]
             if not owners:
                 continue  # Transformers' own keys (architectures, auto_map, ...) stay with PretrainedConfig
             value = kwargs.pop(argument)
@@ -101,15 +104,14 @@ class SrcFeatComposedConfig(SrcFeatTransformerConfig):
                 settings[name][argument] = value
         return settings
 
-    def _backbone_defaults_of_components(self, backbone: dict, settings: dict[str, dict]) -> dict:
+    def _backbone_defaults_of_components(self, backbone: dict, configs: dict[str, SrcFeatTransformerConfig]) -> dict:
         """The given backbone arguments, plus those that an enabled component defaults differently."""
         resolved = dict(backbone)
-        alone = {name: COMPONENT_CONFIGS[name](**backbone, **settings[name]) for name in self.components}
         reference = SrcFeatTransformerConfig(**backbone)
         for argument in BACKBONE_ARGUMENTS:
             if argument in backbone:
                 continue
-            changed = {name: getattr(config, argument) for name, config in alone.items()
+            changed = {name: getattr(config, argument) for name, config in configs.items()
                        if getattr(config, argument) != getattr(reference, argument)}
             if len({repr(value) for value in changed.values()}) > 1:
                 raise ValueError(f"The components default `{argument}` differently ({changed}); set it.")
@@ -163,4 +165,4 @@ def check_components(components: object) -> None:
                                  "they cannot compose; choose one.")
 
 
-__all__ = ["SrcFeatComposedConfig", "COMPONENT_CONFIGS"]
+__all__ = ["SrcFeatComposedConfig", "COMPONENT_ARGUMENTS", "COMPONENT_CONFIGS"]

@@ -80,15 +80,15 @@ ROBUSTNESS_SYSTEMS: dict[str, tuple[str, dict]] = {
 }
 
 
-#: Issue 25.2's composed systems: two or more benchmark systems in one model (`SrcFeatComposedConfig`), each with its
-#: parts' settings, tested against the baseline and against each part. Run by name with --systems; reported beside
-#: their parts.
-COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {
-    "relevance_concat+deps_san": ("srcfeat_composed", {
-        "components": ["relevance_features", "deps_san"], **SYSTEMS["relevance_concat"][1], **SYSTEMS["deps_san"][1]}),
-}
-#: The benchmark systems a composed system combines.
+#: Issue 25.2's composed systems: benchmark systems in one model (`SrcFeatComposedConfig`), each part with its own
+#: settings, tested against the baseline and against each part. Run by name with --systems; reported beside the parts.
 COMPOSED_PARTS = {"relevance_concat+deps_san": ["relevance_concat", "deps_san"]}
+COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {
+    # A part's model type is its component's name.
+    system: ("srcfeat_composed", {"components": [SYSTEMS[part][0] for part in parts],
+                                  **{key: value for part in parts for key, value in SYSTEMS[part][1].items()}})
+    for system, parts in COMPOSED_PARTS.items()
+}
 ALL_SYSTEMS = {**SYSTEMS, **ROBUSTNESS_SYSTEMS, **COMPOSED_SYSTEMS}
 
 

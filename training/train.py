@@ -39,7 +39,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotation import AnnotatedSentence, StanzaAnnotator, read_conllu
 from hf_srcfeat.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
-from hf_srcfeat.configuration_composed import COMPONENT_CONFIGS
+from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
 from hf_srcfeat.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.evaluation import make_compute_metrics
 from hf_srcfeat.tokenization_source_features import (
@@ -404,8 +404,7 @@ def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
 def config_argument_names(config_class) -> set[str]:
     """The arguments a config class takes (a composed config: every component's)."""
     if issubclass(config_class, hf_srcfeat.SrcFeatComposedConfig):
-        return {name for component in COMPONENT_CONFIGS.values() for name in inspect.signature(
-            component.__init__).parameters}
+        return {*BACKBONE_ARGUMENTS, *(name for arguments in COMPONENT_ARGUMENTS.values() for name in arguments)}
     return set(inspect.signature(config_class.__init__).parameters)
 
 
