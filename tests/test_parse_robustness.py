@@ -54,3 +54,24 @@ def test_a_parsers_value_is_the_bleu_lost_per_point_of_head_accuracy_the_corrupt
     assert values["sensitive"]["bleu_per_uas_point"] == pytest.approx(0.02)
     assert values["sensitive"]["bleu_change_uas_+10"] == pytest.approx(0.2)
     assert values["flat"]["bleu_change_uas_-10"] == 0.0
+
+
+def test_processes_adding_results_to_one_file_side_by_side_keep_each_others(tmp_path):
+    """Two parse-robustness lanes write one results file: each write re-reads it under a lock, so none is lost."""
+    import subprocess
+
+    writer = (
+        "import sys; sys.path.insert(0, 'training'); from pathlib import Path; import benchmark\n"
+        "name, output = sys.argv[1], Path(sys.argv[2])\n"
+        "for index in range(25):\n"
+        "    benchmark.update_json(output, lambda data: data['runs'].__setitem__(f'{name}{index}', index),\n"
+        "                          lambda: {'runs': {}})\n"
+    )
+    output = tmp_path / "parse_robustness.json"
+    repo = Path(__file__).resolve().parents[1]
+    writers = [subprocess.Popen([sys.executable, "-c", writer, name, str(output)], cwd=repo) for name in "ab"]
+    assert [process.wait(timeout=120) for process in writers] == [0, 0]
+    import json
+
+    assert json.loads(output.read_text())["runs"] == {f"{name}{index}": index for name in "ab" for index in range(25)}
+    assert [path.name for path in tmp_path.iterdir() if path.name.endswith(".partial")] == []

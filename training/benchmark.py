@@ -31,10 +31,13 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train  # noqa: E402
@@ -508,10 +511,24 @@ def write_blind_translations(args, system: str, seed: int) -> list[Path]:
 
 
 def write_json(path: Path, data: dict) -> None:
+    """Write `data` to `path` atomically: a reader sees the old file or the new one, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(partial, path)
+    # A name of its own per writer, so that two processes writing one file never share a partial file.
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".partial",
+                                     delete=False) as partial:
+        partial.write(json.dumps(data, indent=2, default=str))
+    os.replace(partial.name, path)
+
+
+def update_json(path: Path, update: Callable[[dict], None], initial: Callable[[], dict]) -> dict:
+    """Re-read `path` (or start from `initial()`), apply `update` to it and write it back, holding a lock, so that
+    processes adding results to one file side by side (two parse-robustness lanes) keep each other's results."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path.parent / f".{path.name}.lock"):
+        data = json.loads(path.read_text()) if path.exists() else initial()
+        update(data)
+        write_json(path, data)
+    return data
 
 
 def main(argv: list[str] | None = None) -> None:

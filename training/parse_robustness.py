@@ -10,8 +10,9 @@ its head becomes a word drawn at random among those that keep the sentence a tre
 descendants; the root keeps its root), and its UPOS, XPOS and relation become labels drawn at random from those of
 the test parses. Lemmas and morphological features stay. "No parse": the subwords alone, every feature at its
 default (`MissingFeatureDefaults`: <unk> labels, unknown dependency links). Decoding as the benchmark's test
-(beam 4, at most 64 tokens); each result is written to the output as soon as it is scored, and a result already
-there is not computed again.
+(beam 4, at most 64 tokens); each result is written to the output as soon as it is scored, with the code version and
+command that produced it, and a result already there is not computed again. Several processes may add runs to one
+output side by side (each write re-reads it under a lock).
 """
 
 from __future__ import annotations
@@ -90,29 +91,40 @@ def main(argv: list[str] | None = None) -> dict:
     if args.no_parse:
         conditions["no_parse"] = sources
 
-    results = json.loads(args.output.read_text()) if args.output.exists() else {
-        "test_set": "test_2016_flickr", "sentences": len(sources), "corruption_seed": args.seed,
-        "code_version": train.code_version(), "command": "python training/parse_robustness.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]), "runs": {}}
+    command = "python training/parse_robustness.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    code_version = train.code_version()
+
+    def initial() -> dict:
+        return {"test_set": "test_2016_flickr", "sentences": len(sources), "corruption_seed": args.seed, "runs": {}}
+
+    def read() -> dict:
+        return json.loads(args.output.read_text()) if args.output.exists() else initial()
+
     torch.manual_seed(0)
     for run in args.runs:
         folder = args.runs_dir / run
         model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        entry = results["runs"].setdefault(run, {"model_type": model.config.model_type,
-                                                 "feature_dropout": getattr(model.config, "feature_dropout", {})})
         for condition, inputs in conditions.items():
-            if condition in entry:
+            if condition in read()["runs"].get(run, {}):
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # the no-parse defaults warn once per batch
                 hypotheses, _ = benchmark.translate(model, tokenizer, inputs, num_beams=benchmark.TEST_NUM_BEAMS,
                                                     parse=condition != "no_parse")
             scores = benchmark.score(hypotheses, references)
-            entry[condition] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
             print(f"{run} {condition}: BLEU {scores['bleu']}", flush=True)
-            benchmark.write_json(args.output, results)
-    return results
+
+            def add(results: dict, run=run, condition=condition, model=model, scores=scores) -> None:
+                # Re-read under a lock: another process may have added its runs since this one started.
+                entry = results["runs"].setdefault(run, {
+                    "model_type": model.config.model_type,
+                    "feature_dropout": getattr(model.config, "feature_dropout", {})})
+                entry[condition] = {"bleu": scores["bleu"], "chrf": scores["chrf"], "code_version": code_version,
+                                    "command": command}
+
+            benchmark.update_json(args.output, add, initial)
+    return read()
 
 
 if __name__ == "__main__":
