@@ -133,6 +133,14 @@ class SrcFeatComposedConfig(SrcFeatTransformerConfig):
                     f"{self.factor_widths['word']} wide (not d_model {self.d_model}); set `lfe_own_embeddings=True` "
                     "or `relevance_combine='add'`.")
 
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        # The components compute their properties (factor_widths, scaled_layers, ...) from their own copies of the
+        # arguments: a change made after construction must reach them too.
+        for component_name, component in (self.__dict__.get("_component_configs") or {}).items():
+            if name in BACKBONE_ARGUMENTS or name in COMPONENT_ARGUMENTS[component_name]:
+                setattr(component, name, value)
+
     def __getattr__(self, name: str):
         # Only reached when normal lookup fails: the components' properties and helpers (DepsSanConfig.scaled_layers,
         # RelevanceFeaturesConfig.factor_widths, ...), computed by the component's own config.

@@ -11,7 +11,13 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from hf_srcfeat import MODEL_CLASSES_BY_TYPE, SrcFeatComposedConfig, SrcFeatComposedForConditionalGeneration
+from hf_srcfeat import (
+    MODEL_CLASSES_BY_TYPE,
+    DepsSanConfig,
+    RelevanceFeaturesConfig,
+    SrcFeatComposedConfig,
+    SrcFeatComposedForConditionalGeneration,
+)
 from hf_srcfeat.configuration_composed import COMPONENT_CONFIGS, EXTENSION_POINTS
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
@@ -149,6 +155,14 @@ def test_a_component_default_of_a_backbone_argument_applies_unless_given():
     assert SrcFeatComposedConfig(components=["deps_san"]).share_embeddings is True
     assert SrcFeatComposedConfig(components=["relevance_features"], relevance_combine="add",
                                  share_embeddings=True).share_embeddings is True
+
+
+def test_an_argument_changed_after_construction_reaches_the_components_properties():
+    config = SrcFeatComposedConfig(components=["relevance_features", "deps_san"], relevance_combine="concat")
+    config.d_model, config.deps_san_layers = 256, [0, 1]
+    alone = RelevanceFeaturesConfig(relevance_combine="concat", d_model=256)
+    assert config.factor_widths == alone.factor_widths != RelevanceFeaturesConfig(relevance_combine="concat").factor_widths
+    assert config.scaled_layers == DepsSanConfig(deps_san_layers=[0, 1]).scaled_layers == [0, 1]
 
 
 class TestComposedEndToEnd(EndToEndFromRawText):
