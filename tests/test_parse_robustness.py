@@ -75,3 +75,19 @@ def test_processes_adding_results_to_one_file_side_by_side_keep_each_others(tmp_
 
     assert json.loads(output.read_text())["runs"] == {f"{name}{index}": index for name in "ab" for index in range(25)}
     assert [path.name for path in tmp_path.iterdir() if path.name.endswith(".partial")] == []
+
+
+def test_parser_value_names_the_file_and_the_key_it_lacks(tmp_path):
+    import parser_value
+
+    robustness, accuracy = tmp_path / "robustness.json", tmp_path / "accuracy.json"
+    robustness.write_text('{"runs": {}}')
+    accuracy.write_text('{"ewt_test": {"upos": 90.7}}')
+    with pytest.raises(SystemExit, match=r"accuracy.json: no 'ewt_test.uas'"):
+        parser_value.main(["--robustness", str(robustness), "--annotator_accuracy", str(accuracy),
+                           "--output", str(tmp_path / "value.json")])
+    robustness.write_text('{"runs": ')
+    accuracy.write_text('{"ewt_test": {"uas": 79.5}}')
+    with pytest.raises(SystemExit, match=r"robustness.json: cannot read it as JSON"):
+        parser_value.main(["--robustness", str(robustness), "--annotator_accuracy", str(accuracy),
+                           "--output", str(tmp_path / "value.json")])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,19 @@ def table(values: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def read_json(path: Path, *keys: str):
+    """The value at `keys` in the JSON file `path`, or an error naming the file and what it lacks."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise SystemExit(f"{path}: cannot read it as JSON ({error}).") from None
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            raise SystemExit(f"{path}: no {'.'.join(keys[:depth + 1])!r}; is it the right file?")
+        value = value[key]
+    return value
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--robustness", type=Path, default=REPO / "training" / "results" / "parse_robustness.json")
@@ -67,10 +81,12 @@ def main(argv: list[str] | None = None) -> dict:
                         default=REPO / "training" / "results" / "annotator_stanza_shared_en.json")
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parser_value.json")
     args = parser.parse_args(argv)
-    accuracy = json.loads(args.annotator_accuracy.read_text())["ewt_test"]
-    values = parser_value(json.loads(args.robustness.read_text()), accuracy["uas"])
+    accuracy = read_json(args.annotator_accuracy, "ewt_test")
+    uas = read_json(args.annotator_accuracy, "ewt_test", "uas")
+    values = parser_value({"runs": read_json(args.robustness, "runs")}, uas)
     result = {"annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
-              "command": "python training/parser_value.py", "runs": values}
+              "command": " ".join(["python training/parser_value.py", *(argv if argv is not None else sys.argv[1:])]),
+              "runs": values}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(table(values))
     return result
