@@ -91,3 +91,17 @@ def test_parser_value_names_the_file_and_the_key_it_lacks(tmp_path):
     with pytest.raises(SystemExit, match=r"robustness.json: cannot read it as JSON"):
         parser_value.main(["--robustness", str(robustness), "--annotator_accuracy", str(accuracy),
                            "--output", str(tmp_path / "value.json")])
+
+
+def test_the_readme_table_lists_each_finished_curve_baseline_first():
+    from parse_robustness import table
+
+    def curve(bleu: float) -> dict:
+        return {"model_type": "m", "feature_dropout": {}, "parsed": {"bleu": bleu}, "corrupted_0.1": {"bleu": bleu - 1},
+                "no_parse": {"bleu": bleu - 2}}
+
+    results = {"runs": {"deps_san/seed1": curve(30.0), "baseline/seed1": curve(29.0),
+                        "phrase/seed1": {"model_type": "m", "feature_dropout": {}, "parsed": {"bleu": 28.0}}}}
+    assert table(results).splitlines() == [
+        "| run | parsed | 10% corrupted | no parse |", "|---|---|---|---|",
+        "| baseline seed 1 | 29.00 | 28.00 | 27.00 |", "| deps_san seed 1 | 30.00 | 29.00 | 28.00 |"]

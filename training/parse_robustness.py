@@ -34,6 +34,8 @@ import train  # noqa: E402
 from hf_srcfeat.dependency_tree import ancestor_matrix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: What a run's entry records besides its conditions.
+RUN_FIELDS = ("model_type", "feature_dropout")
 
 
 def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[str]]):
@@ -56,9 +58,30 @@ def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[st
     return replace(sentence, words=words)
 
 
+def run_label(run: str) -> str:
+    """`deps_san/seed1` -> `deps_san seed 1`, as the README's tables name runs."""
+    system, _, seed = run.rpartition("/seed")
+    return f"{system} seed {seed}"
+
+
+def table(results: dict) -> str:
+    """The README table: BLEU per condition, one row per run with the whole curve, the baseline first."""
+    conditions = [name for entry in results["runs"].values() for name in entry if name not in RUN_FIELDS]
+    conditions = list(dict.fromkeys(conditions))  # in the order measured, once each
+    heads = [name.replace("_", " ") if not name.startswith("corrupted_")
+             else f"{float(name.removeprefix('corrupted_')):.0%} corrupted" for name in conditions]
+    lines = ["| run | " + " | ".join(heads) + " |", "|---" * (len(conditions) + 1) + "|"]
+    for run in sorted(results["runs"], key=lambda run: (not run.startswith("baseline/"), run)):
+        entry = results["runs"][run]
+        if all(name in entry for name in conditions):
+            lines.append(f"| {run_label(run)} | " + " | ".join(f"{entry[name]['bleu']:.2f}" for name in conditions)
+                         + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", required=True, help="run folders under --runs_dir (system/seedK)")
+    parser.add_argument("--runs", nargs="+", default=[], help="run folders under --runs_dir (system/seedK)")
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     parser.add_argument("--corruption", nargs="+", type=float, default=[0.1, 0.25, 0.5])
     parser.add_argument("--no_parse", action=argparse.BooleanOptionalAction, default=True,
@@ -69,7 +92,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--source_parses", default=None, help=(
         "CoNLL-U parses of the test sources (test_2016_flickr.en.conllu.gz in this folder); default: Stanza, cached"))
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parse_robustness.json")
+    parser.add_argument("--table", action="store_true", help="print the README table of the results in --output")
     args = parser.parse_args(argv)
+    if args.table:
+        results = json.loads(args.output.read_text())
+        print(table(results))
+        return results
+    if not args.runs:
+        parser.error("--runs is required (or --table)")
 
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
