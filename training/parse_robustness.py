@@ -30,10 +30,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # noqa: E402
 import train  # noqa: E402
+from benchmark_report import replace_readme_section  # noqa: E402
 
 from hf_srcfeat.dependency_tree import ancestor_matrix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+README_START, README_END = "<!-- parse-robustness:start -->", "<!-- parse-robustness:end -->"
 #: What a run's entry records besides its conditions.
 RUN_FIELDS = ("model_type", "feature_dropout")
 
@@ -93,9 +95,13 @@ def main(argv: list[str] | None = None) -> dict:
         "CoNLL-U parses of the test sources (test_2016_flickr.en.conllu.gz in this folder); default: Stanza, cached"))
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parse_robustness.json")
     parser.add_argument("--table", action="store_true", help="print the README table of the results in --output")
+    parser.add_argument("--update_readme", action="store_true", help="with --table: also write it into the README")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
     if args.table:
         results = json.loads(args.output.read_text())
+        if args.update_readme:
+            replace_readme_section(args.readme, table(results), README_START, README_END)
         print(table(results))
         return results
     if not args.runs:

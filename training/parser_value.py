@@ -19,7 +19,12 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_report import replace_readme_section  # noqa: E402
+from parse_robustness import run_label  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
+README_START, README_END = "<!-- parser-value:start -->", "<!-- parser-value:end -->"
 CORRUPTION_RATES = (0.0, 0.1, 0.25, 0.5)
 #: Head-accuracy gains of the better parsers the README considers (points of UAS).
 SCENARIOS = (-10.0, 5.0, 10.0)
@@ -52,12 +57,13 @@ def parser_value(robustness: dict, uas: float) -> dict[str, dict]:
 
 
 def table(values: dict[str, dict]) -> str:
-    lines = ["| run | BLEU with the parses | BLEU per point of UAS | UAS -10 | UAS +5 | UAS +10 | no parse |",
-             "|---|---|---|---|---|---|---|"]
-    for run, value in values.items():
-        changes = [f"{value[f'bleu_change_uas_{gain:+g}']:+.2f}" for gain in SCENARIOS]
-        lines.append(f"| {run} | {value['bleu_parsed']:.2f} | {value['bleu_per_uas_point']:+.3f} | "
-                     f"{' | '.join(changes)} | {value['bleu_no_parse']:.2f} |")
+    lines = ["| run | BLEU with the parses | BLEU per point of UAS | parser 10 points worse | 5 points better | "
+             "10 points better |", "|---|---|---|---|---|---|"]
+    for run, value in sorted(values.items(), key=lambda item: (not item[0].startswith("baseline/"), item[0])):
+        changes = [f"{change:+.2f}" if change else "0.00"
+                   for change in (value[f"bleu_change_uas_{gain:+g}"] for gain in SCENARIOS)]
+        lines.append(f"| {run_label(run)} | {value['bleu_parsed']:.2f} | {value['bleu_per_uas_point']:.3f} | "
+                     f"{' | '.join(changes)} |")
     return "\n".join(lines)
 
 
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--annotator_accuracy", type=Path,
                         default=REPO / "training" / "results" / "annotator_stanza_shared_en.json")
     parser.add_argument("--output", type=Path, default=REPO / "training" / "results" / "parser_value.json")
+    parser.add_argument("--update_readme", action="store_true", help="also write the table into the README")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
     accuracy = read_json(args.annotator_accuracy, "ewt_test")
     uas = read_json(args.annotator_accuracy, "ewt_test", "uas")
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
               "command": " ".join(["python training/parser_value.py", *(argv if argv is not None else sys.argv[1:])]),
               "runs": values}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
+    if args.update_readme:
+        replace_readme_section(args.readme, table(values), README_START, README_END)
     print(table(values))
     return result
 
