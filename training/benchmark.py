@@ -614,8 +614,10 @@ def main(argv: list[str] | None = None) -> None:
             add_significance(args, result)
         elif system != "baseline":
             # A finished run is never lost to a missing baseline folder (e.g. run folders left on another machine).
-            print(f"{system} seed {seed}: significance deferred: the baseline's test translations "
-                  f"({baseline_translations}) are missing; run the significance command once they exist.", flush=True)
+            missing = (f"the baseline's test translations ({baseline_translations})" if baseline_done
+                       else f"the baseline's result ({result_path(args, 'baseline', seed)})")
+            print(f"{system} seed {seed}: significance deferred: {missing} is missing; run the significance "
+                  "command once it exists.", flush=True)
         write_json(path, result)
         write_blind_translations(args, system, seed)
         print(f"{system} seed {seed}: BLEU {result['test']['bleu']} chrF {result['test']['chrf']}", flush=True)
