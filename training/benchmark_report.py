@@ -415,6 +415,17 @@ def report(by_system: dict[str, list[dict]], plot_name: str, planned_seeds: list
     return "\n".join(lines)
 
 
+def run_label(run: str) -> str:
+    """`deps_san/seed1` -> `deps_san seed 1`, as the README's tables name runs."""
+    system, _, seed = run.rpartition("/seed")
+    return f"{system} seed {seed}"
+
+
+def run_order(run: str) -> tuple[bool, str]:
+    """Sort key of runs (`system/seedK`) in the README's tables: the baseline first, then by name."""
+    return not run.startswith("baseline/"), run
+
+
 def replace_readme_section(readme: Path, text: str, start: str = README_START, end: str = README_END) -> None:
     """Replace what lies between the `start` and `end` markers; the rest of the README is kept as it is."""
     content = readme.read_text()

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # noqa: E402
 import train  # noqa: E402
-from benchmark_report import replace_readme_section  # noqa: E402
+from benchmark_report import replace_readme_section, run_label, run_order  # noqa: E402
 
 from hf_srcfeat.dependency_tree import ancestor_matrix  # noqa: E402
 
@@ -60,12 +60,6 @@ def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[st
     return replace(sentence, words=words)
 
 
-def run_label(run: str) -> str:
-    """`deps_san/seed1` -> `deps_san seed 1`, as the README's tables name runs."""
-    system, _, seed = run.rpartition("/seed")
-    return f"{system} seed {seed}"
-
-
 def table(results: dict) -> str:
     """The README table: BLEU per condition, one row per run with the whole curve, the baseline first."""
     conditions = [name for entry in results["runs"].values() for name in entry if name not in RUN_FIELDS]
@@ -73,7 +67,7 @@ def table(results: dict) -> str:
     heads = [name.replace("_", " ") if not name.startswith("corrupted_")
              else f"{float(name.removeprefix('corrupted_')):.0%} corrupted" for name in conditions]
     lines = ["| run | " + " | ".join(heads) + " |", "|---" * (len(conditions) + 1) + "|"]
-    for run in sorted(results["runs"], key=lambda run: (not run.startswith("baseline/"), run)):
+    for run in sorted(results["runs"], key=run_order):
         entry = results["runs"][run]
         if all(name in entry for name in conditions):
             lines.append(f"| {run_label(run)} | " + " | ".join(f"{entry[name]['bleu']:.2f}" for name in conditions)

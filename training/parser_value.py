@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_report import replace_readme_section  # noqa: E402
-from parse_robustness import run_label  # noqa: E402
+from benchmark_report import replace_readme_section, run_label, run_order  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 README_START, README_END = "<!-- parser-value:start -->", "<!-- parser-value:end -->"
@@ -59,7 +58,8 @@ def parser_value(robustness: dict, uas: float) -> dict[str, dict]:
 def table(values: dict[str, dict]) -> str:
     lines = ["| run | BLEU with the parses | BLEU per point of UAS | parser 10 points worse | 5 points better | "
              "10 points better |", "|---|---|---|---|---|---|"]
-    for run, value in sorted(values.items(), key=lambda item: (not item[0].startswith("baseline/"), item[0])):
+    for run in sorted(values, key=run_order):
+        value = values[run]
         changes = [f"{change:+.2f}" if change else "0.00"
                    for change in (value[f"bleu_change_uas_{gain:+g}"] for gain in SCENARIOS)]
         lines.append(f"| {run_label(run)} | {value['bleu_parsed']:.2f} | {value['bleu_per_uas_point']:.3f} | "
@@ -67,17 +67,21 @@ def table(values: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def read_json(path: Path, *keys: str):
-    """The value at `keys` in the JSON file `path`, or an error naming the file and what it lacks."""
+def read_json(path: Path) -> dict:
+    """The JSON file `path`, or an error naming it."""
     try:
-        value = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise SystemExit(f"{path}: cannot read it as JSON ({error}).") from None
+
+
+def required(data, path: Path, *keys: str):
+    """The value at `keys` in `data` (read from `path`), or an error naming the file and what it lacks."""
     for depth, key in enumerate(keys):
-        if not isinstance(value, dict) or key not in value:
+        if not isinstance(data, dict) or key not in data:
             raise SystemExit(f"{path}: no {'.'.join(keys[:depth + 1])!r}; is it the right file?")
-        value = value[key]
-    return value
+        data = data[key]
+    return data
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -89,9 +93,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--update_readme", action="store_true", help="also write the table into the README")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
-    accuracy = read_json(args.annotator_accuracy, "ewt_test")
-    uas = read_json(args.annotator_accuracy, "ewt_test", "uas")
-    values = parser_value({"runs": read_json(args.robustness, "runs")}, uas)
+    annotator = read_json(args.annotator_accuracy)
+    accuracy = required(annotator, args.annotator_accuracy, "ewt_test")
+    uas = required(annotator, args.annotator_accuracy, "ewt_test", "uas")
+    values = parser_value({"runs": required(read_json(args.robustness), args.robustness, "runs")}, uas)
     result = {"annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
               "command": " ".join(["python training/parser_value.py", *(argv if argv is not None else sys.argv[1:])]),
               "runs": values}
