@@ -105,3 +105,10 @@ def test_the_readme_table_lists_each_finished_curve_baseline_first():
     assert table(results).splitlines() == [
         "| run | parsed | 10% corrupted | no parse |", "|---|---|---|---|",
         "| baseline seed 1 | 29.00 | 28.00 | 27.00 |", "| deps_san seed 1 | 30.00 | 29.00 | 28.00 |"]
+
+
+def test_the_table_of_a_missing_results_file_is_an_error_naming_it(tmp_path):
+    from parse_robustness import main
+
+    with pytest.raises(SystemExit, match=r"missing.json: cannot read it as JSON"):
+        main(["--table", "--output", str(tmp_path / "missing.json")])

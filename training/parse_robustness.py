@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # noqa: E402
 import train  # noqa: E402
 from benchmark_report import replace_readme_section, run_label, run_order  # noqa: E402
+from parser_value import read_json  # noqa: E402
 
 from hf_srcfeat.dependency_tree import ancestor_matrix  # noqa: E402
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     args = parser.parse_args(argv)
     if args.table:
-        results = json.loads(args.output.read_text())
+        results = read_json(args.output)  # an error naming the file if it is missing or not JSON
         if args.update_readme:
             replace_readme_section(args.readme, table(results), README_START, README_END)
         print(table(results))
