@@ -45,7 +45,7 @@ cmd="${1:-}"
 shift || true
 case "$cmd" in
     setup) setup ;;
-    quickstart) setup; exec "$venv/bin/python" "$here/training/quickstart.py" "$@" ;;
+    quickstart) setup; exec "$venv/bin/python" "$here/examples/quickstart.py" "$@" ;;
     test) setup; cd "$here"; exec "$venv/bin/python" -m pytest "$@" ;;
     *) echo "usage: bash run.sh {quickstart|test|setup} [args...]" >&2; exit 2 ;;
 esac

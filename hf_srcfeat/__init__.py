@@ -2,16 +2,11 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from .annotation import (
-    AnnotatedSentence,
-    AnnotatedWord,
-    Annotator,
-    StanzaAnnotator,
-    annotator_from_settings,
-    read_conllu,
-    write_conllu,
-)
+from .annotated_sentence import AnnotatedSentence, AnnotatedWord
+from .annotator import Annotator
 from .annotator_spacy import SpacyAnnotator
+from .annotator_stanza import StanzaAnnotator
+from .annotators import ANNOTATORS, annotator_from_settings, make_annotator
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_composed import SrcFeatComposedConfig
 from .configuration_deps_san import DepsSanConfig
@@ -20,6 +15,7 @@ from .configuration_latent_feedback import LatentFeedbackConfig
 from .configuration_phrase_rep import PhraseRepConfig
 from .configuration_relevance_features import RelevanceFeaturesConfig
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .conllu import read_conllu, write_conllu
 from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
 from .modeling_composed import SrcFeatComposedForConditionalGeneration, SrcFeatComposedModel
 from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
@@ -42,9 +38,7 @@ from .modeling_srcfeat_transformer import (
 from .pipeline_translation import SourceFeatureTranslationPipeline, pipeline, register_pipeline
 from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
 from .tokenization_source_features import SourceFeatureTokenizer, train_source_feature_tokenizer
-
-__version__ = "0.1.0"
-
+from .version import __version__
 
 #: (config, base model, model with LM head) of every model of the zoo.
 MODEL_CLASSES = (
@@ -72,7 +66,10 @@ def _register_auto_classes() -> None:
 _register_auto_classes()
 
 __all__ = [
+    "ANNOTATORS",
     "SOURCE_FEATURE_NAMES",
+    "__version__",
+    "make_annotator",
     "AnnotatedSentence",
     "AnnotatedWord",
     "DepsSanConfig",

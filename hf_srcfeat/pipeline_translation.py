@@ -17,7 +17,7 @@ from transformers import pipeline as transformers_pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
-from .annotation import AnnotatedSentence, check_text
+from .annotated_sentence import AnnotatedSentence, check_text
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import check_tokenizer_matches
 

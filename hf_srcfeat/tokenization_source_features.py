@@ -36,7 +36,10 @@ from transformers import BatchEncoding
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 from transformers.utils import PaddingStrategy
 
-from .annotation import AnnotatedSentence, Annotator, StanzaAnnotator, annotator_from_settings, check_text
+from .annotated_sentence import AnnotatedSentence, check_text
+from .annotator import Annotator
+from .annotator_stanza import StanzaAnnotator
+from .annotators import annotator_from_settings
 from .dependency_tree import token_distance_matrix
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit

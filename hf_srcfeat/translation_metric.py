@@ -1,68 +1,7 @@
-"""An `evaluate` metric module: sacreBLEU (cased, detokenized), lowercased BLEU and chrF, with signatures.
+"""Old import path of `hf_srcfeat.metrics.translation_metric`, kept so that existing code keeps working."""
 
-`evaluate.load("sacrebleu")` fetches its script from the Hub; this module wraps sacrebleu directly and is
-loaded by path (`hf_srcfeat.evaluation.load_translation_metric()`), so evaluation works offline.
-"""
+import sys
 
-import datasets
-import evaluate
-from sacrebleu.metrics import BLEU, CHRF
+from .metrics import translation_metric
 
-_CITATION = """\
-@inproceedings{post-2018-call,
-    title = "A Call for Clarity in Reporting {BLEU} Scores",
-    author = "Post, Matt",
-    booktitle = "Proceedings of the Third Conference on Machine Translation: Research Papers",
-    year = "2018",
-    pages = "186--191",
-}
-"""
-
-_DESCRIPTION = """\
-Corpus-level sacreBLEU (13a tokenization, cased), lowercased sacreBLEU, and chrF (character 6-grams,
-beta 2) of detokenized hypotheses against one reference per segment, with sacreBLEU signatures.
-"""
-
-_KWARGS_DESCRIPTION = """
-Args:
-    predictions (`list[str]`): detokenized system outputs.
-    references (`list[str]` or `list[list[str]]`): one reference (or a list with one reference) per output.
-Returns:
-    bleu, bleu_lowercase, chrf (`float`), and their sacreBLEU signatures (`str`).
-Examples:
-    >>> metric = hf_srcfeat.evaluation.load_translation_metric()
-    >>> metric.compute(predictions=["a dog runs"], references=["a dog runs"])["bleu"]
-    100.00000000000004
-"""
-
-
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class TranslationMetric(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features({"predictions": datasets.Value("string"),
-                                   "references": datasets.Sequence(datasets.Value("string"))}),
-                datasets.Features({"predictions": datasets.Value("string"),
-                                   "references": datasets.Value("string")}),
-            ],
-            reference_urls=["https://github.com/mjpost/sacrebleu"],
-        )
-
-    def _compute(self, predictions, references):
-        if len(predictions) == 0:
-            raise ValueError("No predictions to score.")
-        # One reference per segment: sacrebleu wants one list per reference *stream*.
-        streams = [[ref if isinstance(ref, str) else ref[0] for ref in references]]
-        bleu, bleu_lower, chrf = BLEU(), BLEU(lowercase=True), CHRF()
-        return {
-            "bleu": bleu.corpus_score(predictions, streams).score,
-            "bleu_lowercase": bleu_lower.corpus_score(predictions, streams).score,
-            "chrf": chrf.corpus_score(predictions, streams).score,
-            "bleu_signature": str(bleu.get_signature()),
-            "bleu_lowercase_signature": str(bleu_lower.get_signature()),
-            "chrf_signature": str(chrf.get_signature()),
-        }
+sys.modules[__name__] = translation_metric

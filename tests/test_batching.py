@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hf_srcfeat.batching import TokenBudgetBatchSampler, padding_fraction
+from hf_srcfeat.data.batching import TokenBudgetBatchSampler, padding_fraction
 
 from .test_training import TINY, train
 

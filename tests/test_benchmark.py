@@ -1,4 +1,4 @@
-"""training/benchmark.py on a tiny set-up: result files with everything the report needs, significance against
+"""benchmarks/benchmark.py on a tiny set-up: result files with everything the report needs, significance against
 the baseline of the same seed, finished runs never redone, interrupted runs resumed from their checkpoint."""
 
 from __future__ import annotations
@@ -7,18 +7,14 @@ import gzip
 import json
 import os
 import string
-import sys
 from pathlib import Path
 
 import pytest
 
-from hf_srcfeat.multi30k import BLIND_SPLITS
+from benchmarks import benchmark
+from hf_srcfeat.data.multi30k import BLIND_SPLITS
 
 from .conftest import BLIND_SOURCE_LINES
-from .helpers import REPO
-
-sys.path.insert(0, str(REPO / "training"))
-import benchmark  # noqa: E402
 
 TINY = {"d_model": 32, "ffn_dim": 64, "attention_heads": 4, "encoder_layers": 1, "decoder_layers": 1,
         "max_steps": 12, "save_steps": 6, "eval_steps": 6, "logging_steps": 3, "warmup_steps": 2,
@@ -154,7 +150,7 @@ def test_continuing_a_run_trained_with_another_set_up_is_refused(tiny_benchmark)
 
 
 def test_tokenized_bleu_compares_words_and_punctuation_the_way_published_multi30k_scores_do(multi30k_dir):
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     references = list(load_multi30k("test_2016_flickr", "en", "de", multi30k_dir)["target"])[:50]
     spaced = [reference.rstrip(".") + " ." if reference.endswith(".") else reference for reference in references]
@@ -186,7 +182,7 @@ def test_rescore_adds_a_new_metric_to_finished_runs_from_their_saved_translation
 def test_significance_is_retested_against_a_retrained_baseline(tiny_benchmark, tmp_path):
     import shutil
 
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     folder, _ = tiny_benchmark
     for name in ("runs", "results"):
@@ -209,7 +205,7 @@ def test_significance_is_retested_against_a_retrained_baseline(tiny_benchmark, t
 
 
 def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_curves(tiny_benchmark):
-    import benchmark_report
+    from benchmarks import benchmark_report
 
     folder, _ = tiny_benchmark
     readme = folder / "README.md"
@@ -239,8 +235,9 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
 
 
 def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_papers(tiny_benchmark, tmp_path):
-    import benchmark_report
     import benchmark_speed
+
+    from benchmarks import benchmark_report
 
     folder, _ = tiny_benchmark
     speed_file = tmp_path / "speed.json"
@@ -273,7 +270,7 @@ def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_
     ((0.2, 0.314), "does not differ significantly from the baseline at this scale (+1.00 BLEU; p = 0.200, 0.314)"),
 ])
 def test_a_method_is_called_better_only_when_it_is_significant_in_every_seed(p_values, verdict):
-    import benchmark_report
+    from benchmarks import benchmark_report
 
     baseline = [{"seed": seed, "test": {"bleu": 30.0}} for seed in (1, 2)]
     method = [{"seed": seed, "test": {"bleu": 31.0, "significance_vs_baseline": {"p_value": p}}}
@@ -285,7 +282,7 @@ def test_a_method_is_called_better_only_when_it_is_significant_in_every_seed(p_v
 def test_a_composed_system_has_its_parts_settings_and_is_tested_against_each_part(tmp_path, capsys):
     from argparse import Namespace
 
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     model_type, settings = benchmark.COMPOSED_SYSTEMS["relevance_concat+deps_san"]
     assert model_type == "srcfeat_composed" and settings["components"] == ["relevance_features", "deps_san"]
@@ -307,7 +304,7 @@ def test_a_composed_system_has_its_parts_settings_and_is_tested_against_each_par
 
 
 def test_the_report_gives_a_composed_systems_difference_to_each_part():
-    import benchmark_report
+    from benchmarks import benchmark_report
 
     def runs(bleu: float, **tests) -> list[dict]:
         return [{"seed": seed, "test": {"bleu": bleu, **tests}} for seed in (1, 2)]
@@ -322,7 +319,7 @@ def test_the_report_gives_a_composed_systems_difference_to_each_part():
 
 
 def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baseline(tiny_benchmark, tmp_path):
-    import benchmark_report
+    from benchmarks import benchmark_report
 
     folder, _ = tiny_benchmark
     benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(tmp_path / "runs"),
@@ -343,8 +340,8 @@ def test_runs_on_pre_parsed_sources_side_by_side_with_significance_added_later(
         feature_tokenizer, stanza_annotator, multi30k_dir, blind_dir, tmp_path):
     """As on a GPU machine without Stanza: every source comes parsed from CoNLL-U files, and a method trains before
     the baseline of its seed is done; the significance command then adds its test."""
-    from hf_srcfeat.annotation import write_conllu
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.conllu import write_conllu
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     parses = tmp_path / "parses"
     parses.mkdir()

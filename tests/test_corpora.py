@@ -9,8 +9,8 @@ import json
 import pytest
 from datasets import Dataset
 
-from hf_srcfeat.corpora import load_corpora, load_file
-from hf_srcfeat.multi30k import load_multi30k
+from hf_srcfeat.data.corpora import load_corpora, load_file
+from hf_srcfeat.data.multi30k import load_multi30k
 
 from .test_bad_input import TINY_RUN
 
@@ -32,7 +32,7 @@ def write_json_lines(path, data: Dataset) -> str:
 
 
 def test_train_py_trains_on_json_lines_of_another_language_pair_and_scores_each_test_set(en_fr, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     files = {name: write_json_lines(tmp_path / f"{name}.jsonl", data) for name, data in en_fr.items()}
     run = tmp_path / "run"
@@ -92,7 +92,7 @@ def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_da
     cache files the first one wrote instead of tokenizing again."""
     import os
 
-    import train
+    from hf_srcfeat.commands import train
 
     files = {name: write_json_lines(tmp_path / f"{name}.jsonl", en_fr[name]) for name in ("train", "valid")}
     corpus = ["--source_lang", "en", "--target_lang", "fr", "--train_file", files["train"], "--validation_file",
@@ -110,9 +110,8 @@ def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_da
 
 
 def test_source_parses_in_a_json_lines_field_train_without_stanza_and_are_checked(en_fr, stanza_annotator, tmp_path):
-    import train
-
-    from hf_srcfeat.annotation import conllu_lines
+    from hf_srcfeat.commands import train
+    from hf_srcfeat.conllu import conllu_lines
 
     def write(path, data, shift: int = 0):
         parses = stanza_annotator.annotate(list(data["source"]), show_progress=False)
@@ -145,7 +144,7 @@ def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(t
 
 
 def test_train_py_trains_from_a_datasets_folder_and_from_tsv(en_fr, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     folder = tmp_path / "my_corpus"
     folder.mkdir()

@@ -11,9 +11,10 @@ import torch
 
 pytest.importorskip("ctranslate2")
 
-from hf_srcfeat import DepsSanConfig, PhraseRepConfig  # noqa: E402
-from hf_srcfeat.ctranslate2_export import CTranslate2Translator, check_exportable, main  # noqa: E402
-from hf_srcfeat.translate import main as translate_main  # noqa: E402
+from hf_srcfeat import DepsSanConfig, PhraseRepConfig
+from hf_srcfeat.commands.export_ct2 import main
+from hf_srcfeat.commands.translate import main as translate_main
+from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, check_exportable
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ bf16/fp16 models train and beam-search. Skipped where there is no CUDA device (C
 `pytest tests/test_cuda.py`. The same half-precision paths are covered on CPU by test_half_precision.py.
 
 The sources are parsed by the test session's Stanza, or read from `$HF_SRCFEAT_TEST_SOURCE_PARSES` (a folder of
-`train.en.conllu.gz` and `test_2016_flickr.en.conllu.gz` from `python -m hf_srcfeat.annotate`) on a machine
+`train.en.conllu.gz` and `test_2016_flickr.en.conllu.gz` from `python -m hf_srcfeat.commands.annotate`) on a machine
 without the Stanza models.
 """
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from hf_srcfeat import MODEL_CLASSES_BY_TYPE, FeatureVocabularies, SourceFeatureTokenizer
-from hf_srcfeat.annotation import read_conllu
-from hf_srcfeat.multi30k import load_multi30k
+from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.data.multi30k import load_multi30k
 from hf_srcfeat.subword_training import SPECIAL_TOKENS
 
 from .test_half_precision import VARIANTS, variant_config

@@ -4,12 +4,12 @@ the variants of Table I as configs, padding, the diversity analysis of Eq. (14),
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks import diversity_analysis
 from hf_srcfeat import (
     DiverseInputConfig,
     DiverseInputForConditionalGeneration,
@@ -20,10 +20,7 @@ from hf_srcfeat.embeddings import sinusoidal_position_encoding
 from hf_srcfeat.source_features import SourceFeatures
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
-from .helpers import REPO, random_model
-
-sys.path.insert(0, str(REPO / "training"))
-import diversity_analysis  # noqa: E402
+from .helpers import random_model
 
 FUSING_WIDTHS = {"global": 8, "recurrence": 8, "local": 8, "syntactic": 8}  # d_model 32, 4 heads of 8
 

@@ -18,7 +18,7 @@ from hf_srcfeat import (
     SrcFeatComposedConfig,
     SrcFeatTransformerConfig,
 )
-from hf_srcfeat.multi30k import load_multi30k
+from hf_srcfeat.data.multi30k import load_multi30k
 
 from .end_to_end import tiny_method_config
 

@@ -1,4 +1,4 @@
-"""Publishing to the Hub: training/publish.py builds a repository folder (weights, config, tokenizer, rendered
+"""Publishing to the Hub: hf-srcfeat-publish builds a repository folder (weights, config, tokenizer, rendered
 card, remote code), commits it into a git mirror that olah serves on loopback as a Hub endpoint, and the
 model loads by repo id three ways, each in a fresh process, reproducing the published translations exactly:
 (a) with hf_srcfeat installed, (b) without it via trust_remote_code, (c) offline from the Hugging Face cache."""
@@ -19,15 +19,13 @@ import pytest
 import torch
 import yaml
 
+from benchmarks import model_zoo
 from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+from hf_srcfeat.commands import publish
 
 from .end_to_end import tiny_method_config, train_from_raw_text
 from .helpers import REPO
 from .test_half_precision import VARIANTS
-
-sys.path.insert(0, str(REPO / "training"))
-import model_zoo  # noqa: E402
-import publish  # noqa: E402
 
 REPO_ID = "hf-srcfeat/deps-san-tiny"
 
@@ -129,7 +127,7 @@ def test_the_repository_folder_holds_weights_tokenizer_code_and_a_rendered_card(
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                  "feature_vocab.json", "tokenizer_config.json", "README.md", "modeling_deps_san.py",
                  "configuration_deps_san.py", "modeling_srcfeat_transformer.py", "tokenization_source_features.py",
-                 "annotation.py", "pipeline_translation.py"):
+                 "annotators.py", "pipeline_translation.py"):
         assert (repository / name).exists(), name
     assert json.loads((repository / "config.json").read_text())["custom_pipelines"] == {
         "source-feature-translation": {"impl": "pipeline_translation.SourceFeatureTranslationPipeline",
@@ -154,7 +152,7 @@ def test_publishing_never_overwrites_a_folder(published):
 def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"test_metrics": {"test_bleu": 31.234, "test_chrf": 55.5}}))
     results = publish.run_results(tmp_path, None, None)
-    card = publish.render_card((REPO / "hub_cards" / "deps_san.md").read_text(), REPO_ID, results)
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "deps_san.md").read_text(), REPO_ID, results)
     metadata = yaml.safe_load(card.split("---")[1])
     metrics = metadata["model-index"][0]["results"][0]["metrics"]
     assert [(m["type"], m["value"]) for m in metrics] == [("bleu", 31.23), ("chrf", 55.5)]
@@ -162,14 +160,14 @@ def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index
 
 
 def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_path):
-    benchmark_dir = REPO / "training" / "results" / "benchmark"
+    benchmark_dir = REPO / "benchmarks" / "results" / "benchmark"
     by_seed = {seed: json.loads((benchmark_dir / f"baseline_seed{seed}.json").read_text())["test"] for seed in (1, 2)}
     (tmp_path / "results.json").write_text(json.dumps({"seed": 2}))
     results = publish.run_results(tmp_path, benchmark_dir, "baseline")
     assert (results["bleu"], results["chrf"]) == (by_seed[2]["bleu"], by_seed[2]["chrf"])
     assert results["mean_over_seeds"]["bleu"] == round((by_seed[1]["bleu"] + by_seed[2]["bleu"]) / 2, 2)
-    card = publish.render_card((REPO / "hub_cards" / "srcfeat_transformer.md").read_text(), REPO_ID, results)
-    assert "python training/benchmark.py run --systems baseline --seeds 2" in card, "the exact training command"
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "srcfeat_transformer.md").read_text(), REPO_ID, results)
+    assert "python -m benchmarks.benchmark run --systems baseline --seeds 2" in card, "the exact training command"
     assert "The baseline trained with the same seed" not in card, "the baseline is not compared with itself"
     (tmp_path / "results.json").write_text(json.dumps({"seed": 7}))
     with pytest.raises(SystemExit, match="not one of the benchmark runs of 'baseline'"):
@@ -177,10 +175,10 @@ def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_pa
 
 
 def test_a_method_card_states_the_difference_to_the_baseline_of_its_seed_and_its_significance(tmp_path):
-    benchmark_dir = REPO / "training" / "results" / "benchmark"
+    benchmark_dir = REPO / "benchmarks" / "results" / "benchmark"
     method = json.loads((benchmark_dir / "relevance_concat_seed1.json").read_text())["test"]
     (tmp_path / "results.json").write_text(json.dumps({"seed": 1}))
-    card = publish.render_card((REPO / "hub_cards" / "relevance_features.md").read_text(), REPO_ID,
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "relevance_features.md").read_text(), REPO_ID,
                                publish.run_results(tmp_path, benchmark_dir, "relevance_concat"))
     test = method["significance_vs_baseline"]
     assert (f"scores {test['baseline_bleu']} (difference {method['bleu'] - test['baseline_bleu']:+.2f} BLEU; "
@@ -211,7 +209,7 @@ def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_it
     folder, _ = published
     benchmark_dir, run = tmp_path / "results", tmp_path / "runs" / "baseline" / "seed1"
     benchmark_dir.mkdir()
-    shutil.copy(REPO / "training" / "results" / "benchmark" / "baseline_seed1.json", benchmark_dir)
+    shutil.copy(REPO / "benchmarks" / "results" / "benchmark" / "baseline_seed1.json", benchmark_dir)
     shutil.copytree(folder / "run", run)
     (run / "results.json").write_text(json.dumps({"seed": 1}))
     arguments = ["--registry", str(tmp_path / "published.json"), "publish", "--mirror", str(tmp_path / "mirrors"),
@@ -221,7 +219,7 @@ def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_it
     expected = json.loads((benchmark_dir / "baseline_seed1.json").read_text())["test"]["bleu"]
     assert entry["results"]["bleu"] == expected and entry["results"]["mean_over_seeds"]["seeds"] == [1]
     assert model_zoo.main(arguments) == [], "an up-to-date system is not published again"
-    shutil.copy(REPO / "training" / "results" / "benchmark" / "baseline_seed2.json", benchmark_dir)
+    shutil.copy(REPO / "benchmarks" / "results" / "benchmark" / "baseline_seed2.json", benchmark_dir)
     assert model_zoo.main(arguments) == ["hf-srcfeat/baseline-multi30k-en-de"], "seed 2 changes the card's mean"
     [entry] = json.loads((tmp_path / "published.json").read_text())
     assert entry["results"]["mean_over_seeds"]["seeds"] == [1, 2]
@@ -298,11 +296,28 @@ print(json.dumps(generated))
 """
 
 
+#: The code every published repository ships: the tokenizer with its annotators, and the pipeline.
+SHIPPED_WITH_EVERY_MODEL = [
+    "annotated_sentence.py", "annotation_cache.py", "annotator.py", "annotator_spacy.py", "annotator_stanza.py",
+    "annotators.py", "configuration_srcfeat_transformer.py", "dependency_tree.py", "feature_dropout.py",
+    "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "source_features.py",
+    "subword_training.py", "tokenization_source_features.py"]
+BACKBONE = ["attention.py", "embeddings.py", "modeling_srcfeat_transformer.py"]
+#: What each model type ships besides: its own configuration and modeling files on top of the backbone.
+SHIPPED_PER_MODEL_TYPE = {
+    "srcfeat_transformer": BACKBONE,
+    **{model_type: [*BACKBONE, f"configuration_{model_type}.py", f"modeling_{model_type}.py"]
+       for model_type in ("deps_san", "relevance_features", "diverse_input", "phrase_rep", "latent_feedback")},
+    "srcfeat_composed": [*BACKBONE, "configuration_composed.py", "modeling_composed.py",
+                         *(f"{kind}_{method}.py" for kind in ("configuration", "modeling") for method in
+                           ("deps_san", "relevance_features", "diverse_input", "phrase_rep", "latent_feedback"))],
+}
+
+
 def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_code_alone(
         feature_tokenizer, test_sentences, tmp_path):
-    from train import feature_vocabulary_arguments
-
     from hf_srcfeat import MODEL_CLASSES_BY_TYPE
+    from hf_srcfeat.commands.train import feature_vocabulary_arguments
 
     sentences, folders, expected = test_sentences[:2], {}, {}
     batch = feature_tokenizer(sentences, padding=True, return_tensors="pt")
@@ -318,6 +333,8 @@ def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_c
         feature_tokenizer.save_pretrained(tmp_path / model_type / "run")
         folders[model_type] = str(publish.main([str(tmp_path / model_type / "run"), "--repo_id", f"test/{model_type}",
                                                 "--output", str(tmp_path / model_type / "repository"), "--dry-run"]))
+        shipped = sorted(path.name for path in Path(folders[model_type]).glob("*.py"))
+        assert shipped == sorted({*SHIPPED_WITH_EVERY_MODEL, *SHIPPED_PER_MODEL_TYPE[model_type]}), model_type
         with torch.no_grad():
             expected[model_type] = model.generate(**batch, num_beams=4, min_new_tokens=8, max_new_tokens=8).tolist()
     completed = subprocess.run([sys.executable, "-c", REMOTE_CODE_LOADER], input=json.dumps([folders, sentences]),

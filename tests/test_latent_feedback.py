@@ -1,12 +1,11 @@
 """Latent feature feedback (Li, Li & Zhang 2021): the denoising noise of Section 3, Eq. (3)-(5) pinned on a tiny
 model over real sentences, the training modes of Tables 1 and 8, DAE pre-training, and the model end to end
-with an LFE pre-trained by training/pretrain_dae.py."""
+with an LFE pre-trained by hf-srcfeat-pretrain-dae."""
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 
 import pytest
 import torch
@@ -17,13 +16,11 @@ from hf_srcfeat import (
     SrcFeatTransformerConfig,
     SrcFeatTransformerForConditionalGeneration,
 )
+from hf_srcfeat.commands import pretrain_dae
 from hf_srcfeat.modeling_latent_feedback import FeedbackContext, top_down_feedback
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
 from .helpers import REPO, random_model
-
-sys.path.insert(0, str(REPO / "training"))
-import pretrain_dae  # noqa: E402
 
 SENTENCE = "A little girl in a pink dress is climbing up a set of stairs in an entry way with her dog".split()
 
@@ -191,7 +188,7 @@ def test_invalid_arguments_raise_errors_naming_them(feedback_config, overrides, 
 
 @pytest.fixture(scope="module")
 def pretrained_dae(feature_tokenizer, tmp_path_factory, multi30k_dir):
-    """A tiny denoising autoencoder trained by training/pretrain_dae.py on real Multi30k English sentences."""
+    """A tiny denoising autoencoder trained by hf-srcfeat-pretrain-dae on real Multi30k English sentences."""
     folder = tmp_path_factory.mktemp("dae")
     feature_tokenizer.save_pretrained(folder / "tokenizer")
     results = pretrain_dae.main([

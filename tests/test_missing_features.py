@@ -62,7 +62,7 @@ def test_a_training_forward_without_the_features_it_needs_is_an_error(feature_to
 
 def test_the_translate_command_translates_without_a_parse_line_for_line(feature_tokenizer,
                                                                         test_sentences, tmp_path):
-    from hf_srcfeat.translate import main as translate_main
+    from hf_srcfeat.commands.translate import main as translate_main
 
     config = variant_config("relevance_concat", feature_tokenizer)
     torch.manual_seed(0)

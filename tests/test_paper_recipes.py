@@ -1,4 +1,4 @@
-"""The paper-size recipes (training/recipes/paper/): each parses as train.py reads it and builds, at the
+"""The paper-size recipes (examples/recipes/paper/): each parses as train.py reads it and builds, at the
 paper's size, a model whose parameter count is the paper's table's within 3%, as are the rows around it
 (the baseline and the method's other variants) with the same set-up. Vocabulary sizes are chosen as the
 recipes' README explains; the models are built on the meta device."""
@@ -6,14 +6,10 @@ recipes' README explains; the models are built on the meta device."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from .helpers import REPO
-
-sys.path.insert(0, str(REPO / "training"))
-from paper_parameter_counts import PAPER_COUNTS, PAPER_RECIPES, parameter_count, read_recipe  # noqa: E402
+from benchmarks.paper_parameter_counts import PAPER_COUNTS, PAPER_RECIPES, parameter_count, read_recipe
 
 
 def test_every_paper_recipe_is_pinned_here():

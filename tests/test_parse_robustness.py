@@ -1,5 +1,5 @@
-"""The corruption of training/parse_robustness.py: on real parses, a share of the words gets a random head and random
-tags, every sentence stays one tree with its root, and the same seed gives the same corruption; training/parser_value.py
+"""The corruption of benchmarks/parse_robustness.py: on real parses, a share of the words gets a random head and random
+tags, every sentence stays one tree with its root, and the same seed gives the same corruption; benchmarks/parser_value.py
 reads a model's BLEU per point of parser accuracy off the resulting curve."""
 
 from __future__ import annotations
@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-
-from parse_robustness import corrupt  # noqa: E402
-
-from hf_srcfeat.dependency_tree import top_down_order  # noqa: E402
+from benchmarks.parse_robustness import corrupt
+from hf_srcfeat.dependency_tree import top_down_order
 
 
 def is_one_tree(heads: list[int]) -> bool:
@@ -41,7 +38,7 @@ def test_corrupted_parses_stay_trees_and_change_about_the_share_asked(stanza_ann
 
 
 def test_a_parsers_value_is_the_bleu_lost_per_point_of_head_accuracy_the_corruption_takes():
-    import parser_value
+    from benchmarks import parser_value
 
     def curve(bleu_per_point: float) -> dict:
         entry = {rate_name: {"bleu": 30.0 - bleu_per_point * 79.5 * rate} for rate, rate_name in
@@ -61,7 +58,7 @@ def test_processes_adding_results_to_one_file_side_by_side_keep_each_others(tmp_
     import subprocess
 
     writer = (
-        "import sys; sys.path.insert(0, 'training'); from pathlib import Path; import benchmark\n"
+        "from pathlib import Path; from benchmarks import benchmark\n"
         "name, output = sys.argv[1], Path(sys.argv[2])\n"
         "for index in range(25):\n"
         "    benchmark.update_json(output, lambda data: data['runs'].__setitem__(f'{name}{index}', index),\n"
@@ -78,7 +75,7 @@ def test_processes_adding_results_to_one_file_side_by_side_keep_each_others(tmp_
 
 
 def test_parser_value_names_the_file_and_the_key_it_lacks(tmp_path):
-    import parser_value
+    from benchmarks import parser_value
 
     robustness, accuracy = tmp_path / "robustness.json", tmp_path / "accuracy.json"
     robustness.write_text('{"runs": {}}')
@@ -94,7 +91,7 @@ def test_parser_value_names_the_file_and_the_key_it_lacks(tmp_path):
 
 
 def test_the_readme_table_lists_each_finished_curve_baseline_first():
-    from parse_robustness import table
+    from benchmarks.parse_robustness import table
 
     def curve(bleu: float) -> dict:
         return {"model_type": "m", "feature_dropout": {}, "parsed": {"bleu": bleu}, "corrupted_0.1": {"bleu": bleu - 1},
@@ -108,7 +105,7 @@ def test_the_readme_table_lists_each_finished_curve_baseline_first():
 
 
 def test_the_table_of_a_missing_results_file_is_an_error_naming_it(tmp_path):
-    from parse_robustness import main
+    from benchmarks.parse_robustness import main
 
     with pytest.raises(SystemExit, match=r"missing.json: cannot read it as JSON"):
         main(["--table", "--output", str(tmp_path / "missing.json")])

@@ -4,23 +4,19 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 import torch
 
+from benchmarks import plot_relevance
 from hf_srcfeat import RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
 from hf_srcfeat.embeddings import sinusoidal_position_encoding
 from hf_srcfeat.feature_vocabulary import UNK_ID
 from hf_srcfeat.source_features import SourceFeatures
+from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
-from .helpers import REPO, random_model
-
-sys.path.insert(0, str(REPO / "training"))
-import plot_relevance  # noqa: E402
-
-from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer  # noqa: E402
+from .helpers import random_model
 
 FACTORS = ["lemma", "subword_tag", "pos", "deprel"]
 WIDTHS = {"word": 6, "lemma": 4, "subword_tag": 2, "pos": 2, "deprel": 2}  # sums to d_model 16

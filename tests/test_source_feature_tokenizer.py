@@ -300,7 +300,7 @@ def test_stored_trees_collate_into_the_distances_the_tokenizer_gives(feature_tok
     """O(S) storage: `return_dep_distance=False` keeps the words' heads instead of the [S, S] matrix, and
     SourceFeatureCollator builds the same padded matrix per batch, so every model sees identical inputs."""
     from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
-    from hf_srcfeat.batching import SourceFeatureCollator
+    from hf_srcfeat.data.batching import SourceFeatureCollator
 
     sentences = test_sentences[:5]
     direct = feature_tokenizer(sentences, text_target=sentences, truncation=True, max_length=12, padding=True,

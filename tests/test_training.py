@@ -11,10 +11,9 @@ import sys
 import pytest
 from transformers import AutoModelForSeq2SeqLM
 
-from .helpers import REPO
+from hf_srcfeat.commands import train
 
-sys.path.insert(0, str(REPO / "training"))
-import train  # noqa: E402
+from .helpers import REPO
 
 TINY = ["--d_model", "64", "--encoder_layers", "2", "--decoder_layers", "2", "--attention_heads", "4",
         "--ffn_dim", "128", "--vocab_size", "1000", "--report_to", "none", "--use_cpu", "--seed", "3",
@@ -52,8 +51,8 @@ def test_train_script_refuses_to_write_into_a_non_empty_output_dir(multi30k_dir,
 def write_source_parses(annotator, multi30k_dir, folder, sizes: dict[str, int]) -> list[str]:
     """CoNLL-U parses of the first sources of each split (made by the test session's Stanza), as a user's parser
     would write them; returns the train.py options naming them."""
-    from hf_srcfeat.annotation import write_conllu
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.conllu import write_conllu
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     options = []
     for split, option in (("train", "train"), ("val", "validation"), ("test_2016_flickr", "test")):
@@ -83,7 +82,7 @@ def test_pre_parsed_conllu_sources_train_without_stanza_exactly_as_parsing_the_r
 
 def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the_first_mismatch(
         stanza_annotator, multi30k_dir, tmp_path):
-    from hf_srcfeat.annotation import read_conllu, write_conllu
+    from hf_srcfeat.conllu import read_conllu, write_conllu
 
     options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path, {"train": 10, "val": 20,
                                                                              "test_2016_flickr": 20})
@@ -122,7 +121,7 @@ def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(mult
     assert (output_dir / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO / "training" / "recipes").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("recipe", sorted((REPO / "examples" / "recipes").glob("*.json")), ids=lambda p: p.stem)
 def test_every_recipe_parses_and_builds_a_valid_model_config(recipe):
     model_args, data_args, training_args = train.parse_arguments([str(recipe)])
     overrides = json.loads(model_args.config_overrides or "{}")
@@ -131,15 +130,16 @@ def test_every_recipe_parses_and_builds_a_valid_model_config(recipe):
     assert training_args.predict_with_generate and data_args.source_lang == "en"
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO / "training" / "recipes" / "pretraining").glob("*.json")),
+@pytest.mark.parametrize("recipe", sorted((REPO / "examples" / "recipes" / "pretraining").glob("*.json")),
                          ids=lambda p: p.stem)
 def test_every_pretraining_recipe_parses_and_matches_its_translation_recipe(recipe):
-    import pretrain_dae
     from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+    from hf_srcfeat.commands import pretrain_dae
 
     dae_args, _ = HfArgumentParser((pretrain_dae.DaeArguments, Seq2SeqTrainingArguments)).parse_json_file(
         json_file=str(recipe))
-    users = [path for path in (REPO / "training" / "recipes").glob("*.json")
+    users = [path for path in (REPO / "examples" / "recipes").glob("*.json")
              if json.loads(path.read_text()).get("tokenizer_name_or_path") == dae_args_output(recipe)]
     assert users, f"no translation recipe uses {recipe.name}"
     for path in users:
@@ -193,7 +193,7 @@ def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi
 def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(multi30k_dir, tmp_path):
     """Two processes, a user's JSON-lines corpus of another language pair, and token-budget batches dealt out
     by accelerate: both ranks end with the same parameters."""
-    from hf_srcfeat.multi30k import load_multi30k
+    from hf_srcfeat.data.multi30k import load_multi30k
 
     pairs = load_multi30k("train", "en", "fr", multi30k_dir, limit=256)
     corpus = tmp_path / "train.jsonl"
@@ -237,7 +237,7 @@ def test_a_tokenizer_saved_before_morphological_features_still_trains(multi30k_d
 def test_user_factors_in_conllu_misc_train_a_relevance_model(stanza_annotator, multi30k_dir, tmp_path):
     from dataclasses import replace
 
-    from hf_srcfeat.annotation import read_conllu, write_conllu
+    from hf_srcfeat.conllu import read_conllu, write_conllu
 
     options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path,
                                   {"train": 200, "val": 20, "test_2016_flickr": 20})

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from hf_srcfeat import pipeline
-from hf_srcfeat.annotation import conllu_lines
-from hf_srcfeat.translate import main
+from hf_srcfeat.commands.translate import main
+from hf_srcfeat.conllu import conllu_lines
 
 from .helpers import REPO
 
@@ -127,7 +127,7 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
 
 def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test_sentences, tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "hf_srcfeat.translate", "--model", str(model_folder), *SETTINGS],
+        [sys.executable, "-m", "hf_srcfeat.commands.translate", "--model", str(model_folder), *SETTINGS],
         input="\n".join(test_sentences[:2]) + "\n", capture_output=True, text=True, cwd=REPO, timeout=300)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines() == [result["translation_text"] for result in translator(test_sentences[:2])]

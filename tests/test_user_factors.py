@@ -11,11 +11,11 @@ import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat import FeatureVocabularies, RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
-from hf_srcfeat.annotation import read_conllu, write_conllu
-from hf_srcfeat.multi30k import load_multi30k
+from hf_srcfeat.conllu import read_conllu, write_conllu
+from hf_srcfeat.data.multi30k import load_multi30k
+from hf_srcfeat.data.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
 from hf_srcfeat.subword_training import SPECIAL_TOKENS
 from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
-from hf_srcfeat.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
 
 from .end_to_end import tiny_method_config
 from .helpers import random_model, train_briefly
@@ -120,7 +120,7 @@ def test_every_factor_combination_embeds_a_user_factor_by_name(combine, factored
 
 
 def test_the_translate_command_reads_factored_lines(factored_data, test_sentences, tmp_path):
-    from hf_srcfeat.translate import main
+    from hf_srcfeat.commands.translate import main
 
     tokenizer, _, _ = factored_data
     config = tiny_method_config(RelevanceFeaturesConfig, tokenizer, relevance_combine="concat",
@@ -149,7 +149,7 @@ def write_factor_corpus(path, pairs, case_values=None) -> str:
 
 
 def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(multi30k_dir, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     corpus = write_factor_corpus(tmp_path / "train.jsonl", load_multi30k("train", "en", "de", multi30k_dir, limit=200))
     run = tmp_path / "run"
@@ -164,7 +164,7 @@ def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(mul
 
 
 def test_a_factor_column_that_does_not_match_its_words_is_refused_naming_the_row(multi30k_dir, tmp_path):
-    import train
+    from hf_srcfeat.commands import train
 
     pairs = load_multi30k("train", "en", "de", multi30k_dir, limit=40)
     corpus = write_factor_corpus(tmp_path / "train.jsonl", pairs, lambda index, source: " ".join(

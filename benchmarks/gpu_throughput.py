@@ -1,0 +1,206 @@
+#!/usr/bin/env python
+"""Training throughput of the baseline and each method on a CUDA GPU: bf16 mixed precision, token-based batches,
+at the benchmark's size and at Transformer-base size.
+
+    python -m benchmarks.gpu_throughput --output benchmarks/results/gpu_throughput_h100.json
+
+For every system and size: the same token-budget batches of real Multi30k pairs (sources parsed with Stanza,
+on the GPU when there is one), collated on the CPU beforehand (a DataLoader with workers does that during real
+training), then `--warmup` untimed and `--steps` timed optimiser steps (AdamW, autocast bf16, fp32 weights).
+Interleaved: all systems of a size are built at once, each warms up, then they take turns for `--rounds`
+rounds on the same batches (a first run measuring one system after another gave the first one 15-30% fewer
+tokens/s than when measured last). Reports target tokens/s (non-padding, with the per-round values), source
+tokens/s, seconds per step, padding share, and the peak GPU memory of all systems of a size together; the result
+file is rewritten after each size, with the GPU's name, the software versions and the code version.
+`lfe_dae` has `lfe_joint`'s network (only its initialisation differs), so it is not measured apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import benchmark
+from hf_srcfeat.commands import train
+
+#: Model sizes: the CPU benchmark's, and Transformer-base (Vaswani et al. 2017) as the papers use it.
+SIZES = {
+    "benchmark": {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024},
+    "base": {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "attention_heads": 8, "ffn_dim": 2048},
+}
+SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
+
+
+def encoded_pairs(args) -> tuple[object, list[dict], float]:
+    """The tokenizer, the unpadded encodings (with labels) of the first `--pairs` Multi30k training pairs, and the
+    seconds their sources took to parse (near 0 when the annotation cache held them)."""
+    from transformers import AutoTokenizer
+
+    from hf_srcfeat.annotator_stanza import StanzaAnnotator
+    from hf_srcfeat.conllu import read_conllu
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
+
+    pairs = load_multi30k("train", "en", "de", args.data_dir, limit=args.pairs)
+    sources, targets = list(pairs["source"]), list(pairs["target"])
+    start = time.perf_counter()
+    if args.source_conllu:
+        annotations = [sentence for _, sentence in zip(range(len(sources)), read_conllu(args.source_conllu),
+                                                       strict=False)]
+        if [sentence.text for sentence in annotations] != sources:
+            raise SystemExit(f"{args.source_conllu} does not hold the parses of the first {len(sources)} training "
+                             "sources in order.")
+    else:
+        annotations = StanzaAnnotator(device=args.device).annotate(sources, show_progress=True)
+    parse_seconds = time.perf_counter() - start
+    if args.tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    else:
+        tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=8000, source_annotations=annotations)
+    encodings = tokenizer(annotations=annotations, text_target=targets, truncation=True, max_length=128)
+    rows = [{name: encodings[name][index] for name in encodings} for index in range(len(sources))]
+    return tokenizer, rows, parse_seconds
+
+
+def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int) -> list[dict]:
+    from transformers import DataCollatorForSeq2Seq
+
+    from hf_srcfeat.data.batching import TokenBudgetBatchSampler
+
+    lengths = [max(len(row["input_ids"]), len(row["labels"])) for row in rows]
+    collate = DataCollatorForSeq2Seq(tokenizer)
+    return [collate([rows[index] for index in batch])
+            for batch in TokenBudgetBatchSampler(lengths, max_tokens, seed=seed)]
+
+
+def build(system: str, size: str, tokenizer):
+    model_type, overrides = benchmark.SYSTEMS[system]
+    arguments = train.ModelArguments(model_type=model_type, config_overrides=json.dumps(overrides),
+                                     layernorm_position="pre", **SIZES[size])
+    return train.build_model(arguments, tokenizer, seed=1)
+
+
+class Trainee:
+    """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
+
+    def __init__(self, model, device: str):
+        self.model, self.device = model.to(device).train(), device
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
+        self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
+        self.round_rates: list[float] = []
+
+    def step(self, batch: dict) -> None:
+        batch = {name: value.to(self.device, non_blocking=True) for name, value in batch.items()}
+        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16):
+            loss = self.model(**batch).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def timed_round(self, batches: list[dict]) -> None:
+        synchronize(self.device)
+        start = time.perf_counter()
+        for batch in batches:
+            self.step(batch)
+        synchronize(self.device)
+        seconds = time.perf_counter() - start
+        target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+        self.seconds += seconds
+        self.steps += len(batches)
+        self.target_tokens += target_tokens
+        self.source_tokens += sum(int(batch["attention_mask"].sum()) for batch in batches)
+        self.padded += sum(batch["labels"].numel() + batch["input_ids"].numel() for batch in batches)
+        self.round_rates.append(target_tokens / seconds)
+
+    def summary(self) -> dict:
+        return {"steps": self.steps, "seconds": round(self.seconds, 3),
+                "seconds_per_step": round(self.seconds / self.steps, 4),
+                "target_tokens_per_second": round(self.target_tokens / self.seconds),
+                "target_tokens_per_second_per_round": [round(rate) for rate in self.round_rates],
+                "source_tokens_per_second": round(self.source_tokens / self.seconds),
+                "padding_share": round(1 - (self.target_tokens + self.source_tokens) / self.padded, 4),
+                "num_parameters": self.model.num_parameters()}
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmup: int, steps: int,
+                        rounds: int) -> dict[str, dict]:
+    """Every system warms up, then the systems take turns for `rounds` rounds of steps // rounds steps on the same
+    batches, so that clock, temperature and allocator changes over the run hit all systems alike."""
+    for trainee in trainees.values():
+        for index in range(warmup):
+            trainee.step(batches[index % len(batches)])
+    per_round = max(1, steps // rounds)
+    for round_index in range(rounds):
+        chunk = [batches[(warmup + round_index * per_round + i) % len(batches)] for i in range(per_round)]
+        for trainee in trainees.values():
+            trainee.timed_round(chunk)
+    return {system: trainee.summary() for system, trainee in trainees.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--pairs", type=int, default=5000, help="Multi30k training pairs to batch (default 5000)")
+    parser.add_argument("--max_tokens", type=int, default=8192, help="padded tokens per batch (default 8192)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=48, help="timed steps per system, over all rounds")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds in which the systems take turns")
+    parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--source_conllu", default=None,
+                        help="parses of the training sources (hf-srcfeat-annotate) instead of running Stanza")
+    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none (--device cpu for a smoke test).")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tokenizer, rows, parse_seconds = encoded_pairs(args)
+    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
+    result = {
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
+        "transformers": __import__("transformers").__version__, "code_version": train.code_version(),
+        "command": "python -m benchmarks.gpu_throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "warmup": args.warmup, "steps": args.steps,
+                     "rounds": args.rounds, "design": "interleaved: the systems of a size take turns each round",
+                     "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
+                     "sizes": {size: SIZES[size] for size in args.sizes}},
+        "source_parses": args.source_conllu or {
+            "parser": "stanza", "sentences": len(rows), "seconds": round(parse_seconds, 1), "device": args.device,
+            "note": "cold cache unless the annotation cache already held these sentences"},
+        "systems": {},
+    }
+    for size in args.sizes:
+        trainees = {system: Trainee(build(system, size, tokenizer), args.device) for system in args.systems}
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        measured = measure_interleaved(trainees, batches, args.warmup, args.steps, args.rounds)
+        reference = measured.get("baseline")
+        for system, summary in measured.items():
+            if reference:
+                summary["relative_time_per_target_token"] = round(
+                    reference["target_tokens_per_second"] / summary["target_tokens_per_second"], 3)
+            print(f"{size:9s} {system:20s} {summary['target_tokens_per_second']:>9,} target tokens/s "
+                  f"{summary['seconds_per_step'] * 1000:7.1f} ms/step", flush=True)
+        result["systems"][size] = measured
+        if args.device.startswith("cuda"):
+            result.setdefault("peak_memory_gib_all_systems_of_a_size", {})[size] = round(
+                torch.cuda.max_memory_allocated() / 2**30, 2)
+        del trainees
+        torch.cuda.empty_cache()
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=2))
+
+if __name__ == "__main__":
+    main()

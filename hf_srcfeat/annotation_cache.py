@@ -1,0 +1,108 @@
+"""The on-disk parse cache: SQLite, JSON values, keyed by the text and the annotator's identity, so that a
+corpus is parsed once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from .annotated_sentence import AnnotatedSentence
+
+ANNOTATION_CACHE_ENV = "HF_SRCFEAT_ANNOTATION_CACHE"
+
+
+class AnnotationCacheError(RuntimeError):
+    """The annotation cache file is not a readable cache."""
+
+
+class AnnotationCache:
+    """Persistent map (annotator identity, text) -> AnnotatedSentence in one SQLite file of JSON values.
+
+    Each thread gets its own connection (SQLite connections may not cross threads), so a tokenizer or pipeline can
+    serve a threaded web server or a thread pool."""
+
+    #: Seconds to wait for a cache another process holds locked before going on without it.
+    lock_timeout = 30.0
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._local = threading.local()
+        self.usable = True  # False once the file could not be opened or written: parsing goes on without it
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, timeout=self.lock_timeout)
+            connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
+            self._local.connection = connection
+        return connection
+
+    def _unusable(self, error: Exception) -> None:
+        """A file that is not a cache is an error naming it; one that cannot be opened, read or written right now
+        (read-only, locked, no room) is a warning, and parsing goes on without caching."""
+        if not isinstance(error, sqlite3.OperationalError):
+            raise AnnotationCacheError(
+                f"annotation cache {self.path} is unreadable ({error}); delete it (it is rebuilt as texts are parsed) "
+                f"or choose another file (cache_path=, --annotation_cache, ${ANNOTATION_CACHE_ENV}).") from error
+        if self.usable:
+            warnings.warn(f"annotation cache {self.path} cannot be used ({error}); parsing goes on without caching.",
+                          stacklevel=3)
+        self.usable = False
+
+    def __getstate__(self) -> dict:
+        # Picklable (datasets.map hashes and ships the tokenizer): connections are reopened where needed.
+        return {"path": self.path, "usable": self.usable}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self.usable, self._local = state["path"], state.get("usable", True), threading.local()
+
+    @staticmethod
+    def key(identity: str, text: str) -> str:
+        return hashlib.sha256(f"{identity}\n{text}".encode()).hexdigest()
+
+    def get_many(self, identity: str, texts: Sequence[str]) -> dict[str, AnnotatedSentence]:
+        keys = {self.key(identity, text): text for text in texts}
+        found: dict[str, AnnotatedSentence] = {}
+        if not self.usable:
+            return found
+        key_list = list(keys)
+        try:
+            for start in range(0, len(key_list), 500):
+                chunk = key_list[start:start + 500]
+                rows = self.connection.execute(
+                    f"SELECT key, value FROM annotations WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+                for key, value in rows:
+                    found[keys[key]] = AnnotatedSentence.from_json(value)
+        except sqlite3.DatabaseError as error:
+            self._unusable(error)
+        return found
+
+    def put_many(self, identity: str, sentences: dict[str, AnnotatedSentence]) -> None:
+        if not self.usable:
+            return
+        try:
+            with self.connection:
+                self.connection.executemany(
+                    "INSERT OR REPLACE INTO annotations VALUES (?, ?)",
+                    [(self.key(identity, text), sentence.to_json()) for text, sentence in sentences.items()])
+        except sqlite3.DatabaseError as error:
+            self._unusable(error)
+
+    def __len__(self) -> int:
+        return self.connection.execute("SELECT COUNT(*) FROM annotations").fetchone()[0]
+
+
+def default_cache_path() -> Path:
+    """`$HF_SRCFEAT_ANNOTATION_CACHE`, else `annotations.sqlite` in the user's cache folder."""
+    if os.environ.get(ANNOTATION_CACHE_ENV):
+        return Path(os.environ[ANNOTATION_CACHE_ENV])
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "hf_srcfeat" / "annotations.sqlite"
+

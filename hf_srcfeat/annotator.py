@@ -1,0 +1,166 @@
+"""`Annotator`: what every parser backend shares (validation, cache, batching, progress, worker processes).
+A backend implements the four methods its docstring lists; `annotators.py` registers it by name."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .annotated_sentence import AnnotatedSentence, AnnotatedWord, check_text
+from .annotation_cache import AnnotationCache, default_cache_path
+
+#: Part of the cache key: raise it when AnnotatedWord changes, so older cache entries are not reused.
+ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
+
+
+class Annotator:
+    """What every annotator shares: one text = one tree, validation of the texts, the on-disk cache, batching,
+    the progress bar, worker processes and thread safety. A backend (Stanza, spaCy, ...) subclasses it and
+    implements these:
+
+    - `backend`: its name, `settings()`: what a saved tokenizer records to re-create it, and the classmethods
+      `from_settings` (the reverse) and `from_arguments` (a command's `--annotator` arguments);
+    - `identity_parts()`: everything that changes its output (library and model versions), part of the cache key;
+    - `parse_batch(texts)`: the parses of a batch of texts (pre-tokenized when `self.pretokenized`), one tree each;
+    - `load()`: its pipeline, built once on first use (dropped when pickled, rebuilt where it is unpickled).
+
+    Args:
+        language: language code of the texts.
+        pretokenized: texts are already tokenized (words separated by spaces); the split is kept.
+        cache_path: SQLite cache file; default `$HF_SRCFEAT_ANNOTATION_CACHE`, else
+            `~/.cache/hf_srcfeat/annotations.sqlite`.
+        use_cache: read and write the cache; `False` parses every text.
+        batch_size: texts handed to the backend at once.
+        max_characters: longest text parsed (default 10,000, about 1,800 words); a longer one is an error naming it.
+    """
+
+    backend = ""
+
+    def __init__(self, language: str, pretokenized: bool = False, cache_path: str | os.PathLike | None = None,
+                 use_cache: bool = True, batch_size: int = 256, max_characters: int = 10000):
+        self.language = language
+        self.pretokenized = pretokenized
+        self.batch_size = batch_size
+        self.max_characters = max_characters
+        self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
+        self._pipeline = None
+        self._lock = threading.Lock()  # one pipeline, used by one thread at a time
+
+    # ------------------------------------------------------------------ what a backend implements
+
+    def settings(self) -> dict:
+        """JSON-able description a saved tokenizer keeps to re-create this annotator."""
+        raise NotImplementedError
+
+    def identity_parts(self) -> list[str]:
+        raise NotImplementedError
+
+    def load(self):
+        raise NotImplementedError
+
+    def parse_batch(self, texts: list[str]) -> list[AnnotatedSentence]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_arguments(cls, language: str | None, model: str | os.PathLike | None, device: str, **options
+                       ) -> Annotator:
+        """The annotator a command's `--annotator` arguments describe (`annotators.make_annotator`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_settings(cls, settings: dict, **options) -> Annotator:
+        """Re-create the annotator whose `settings()` a tokenizer recorded."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pipeline": None, "_lock": None}  # the pipeline is rebuilt on first use
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def with_pretokenized_input(self) -> Annotator:
+        """The same annotator for texts whose words are already separated by spaces."""
+        twin = copy.copy(self)
+        twin.pretokenized, twin._pipeline, twin._lock = True, None, threading.Lock()
+        return twin
+
+    @property
+    def pipeline(self):
+        if self._pipeline is None:
+            self._pipeline = self.load()
+        return self._pipeline
+
+    @property
+    def identity(self) -> str:
+        """Cache key part: the annotation format, the backend, and everything that changes its output."""
+        parts = [f"format={ANNOTATION_FORMAT}", f"backend={self.backend}", f"lang={self.language}",
+                 f"pretokenized={self.pretokenized}", *self.identity_parts()]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    def __call__(self, texts: str | Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
+        return self.annotate([texts] if isinstance(texts, str) else texts, show_progress=show_progress)
+
+    def annotate(self, texts: Sequence[str], show_progress: bool = True, num_proc: int = 1
+                 ) -> list[AnnotatedSentence]:
+        """One AnnotatedSentence per text (cached texts are not parsed again). With `num_proc` > 1 the texts not
+        yet cached are parsed by that many worker processes (each with one torch thread and its own pipeline),
+        which write to the same cache."""
+        for index, text in enumerate(texts):
+            check_text(index, text)
+            if len(text) > self.max_characters:
+                raise ValueError(f"text {index} has {len(text):,} characters, more than max_characters="
+                                 f"{self.max_characters:,}: split it into sentences (the models translate sentences) "
+                                 "or raise max_characters.")
+        unique = list(dict.fromkeys(texts))
+        identity = self.identity
+        done = self.cache.get_many(identity, unique) if self.cache is not None else {}
+        missing = [text for text in unique if text not in done]
+        if missing and num_proc > 1 and len(missing) >= 2 * num_proc:
+            done.update(self._annotate_in_processes(missing, num_proc, show_progress))
+        elif missing:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=len(missing), desc=self.backend, unit="sent", disable=not show_progress)
+            for start in range(0, len(missing), self.batch_size):
+                chunk = missing[start:start + self.batch_size]
+                with self._lock:
+                    parsed = dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+                if self.cache is not None:
+                    self.cache.put_many(identity, parsed)
+                done.update(parsed)
+                progress.update(len(chunk))
+            progress.close()
+        return [done[text] for text in texts]
+
+    def _annotate_in_processes(self, texts: list[str], num_proc: int, show_progress: bool
+                               ) -> dict[str, AnnotatedSentence]:
+        """Parse `texts` in `num_proc` spawned processes, every num_proc-th text each; the parses come back as JSON."""
+        import multiprocessing
+
+        chunks = [texts[start::num_proc] for start in range(num_proc)]
+        with multiprocessing.get_context("spawn").Pool(num_proc) as pool:
+            results = pool.starmap(_parse_chunk, [(self, chunk, show_progress and index == 0)
+                                                  for index, chunk in enumerate(chunks)])
+        return {text: AnnotatedSentence.from_json(parse) for chunk, parses in zip(chunks, results, strict=True)
+                for text, parse in zip(chunk, parses, strict=True)}
+
+
+def join_sentence_roots(words: list[AnnotatedWord], roots: list[int]) -> list[AnnotatedWord]:
+    """One tree over a text a parser split into sentences: every later sentence's root (1-based `roots`, the
+    first one kept) attaches to the first sentence's root, with the relation it had."""
+    first = roots[0]
+    return [replace(word, head=first) if index + 1 in roots[1:] else word for index, word in enumerate(words)]
+
+
+def _parse_chunk(annotator: Annotator, texts: list[str], show_progress: bool) -> list[str]:
+    """A worker process of `Annotator.annotate(num_proc=...)`: one torch thread, its own pipeline."""
+    import torch
+
+    torch.set_num_threads(1)
+    return [sentence.to_json() for sentence in annotator.annotate(texts, show_progress=show_progress)]

@@ -1,0 +1,129 @@
+"""`python -m hf_srcfeat.commands.annotate`: parse a corpus ahead of training or translation, into CoNLL-U.
+
+    python -m hf_srcfeat.commands.annotate --input train.en.gz --output train.en.conllu.gz --language en --device cuda
+    python -m hf_srcfeat.commands.annotate --input train.en.gz --output train.en.conllu.gz --num_proc 8
+    torchrun --nnodes 4 --nproc_per_node 8 ... -m hf_srcfeat.commands.annotate --input train.en.gz --output train.en.conllu.gz
+
+Scaling out: `--num_proc N` parses with N worker processes on this machine. Under `torchrun` or `accelerate
+launch` (RANK and WORLD_SIZE set; or `--shard_index/--num_shards` by hand) each process parses every
+WORLD_SIZE-th line into `OUTPUT.shard-<rank>-of-<world> (before any .gz)`, and rank 0 merges the shards, in the input's order, into
+OUTPUT once all are there (the output folder must be shared between machines), so a multi-node training run reads
+finished parses instead of waiting at a barrier.
+
+One sentence per input line, one CoNLL-U sentence per line out, in order (`# text` gives the line), which is what
+`training/train.py --train_source_conllu`, `hf-srcfeat-translate --input_format conllu` and
+`tokenizer(annotations=read_conllu(...))` read. Parses go through the annotation cache as they are made, so a
+killed run, started again, parses only what is still missing; the output file appears only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from hf_srcfeat.annotators import ANNOTATORS, make_annotator
+from hf_srcfeat.conllu import read_conllu, write_conllu
+
+
+def read_sentences(path: str) -> list[str]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        lines = [line.rstrip("\r\n") for line in handle]
+    empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+    if empty:
+        raise SystemExit(f"{path} line {empty[0]} is empty ({len(empty)} empty lines): a parse needs a sentence.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-srcfeat-annotate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", required=True, help="one sentence a line (.gz read as gzip)")
+    parser.add_argument("--output", required=True, help="CoNLL-U file to write (.gz written as gzip)")
+    parser.add_argument("--language", default=None,
+                        help="language of the input: Stanza's models for it (default en); a spaCy pipeline must match")
+    parser.add_argument("--annotator", choices=list(ANNOTATORS), default="stanza",
+                        help="the parser: Stanza (default) or a spaCy pipeline (--spacy_model)")
+    parser.add_argument("--spacy_model", default=None, help="spaCy pipeline package or folder, e.g. fr_core_news_sm")
+    parser.add_argument("--stanza_dir", default=None,
+                        help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where Stanza runs")
+    parser.add_argument("--annotation_cache", default=None,
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
+    parser.add_argument("--batch_size", type=int, default=256, help="sentences handed to Stanza at once")
+    parser.add_argument("--num_proc", type=int, default=1, help="worker processes on this machine (default 1)")
+    parser.add_argument("--shard_index", type=int, default=None, help="this shard (default: $RANK, else 0)")
+    parser.add_argument("--num_shards", type=int, default=None, help="shards in all (default: $WORLD_SIZE, else 1)")
+    parser.add_argument("--merge_timeout", type=float, default=24 * 3600,
+                        help="seconds shard 0 waits for the other shards before giving up (default one day)")
+    parser.add_argument("--report_json", default=None, help="write the counts and the time to this JSON file")
+    args = parser.parse_args(argv)
+    shard = args.shard_index if args.shard_index is not None else int(os.environ.get("RANK", 0))
+    shards = args.num_shards if args.num_shards is not None else int(os.environ.get("WORLD_SIZE", 1))
+    if not 0 <= shard < shards:
+        parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
+    if Path(args.output).resolve() == Path(args.input).resolve():
+        parser.error(f"--output {args.output} is the input file; it would be overwritten.")
+    sentences = read_sentences(args.input)[shard::shards]
+    model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
+    try:
+        annotator = make_annotator(args.annotator, language=args.language, model=model, device=args.device,
+                                   cache_path=args.annotation_cache, batch_size=args.batch_size)
+    except ValueError as error:
+        parser.error(str(error))
+    start = time.perf_counter()
+    parses = annotator.annotate(sentences, show_progress=shard == 0, num_proc=args.num_proc)
+    seconds = time.perf_counter() - start
+    target = args.output if shards == 1 else shard_path(args.output, shard, shards)
+    count = write_atomically(parses, target)
+    print(f"annotate: {count} sentences of {args.input} (shard {shard} of {shards}) parsed into {target} in "
+          f"{seconds:.1f} s ({count / max(seconds, 1e-9):.1f} sentences/s, cached ones included)", file=sys.stderr)
+    if shards > 1 and shard == 0:
+        merge_shards(args.output, shards, args.merge_timeout)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps({
+            "input": args.input, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
+            "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
+            "sentences_per_second": round(count / max(seconds, 1e-9), 1)}, indent=2))
+    return 0
+
+
+def shard_path(output: str, shard: int, shards: int) -> str:
+    """`train.en.conllu.gz` -> `train.en.conllu.shard-0-of-4.gz` (the compression suffix stays last)."""
+    stem, gz = (output[:-3], ".gz") if output.endswith(".gz") else (output, "")
+    return f"{stem}.shard-{shard}-of-{shards}{gz}"
+
+
+def write_atomically(parses, target: str) -> int:
+    """Write under a temporary name and rename when complete, so a file that exists is whole."""
+    partial = Path(target).with_name(Path(target).name + ".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    count = write_conllu(parses, partial, compress=target.endswith(".gz"))
+    os.replace(partial, target)
+    return count
+
+
+def merge_shards(output: str, shards: int, timeout: float) -> None:
+    """Wait for every shard file, then write them interleaved back into the input's order (shard k holds lines
+    k, k + shards, ...), and remove the shards."""
+    paths = [shard_path(output, shard, shards) for shard in range(shards)]
+    deadline = time.monotonic() + timeout
+    while not all(Path(path).exists() for path in paths):
+        if time.monotonic() > deadline:
+            missing = [path for path in paths if not Path(path).exists()]
+            raise SystemExit(f"annotate: shards {missing} did not appear within {timeout:.0f} s; not merging.")
+        time.sleep(2)
+    parts = [list(read_conllu(path)) for path in paths]
+    merged = [parts[index % shards][index // shards] for index in range(sum(len(part) for part in parts))]
+    write_atomically(merged, output)
+    for path in paths:
+        Path(path).unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

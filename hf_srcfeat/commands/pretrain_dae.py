@@ -1,0 +1,209 @@
+#!/usr/bin/env python
+"""Pre-train a latent feature encoder as a denoising autoencoder (Li, Li & Zhang 2021, Section 3).
+
+    hf-srcfeat-pretrain-dae --output_dir runs/dae_multi30k_en --max_steps 4000 \
+        --per_device_train_batch_size 64 --learning_rate 1e-3 --warmup_steps 400 --use_cpu --report_to none
+
+Each English source sentence s is corrupted on the fly into s' (new noise every time it is drawn): N_swap = 3
+swaps of two random words, round(0.1 n) random words dropped, round(0.2 n) of the remaining words replaced by
+the placeholder `<pad>` (the paper's token: its embedding is zero, and the encoder still attends to its position,
+as OpenNMT-py's length-based source mask does); a Transformer encoder-decoder learns to reconstruct s from s'. Only its encoder is used later,
+as the LFE of a `latent_feedback` translation model (`lfe_pretrained_from=<output_dir>`).
+
+The LFE shares the translation model's vocabulary, so this script trains (or loads, `--tokenizer_name_or_path`)
+the same joint Multi30k subword tokenizer that `train.py` would, and saves it; the translation run then loads
+it with `--tokenizer_name_or_path <output_dir>`. Monolingual data: the Multi30k training sources, plus the
+UD English-EWT training sentences with `--ewt_dir`. Also reported: reconstruction BLEU of validation sentences
+from their corrupted and from their original versions (the paper's Table 3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from datasets import Dataset
+from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+
+from hf_srcfeat.commands import train
+from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+
+logger = logging.getLogger("hf_srcfeat.pretrain_dae")
+
+
+@dataclass
+class Corruption:
+    """A corrupted sentence and what was done to it (positions refer to the sentence at that stage)."""
+
+    words: list[str]
+    swapped_pairs: list[tuple[int, int]]
+    dropped: list[int]
+    masked: list[int]
+
+
+def corrupt(words: list[str], rng: random.Random, swaps: int = 3, drop_ratio: float = 0.1,
+            mask_ratio: float = 0.2, placeholder: str = "<pad>") -> Corruption:
+    """Section 3's noise: `swaps` swaps of two random words, then round(drop_ratio n) words dropped, then
+    round(mask_ratio n) of the remaining words masked (n: the sentence's original number of words)."""
+    words, n = list(words), len(words)
+    swapped_pairs = []
+    for _ in range(swaps if n >= 2 else 0):
+        first, second = rng.sample(range(n), 2)
+        words[first], words[second] = words[second], words[first]
+        swapped_pairs.append((first, second))
+    dropped = sorted(rng.sample(range(n), min(round(n * drop_ratio), max(n - 1, 0))))  # never drop every word
+    words = [word for index, word in enumerate(words) if index not in set(dropped)]
+    masked = sorted(rng.sample(range(len(words)), min(round(n * mask_ratio), len(words))))
+    for index in masked:
+        words[index] = placeholder
+    return Corruption(words=words, swapped_pairs=swapped_pairs, dropped=dropped, masked=masked)
+
+
+class DenoisingCollator:
+    """Turns raw sentences into (corrupted source, original target) batches, with fresh noise per batch."""
+
+    def __init__(self, tokenizer, max_length: int, seed: int, swaps: int, drop_ratio: float, mask_ratio: float):
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.rng = random.Random(seed)
+        self.noise = dict(swaps=swaps, drop_ratio=drop_ratio, mask_ratio=mask_ratio,
+                          placeholder=tokenizer.pad_token)  # Section 3: "a placeholder token <pad>"
+
+    def corrupt_text(self, text: str) -> str:
+        return " ".join(corrupt(text.split(), self.rng, **self.noise).words)
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        originals = [example["text"] for example in examples]
+        # Plain subwords: the autoencoder reads no linguistic features.
+        batch = self.tokenizer([self.corrupt_text(text) for text in originals], text_target=originals,
+                               source_features=False, padding=True, truncation=True, max_length=self.max_length,
+                               return_tensors="pt")
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == self.tokenizer.pad_token_id, -100)
+        return dict(batch)
+
+
+@dataclass
+class DaeArguments:
+    tokenizer_name_or_path: str | None = field(default=None, metadata={
+        "help": "Use this tokenizer (e.g. the translation run's); by default train the joint Multi30k one."})
+    vocab_size: int = field(default=8000, metadata={"help": "Subword vocabulary size for a new tokenizer."})
+    subword_model: str = "bpe"
+    d_model: int = 256
+    encoder_layers: int = field(default=3, metadata={"help": "J, the LFE's number of layers."})
+    decoder_layers: int = 3
+    attention_heads: int = 4
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    layernorm_position: str = "pre"
+    data_dir: str | None = field(default=None, metadata={"help": "Multi30k folder (default: env, else download)."})
+    source_lang: str = "en"
+    target_lang: str = field(default="de", metadata={"help": "Only for training the joint tokenizer."})
+    ewt_dir: str | None = field(default=None, metadata={
+        "help": "Folder with en_ewt-ud-train.conllu(.gz): add its sentences to the monolingual data."})
+    max_train_samples: int | None = None
+    max_eval_samples: int = 200
+    max_length: int = 128
+    swaps: int = 3
+    drop_ratio: float = 0.1
+    mask_ratio: float = 0.2
+    stanza_dir: str | None = None
+    annotation_cache: str | None = None
+    overwrite_output_dir: bool = False
+
+
+def monolingual_sentences(args: DaeArguments, multi30k_train) -> tuple[list[str], list[str]]:
+    sentences, files = list(multi30k_train["source"]), [str(multi30k_file("train", args.source_lang, args.data_dir))]
+    if args.ewt_dir:
+        path = next((p for p in (Path(args.ewt_dir) / "en_ewt-ud-train.conllu.gz",
+                                 Path(args.ewt_dir) / "en_ewt-ud-train.conllu") if p.exists()), None)
+        if path is None:
+            raise SystemExit(f"no en_ewt-ud-train.conllu(.gz) in {args.ewt_dir}")
+        sentences += [sentence.text for sentence in read_conllu(path) if sentence.text]
+        files.append(str(path))
+    return sentences, files
+
+
+def reconstruction_bleu(model, tokenizer, sentences: list[str], collator: DenoisingCollator,
+                        batch_size: int = 50) -> dict[str, float]:
+    """Table 3: BLEU of the greedy reconstructions against the originals, from corrupted and original input."""
+    import sacrebleu
+
+    model.eval()
+    scores = {}
+    for name, inputs in (("from_corrupted", [collator.corrupt_text(text) for text in sentences]),
+                         ("from_original", sentences)):
+        outputs = []
+        for start in range(0, len(inputs), batch_size):
+            batch = tokenizer(inputs[start:start + batch_size], source_features=False, padding=True,
+                              truncation=True, max_length=collator.max_length, return_tensors="pt").to(model.device)
+            with torch.no_grad():
+                generated = model.generate(**batch, num_beams=1, max_new_tokens=collator.max_length)
+            outputs += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        scores[f"bleu_{name}"] = round(sacrebleu.corpus_bleu(outputs, [sentences]).score, 2)
+    return scores
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, training_args = train.parse_with_config(HfArgumentParser((DaeArguments, Seq2SeqTrainingArguments)), argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    training_args.remove_unused_columns = False  # the collator reads the raw "text" column
+    if training_args.do_train:
+        train.check_output_dir(training_args, args)
+    set_seed(training_args.seed)
+
+    multi30k_train = load_multi30k("train", args.source_lang, args.target_lang, args.data_dir, args.max_train_samples)
+    validation = list(load_multi30k("val", args.source_lang, args.target_lang, args.data_dir,
+                                    args.max_eval_samples)["source"])
+    # The autoencoder is a baseline Transformer, built as train.py builds one.
+    model_args = train.ModelArguments(
+        tokenizer_name_or_path=args.tokenizer_name_or_path, vocab_size=args.vocab_size,
+        subword_model=args.subword_model, d_model=args.d_model, encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers, attention_heads=args.attention_heads, ffn_dim=args.ffn_dim,
+        dropout=args.dropout, layernorm_position=args.layernorm_position)
+    data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
+                                    annotation_cache=args.annotation_cache)
+    # Only a new tokenizer needs the parses (for its feature vocabularies).
+    to_parse = [] if args.tokenizer_name_or_path else list(multi30k_train["source"])
+    tokenizer = train.build_tokenizer(model_args, data_args, training_args, multi30k_train, to_parse)
+    sentences, data_files = monolingual_sentences(args, multi30k_train)
+
+    model = train.build_model(model_args, tokenizer, training_args.seed)
+    collator = DenoisingCollator(tokenizer, args.max_length, training_args.seed, args.swaps, args.drop_ratio,
+                                 args.mask_ratio)
+    trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
+                             data_collator=collator, processing_class=tokenizer)
+    results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,
+                     "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
+                     "num_parameters": model.num_parameters()}
+    if training_args.do_train:
+        start = time.monotonic()
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        results["train_seconds"] = time.monotonic() - start
+        results["log_history"] = trainer.state.log_history
+        trainer.save_model()
+        Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
+        Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
+    results["reconstruction"] = reconstruction_bleu(model, tokenizer, validation, collator)
+    results["reconstruction_data_file"] = str(multi30k_file("val", args.source_lang, args.data_dir))
+    logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])
+    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+    Path(training_args.output_dir, "dae_results.json").write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
+def cli() -> int:
+    """The `hf-srcfeat-pretrain-dae` console script."""
+    main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,270 @@
+#!/usr/bin/env python
+"""Turn a trained run into a Hugging Face Hub repository folder, then upload it or serve it from a git mirror.
+
+    hf-srcfeat-publish runs/deps_san_multi30k_en_de --repo_id hf-srcfeat/deps-san-multi30k-en-de \
+        --output runs/publish/deps-san-multi30k-en-de --dry-run          # build the folder only
+    ... --upload                                                         # HfApi.upload_folder, token: $HF_TOKEN
+    ... --mirror /srv/hf-mirrors                                          # commit into <mirror>/models/<org>/<name>
+
+The folder holds the weights (safetensors), config, generation config, the tokenizer with its feature
+vocabularies, the model card rendered from `hf_srcfeat/model_cards/<model_type>.md` as README.md, and the model and
+tokenizer code for `trust_remote_code=True` loading (flat sibling modules, registered with `auto_map`).
+The card's results come from the benchmark's result files (`--benchmark_system`) or, failing that, from the
+run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten.
+`--upload` and `--mirror` record the repository in `benchmarks/results/published_models.json`, from which
+`python -m benchmarks.model_zoo` makes the documentation's model zoo table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import hf_srcfeat  # registers the model classes and the translation pipeline
+from hf_srcfeat.commands import train
+
+#: The source checkout this module runs from (the benchmark's results live there; a wheel install has none).
+REPO = Path(__file__).resolve().parents[2]
+CARD_TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
+LICENSE = "apache-2.0"
+DEFAULT_REGISTRY = REPO / "benchmarks" / "results" / "published_models.json"
+
+
+def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -> dict | None:
+    """Test-set scores of this checkpoint: from the benchmark's result file of `system` for the run's seed (with
+    the mean over every seed of that system), else from the run's own `results.json`."""
+    path = run_dir / "results.json"
+    run = json.loads(path.read_text()) if path.exists() else {}
+    if system and benchmark_dir is not None:
+        files = sorted(benchmark_dir.glob(f"{system}_seed*.json"))
+        if not files:
+            raise SystemExit(f"no benchmark result files {system}_seed*.json in {benchmark_dir}.")
+        by_seed = {result["seed"]: result for result in (json.loads(file.read_text()) for file in files)}
+        if run.get("seed") not in by_seed:
+            raise SystemExit(f"{run_dir} is not one of the benchmark runs of {system!r} (seeds {sorted(by_seed)}; "
+                             f"the run's results.json says seed {run.get('seed')}).")
+        own = by_seed[run["seed"]]["test"]
+        seeds = sorted(by_seed)
+        against_baseline = {"against_baseline": {
+            "baseline_bleu": own["significance_vs_baseline"]["baseline_bleu"],
+            "p_value": round(own["significance_vs_baseline"]["p_value"], 4)}} if "significance_vs_baseline" in own else {}
+        measured = (f"Multi30k en→de test_2016_flickr ({by_seed[run['seed']].get('test_sentences', 1000):,} "
+                    f"sentences), beam {by_seed[run['seed']].get('test_num_beams', 4)}")
+        return {"source": f"hf_srcfeat benchmark, system `{system}`, seed {run['seed']}", "measured": measured,
+                **against_baseline,
+                "bleu": own["bleu"], "bleu_lowercase": own["bleu_lowercase"], "chrf": own["chrf"],
+                "bleu_signature": own["bleu_signature"], "system": system, "seed": run["seed"],
+                "trained_by": f"python -m benchmarks.benchmark run --systems {system} --seeds {run['seed']}",
+                "mean_over_seeds": {
+                    "seeds": seeds,
+                    "bleu": round(statistics.mean(by_seed[seed]["test"]["bleu"] for seed in seeds), 2),
+                    "chrf": round(statistics.mean(by_seed[seed]["test"]["chrf"] for seed in seeds), 2)}}
+    metrics = run.get("test_metrics") or {}
+    if "test_bleu" in metrics:
+        setup = run.get("test_setup")
+        measured = (f"{setup['set']} ({setup['sentences']:,} sentences), beam {setup['num_beams']}" if setup else
+                    "Multi30k test_2016_flickr; the number of sentences and the beam were not recorded by this run")
+        return {"source": "this run's `results.json` (hf-srcfeat-train)", "measured": measured,
+                "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
+                "bleu_signature": (setup or {}).get("bleu_signature", "not recorded by this run")}
+    return None
+
+
+def results_section(results: dict | None) -> str:
+    if results is None:
+        return "\n\nNot measured: no benchmark result and no test metrics were found for this run.\n"
+    measured = results.get("measured", "Multi30k en→de test_2016_flickr (1,000 sentences), beam 4")
+    text = (f"\n\n{measured}: sacreBLEU {results['bleu']}, chrF {results['chrf']}"
+            f"{', lowercased BLEU ' + str(results['bleu_lowercase']) if 'bleu_lowercase' in results else ''} "
+            f"(from {results['source']}; BLEU signature `{results['bleu_signature']}`).")
+    if "against_baseline" in results:
+        baseline = results["against_baseline"]
+        text += (f" The baseline trained with the same seed, size, data and budget scores {baseline['baseline_bleu']} "
+                 f"(difference {results['bleu'] - baseline['baseline_bleu']:+.2f} BLEU; paired bootstrap resampling, "
+                 f"p = {baseline['p_value']:.3f}).")
+    if "mean_over_seeds" in results:
+        mean = results["mean_over_seeds"]
+        text += (f" Mean over the benchmark's seeds {', '.join(map(str, mean['seeds']))}: sacreBLEU {mean['bleu']}, "
+                 f"chrF {mean['chrf']}; the comparison with the baseline and the other methods is the results "
+                 "table of the hf_srcfeat README.\n\nThis checkpoint was trained by "
+                 f"`{results['trained_by']}` (the benchmark's shared size, data, optimiser and budget).")
+    return text + "\n"
+
+
+def render_card(template: str, repo_id: str, results: dict | None) -> str:
+    """The card with the Hub's metadata (license, metrics, model-index with the results) and the repo id."""
+    _, front_matter, body = template.split("---", 2)
+    metadata = yaml.safe_load(front_matter)
+    metadata.update({"license": LICENSE, "metrics": ["bleu", "chrf"]})
+    body = body.replace("<this repository>", repo_id)
+    head, rest = body.split("## Results", 1)
+    tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
+    if results is not None:
+        metadata["model-index"] = [{"name": repo_id.split("/")[-1], "results": [{
+            "task": {"type": "translation", "name": "Translation en→de"},
+            "dataset": {"type": "multi30k", "name": "Multi30k test_2016_flickr", "split": "test"},
+            "metrics": [{"type": "bleu", "name": "sacreBLEU", "value": results["bleu"]},
+                        {"type": "chrf", "name": "chrF", "value": results["chrf"]}]}]}]
+    return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True) + "---" + head + \
+        "## Results" + results_section(results) + tail
+
+
+def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | None) -> Path:
+    if output.exists() and not output.is_dir():
+        raise SystemExit(f"--output {output} is a file; name a folder to build the repository in.")
+    if output.exists() and any(output.iterdir()):
+        raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
+    model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    # auto_map entries + code files, so that the repository loads with trust_remote_code=True alone.
+    type(model.config).register_for_auto_class()
+    type(model).register_for_auto_class("AutoModelForSeq2SeqLM")
+    type(tokenizer).register_for_auto_class("AutoTokenizer")
+    # The translation pipeline ships too (`custom_pipelines` in config.json and its module), so that
+    # `transformers.pipeline(model=repo_id, trust_remote_code=True)` translates without hf_srcfeat installed; saving
+    # the pipeline saves the model and the tokenizer.
+    hf_srcfeat.pipeline("translation", model=model, tokenizer=tokenizer).save_pretrained(output)
+    # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
+    (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
+    template = CARD_TEMPLATES / f"{model.config.model_type}.md"
+    if not template.exists():
+        raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
+    card = render_card(template.read_text(), repo_id, results)
+    (output / "README.md").write_text(card, encoding="utf-8")
+    return output
+
+
+#: Optional files transformers probes for when loading. For a file missing from a local mirror olah answers 401
+#: (the Hub: 404), which huggingface_hub reads as "repository not found" and transformers does not catch, so
+#: the mirror gets neutral stand-ins: an empty added-tokens map, an empty chat template (a translation tokenizer
+#: has none; "" is falsy like None) and a listable, empty chat-template folder.
+MIRROR_PLACEHOLDERS = {
+    "added_tokens.json": "{}\n",
+    "chat_template.jinja": "",
+    "additional_chat_templates/README.md": "No chat templates: a translation model (stand-in for mirror serving).\n",
+}
+
+
+def add_mirror_placeholders(repository: Path) -> None:
+    for name, content in MIRROR_PLACEHOLDERS.items():
+        path = repository / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse what the Hub would refuse (huggingface_hub's own validator: no '..', no '--', no path tricks) and
+    anything but org/name, with a message naming the id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise SystemExit(f"--repo_id {repo_id!r} is not a valid Hub repository id: {error}") from error
+    if repo_id.count("/") != 1:
+        raise SystemExit(f"--repo_id must be org/name, got {repo_id!r}.")
+
+
+def commit_to_mirror(folder: Path, mirror: Path, repo_id: str) -> Path:
+    """Commit the folder as the `main` branch of <mirror>/models/<org>/<name> (a git repository olah serves).
+    Only that repository's own files are replaced; a path outside the mirror, or a folder there that is not a git
+    repository (someone else's files), is refused before anything is deleted."""
+    check_repo_id(repo_id)
+    models = (mirror / "models").resolve()
+    repository = (models / repo_id).resolve()
+    if repository.parent.parent != models:
+        raise SystemExit(f"--repo_id {repo_id!r} leads outside the mirror's models folder {models}; refused.")
+    if repository.exists() and any(repository.iterdir()) and not (repository / ".git").exists():
+        raise SystemExit(f"{repository} exists and is not a mirror repository (no .git); not replacing its files.")
+    repository.mkdir(parents=True, exist_ok=True)
+    git = ["git", "-c", "user.name=hf_srcfeat publish", "-c", "user.email=publish@hf-srcfeat.invalid"]
+    if not (repository / ".git").exists():
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repository, check=True)
+    for entry in repository.iterdir():  # the new commit holds exactly the published files
+        if entry.name != ".git":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    shutil.copytree(folder, repository, dirs_exist_ok=True)
+    add_mirror_placeholders(repository)
+    subprocess.run(git + ["add", "-A"], cwd=repository, check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", f"Publish {repo_id}"], cwd=repository, check=True)
+    return repository
+
+
+def upload(folder: Path, repo_id: str) -> str:
+    """Upload with HfApi.upload_folder; returns the new commit's id."""
+    from huggingface_hub import HfApi
+
+    token = os.environ.get("HF_TOKEN")
+    if not token:
+        raise SystemExit("set HF_TOKEN to a Hub token with write access to upload (or use --dry-run / --mirror).")
+    api = HfApi(token=token)
+    api.create_repo(repo_id, exist_ok=True)
+    return api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Publish with hf_srcfeat").oid
+
+
+def record_publication(registry: Path, entry: dict) -> None:
+    """Add (or replace, by repo id) the entry in the registry the README's model zoo table is made from."""
+    entries = json.loads(registry.read_text()) if registry.exists() else []
+    entries = [old for old in entries if old["repo_id"] != entry["repo_id"]] + [entry]
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    temporary = registry.with_suffix(".tmp")
+    temporary.write_text(json.dumps(sorted(entries, key=lambda e: e["repo_id"]), indent=2, ensure_ascii=False) + "\n")
+    temporary.replace(registry)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="hf-srcfeat-publish", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a trained model folder (hf-srcfeat-train's output_dir)")
+    parser.add_argument("--repo_id", required=True, help="org/name on the Hub")
+    parser.add_argument("--output", type=Path, required=True, help="where to build the repository folder")
+    parser.add_argument("--benchmark_system", help="take the card's results from this benchmark system")
+    parser.add_argument("--benchmark_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark")
+    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY,
+                        help="published models, read by benchmarks/model_zoo.py (default: %(default)s)")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--dry-run", action="store_true", help="build the folder and stop")
+    target.add_argument("--upload", action="store_true", help="upload with HfApi.upload_folder ($HF_TOKEN)")
+    target.add_argument("--mirror", type=Path, help="commit into this local mirror folder for self-hosting")
+    args = parser.parse_args(argv)
+    check_repo_id(args.repo_id)
+    results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)
+    folder = build_repository(args.run_dir, args.repo_id, args.output, results)
+    print(f"built {folder}")
+    if args.dry_run:
+        return folder
+    if args.mirror:
+        repository = commit_to_mirror(folder, args.mirror, args.repo_id)
+        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        destination = "local mirror"
+        print(f"committed to {repository}")
+    else:
+        revision, destination = upload(folder, args.repo_id), "huggingface.co"
+        print(f"uploaded {args.repo_id} at {revision}")
+    record_publication(args.registry, {
+        "repo_id": args.repo_id, "model_type": json.loads((folder / "config.json").read_text())["model_type"],
+        "destination": destination, "revision": revision,
+        "published": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "code_version": train.code_version(), "results": results})
+    return folder
+
+
+def cli() -> int:
+    """The `hf-srcfeat-publish` console script."""
+    main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,664 @@
+#!/usr/bin/env python
+"""`hf-srcfeat-train`: train a source-feature translation model with Seq2SeqTrainer (cf. Transformers'
+run_translation.py), on Multi30k or your own corpus.
+
+    hf-srcfeat-train --output_dir runs/baseline --max_steps 2000 --per_device_train_batch_size 64
+    hf-srcfeat-train --config examples/recipes/deps_san_multi30k_en_de.json --max_steps 100 --output_dir runs/try
+
+Every Seq2SeqTrainingArguments option works. A recipe (`--config FILE`, JSON or YAML, or the file as the first
+argument) gives arguments as a mapping; flags beside it override its values. The same command runs unchanged as
+several processes: `torchrun --nproc_per_node 2 -m hf_srcfeat.commands.train ...` or
+`accelerate launch -m hf_srcfeat.commands.train ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from datasets import Dataset, Features, Value, concatenate_datasets
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+    set_seed,
+)
+
+import hf_srcfeat
+from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotators import make_annotator as make_named_annotator
+from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
+from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
+from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
+from hf_srcfeat.data.user_factors import attach_factors
+from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.tokenization_source_features import (
+    check_tokenizer_matches,
+    storage_features,
+    stored_columns,
+    train_source_feature_tokenizer,
+)
+
+logger = logging.getLogger("hf_srcfeat.train")
+
+MODEL_CONFIGS = {config_class.model_type: config_class for config_class, _, _ in hf_srcfeat.MODEL_CLASSES}
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Start from this trained model (path or Hub id) instead of a new one."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={
+        "help": "Use this tokenizer; by default a joint subword tokenizer is trained on the training data."})
+    model_type: str = field(default="srcfeat_transformer", metadata={"help": f"One of {list(MODEL_CONFIGS)}."})
+    subword_model: str = field(default="bpe", metadata={"help": "bpe or unigram (for a new tokenizer)."})
+    pos_tagset: str = field(default="upos", metadata={
+        "help": "What the POS feature holds (for a new tokenizer): upos (17 universal tags) or xpos (the parser's "
+                "language-specific tags, e.g. Penn Treebank for English, as CoreNLP gave the papers)."})
+    vocab_size: int = field(default=8000, metadata={"help": "Subword vocabulary size (for a new tokenizer)."})
+    d_model: int = 256
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    attention_heads: int = 4
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    layernorm_position: str = "post"
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'."})
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A `datasets` source (Hub id, local folder, loading script) with a `translation` column or "
+                "--source_column/--target_column; `multi30k` (the default when no file is given) reads Multi30k."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. ro-en."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "JSON lines {\"translation\": {src: ..., tgt: ...}}, a two-column .tsv, or a prefix P of the text files "
+                "P.<source_lang> and P.<target_lang> (.gz allowed)."})
+    validation_file: str | None = field(default=None, metadata={"help": "As --train_file."})
+    test_file: list[str] | None = field(default=None, metadata={
+        "help": "One or more test sets (as --train_file); each is scored and written as test_<name>_predictions.txt.",
+        "nargs": "+"})
+    source_column: str | None = field(default=None, metadata={"help": "Source text column of --dataset_name."})
+    source_parse_column: str | None = field(default=None, metadata={
+        "help": "Column of --dataset_name (or field of the JSON lines) holding each source's CoNLL-U parse, from any "
+                "parser: used instead of parsing with Stanza."})
+    source_factor_columns: list[str] | None = field(default=None, metadata={
+        "help": "Columns of --dataset_name (or fields of the JSON lines) each holding a factor of your own, one value "
+                "per source word, space-separated (named-entity tags, domain tags, clusters, ...); the factor is named "
+                "after its column (factor_<column>_ids; a relevance model embeds it with source_factors). The "
+                "values follow the parse's words with --source_parse_column, else the source's whitespace-separated "
+                "words, which are then parsed as given.", "nargs": "+"})
+    target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
+    source_lang: str = "en"
+    target_lang: str = "de"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    max_predict_samples: int | None = None
+    max_source_length: int = 128
+    max_target_length: int = 128
+    do_predict_test: bool = field(default=True, metadata={"help": "Translate and score the test sets."})
+    annotator: str = field(default="stanza", metadata={
+        "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
+                "have been built with the same one."})
+    spacy_model: str | None = field(default=None, metadata={
+        "help": "spaCy pipeline package or folder for --annotator spacy, e.g. fr_core_news_sm."})
+    stanza_dir: str | None = field(default=None, metadata={
+        "help": "Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's normal download)."})
+    train_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the training sources (one sentence per source, in order; .gz read as gzip) from "
+                "any parser: used instead of parsing with Stanza."})
+    validation_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the validation sources (as --train_source_conllu)."})
+    test_source_conllu: str | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the test sources (as --train_source_conllu)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "Processes tokenizing the corpus (datasets.map num_proc), as in run_translation.py."})
+    annotation_num_proc: int = field(default=1, metadata={
+        "help": "Worker processes parsing the sources not yet in the annotation cache (one torch thread each)."})
+    annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu or cuda."})
+    annotation_cache: str | None = field(default=None, metadata={
+        "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
+    max_train_minutes: float | None = field(default=None, metadata={
+        "help": "Stop training after this many minutes (wall clock), whatever max_steps says."})
+    max_tokens_per_batch: int | None = field(default=None, metadata={
+        "help": "Token-based batching (fairseq --max-tokens): training batches of sentences of similar length holding "
+                "at most this many padded tokens (rows x longest of source and target), instead of "
+                "per_device_train_batch_size sentences."})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "Stop after this many evaluations without a lower validation loss and keep the best checkpoint "
+                "(needs eval and save every eval_steps); train to convergence with a large max_steps."})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Allow writing into a non-empty output_dir (otherwise refused, so nothing saved is lost)."})
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training once a wall-clock budget is spent (the quickstart and benchmark use it)."""
+
+    def __init__(self, minutes: float):
+        self.seconds, self.start = minutes * 60.0, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= self.seconds:
+            control.should_training_stop = True  # train.py then saves the model as after any training
+
+
+@functools.cache
+def code_version() -> str:
+    """Git commit of the code this process runs, taken at the first call (a long benchmark worker keeps the
+    code it imported even when the checkout moves on), with '+dirty' when the library, the training scripts or
+    pyproject.toml had uncommitted changes; $HF_SRCFEAT_CODE_VERSION where set, else 'unknown', outside a git
+    checkout."""
+    if os.environ.get("HF_SRCFEAT_CODE_VERSION"):  # a copy of a commit without its git folder (e.g. a GPU machine)
+        return os.environ["HF_SRCFEAT_CODE_VERSION"]
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        # Result files written by the measurement scripts themselves do not make the code dirty.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)hf_srcfeat",
+                                ":(top)benchmarks", ":(top)examples", ":(top)pyproject.toml",
+                                ":(exclude,top)benchmarks/results"],
+                               cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def parameter_fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 over all parameters: equal across processes iff they hold the same model."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+#: What a training run writes into its output_dir (and `--overwrite_output_dir` removes before a new run, so that
+#: nothing of the old run, such as its tokenizer or checkpoints, is silently reused or mixed in).
+RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "feature_vocab.json",
+               "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+               "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
+               "training_args.json", "parameters_rank*.json", "checkpoint-*")
+
+
+def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
+    output_dir = Path(training_args.output_dir)
+    if (output_dir.is_dir() and any(output_dir.iterdir()) and not data_args.overwrite_output_dir
+            and not training_args.resume_from_checkpoint):
+        raise SystemExit(
+            f"output_dir {output_dir} is not empty. Pass --overwrite_output_dir to write into it, or "
+            "--resume_from_checkpoint to continue a run."
+        )
+
+
+def clear_previous_run(output_dir: Path) -> list[str]:
+    """Remove an earlier run's outputs (RUN_OUTPUTS) from output_dir, leaving any other file; returns their names."""
+    import shutil
+
+    removed = []
+    for pattern in RUN_OUTPUTS:
+        for path in sorted(output_dir.glob(pattern)):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            removed.append(path.name)
+    return removed
+
+
+def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
+    """Without --do_train, evaluate a trained model: --model_name_or_path, else the run in output_dir; refuse to
+    score a new, untrained model."""
+    if model_args.model_name_or_path:
+        return
+    if Path(training_args.output_dir, "config.json").exists():
+        model_args.model_name_or_path = training_args.output_dir
+        logger.info("evaluating the trained model in %s", training_args.output_dir)
+        return
+    raise SystemExit(f"nothing to evaluate: without --do_train, pass --model_name_or_path or an --output_dir "
+                     f"holding a trained model ({training_args.output_dir} has no config.json).")
+
+
+PARSE_COLUMN = "source_parse"
+
+
+def parses_another_sentence(sentence: AnnotatedSentence, source: str) -> bool:
+    """Whether a parse that gives its text (`# text`) is of another sentence than the source it is paired with."""
+    return bool(sentence.text) and sentence.text.strip() != source.strip()
+
+
+def source_parses(path: str, split_name: str, data, cut: bool):
+    """The split with the parses of its sources from a CoNLL-U file as a column (JSON), checked against the split:
+    one sentence per source (the file may go on when `cut`, the split being cut short by --max_*_samples), and where
+    the file gives `# text`, the same text; the first mismatch is named. The file is streamed twice (a check, then
+    an Arrow column on disk), never held whole."""
+    count = 0
+    for index, sentence in enumerate(read_conllu(path)):
+        if index == len(data):
+            if cut:
+                break
+            raise ValueError(f"{path} has more sentences than the {len(data)} sources of the {split_name} split; "
+                             "the parses must follow the sources one to one.")
+        source = data[index]["source"]
+        if parses_another_sentence(sentence, source):
+            raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of {sentence.text!r}, "
+                             f"but {split_name} source {index + 1} is {source!r}.")
+        count += 1
+    if count < len(data):
+        raise ValueError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
+                         "sources; the parses must follow the sources one to one.")
+    parses = Dataset.from_generator(conllu_rows, gen_kwargs={"path": path, "limit": len(data)},
+                                    features=Features({PARSE_COLUMN: Value("string")}))
+    return concatenate_datasets([data, parses], axis=1)
+
+
+def conllu_rows(path: str, limit: int):
+    for _, sentence in zip(range(limit), read_conllu(path), strict=False):
+        yield {PARSE_COLUMN: sentence.to_json()}
+
+
+#: Raise when the stored encoding changes, so that cached encodings of older code are not reused.
+STORAGE_FORMAT = 1
+
+
+def tokenization_fingerprint(data, tokenizer, data_args: DataArguments) -> str:
+    """What the tokenized split depends on, named explicitly: the split (its datasets fingerprint), the tokenizer's
+    vocabularies, the lengths, and the parser when the split is parsed here. The same on every rank and in every
+    run, whether the tokenizer was just trained or loaded (datasets' own hash of the function would differ), so the
+    ranks share one cached encoding and a second run reuses it."""
+    parts = [data._fingerprint, tokenizer.fingerprint(), str(data_args.max_source_length),
+             str(data_args.max_target_length), f"storage={STORAGE_FORMAT}"]
+    if PARSE_COLUMN not in data.column_names:
+        parts.append(tokenizer.annotator.identity)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def dataset_column(data, name: str):
+    """The values of one column, streamed in batches."""
+    for batch in data.iter(batch_size=10_000):
+        yield from batch[name]
+
+
+#: Sources handed to the annotator at once: parsing goes through the cache chunk by chunk, so a large corpus is never
+#: held whole as Python strings.
+ANNOTATION_CHUNK = 100_000
+
+
+def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
+    """The CoNLL-U parse of each source from its column, checked against the source (`# text`), as JSON."""
+    parses = []
+    for index, source, block in zip(indices, batch["source"], batch[SOURCE_CONLLU], strict=True):
+        try:
+            sentences = list(read_conllu(block.splitlines()))
+        except ValueError as error:
+            raise ValueError(f"{origin} row {index + 1}: its source parse is not valid CoNLL-U: {error}") from None
+        if len(sentences) != 1:
+            raise ValueError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
+        if parses_another_sentence(sentences[0], source):
+            raise ValueError(f"{origin} row {index + 1}: the parse is of {sentences[0].text!r}, the source is "
+                             f"{source!r}.")
+        parses.append(sentences[0].to_json())
+    return {PARSE_COLUMN: parses}
+
+
+def attach_factor_columns(data, names: list[str], pretokenized_annotator, origin: str):
+    """The split with each row's word-aligned factor columns attached to the words of its parse (PARSE_COLUMN): the
+    given parse, or else a parse of the source's whitespace-separated words as they are split (so that values and
+    words line up, as in OpenNMT-py's factor files); `pretokenized_annotator()` makes that parser when needed. A row
+    whose values do not match its words is an error naming the row."""
+    columns = [SOURCE_FACTOR_PREFIX + name for name in names]
+
+    def attach(batch, indices):
+        if PARSE_COLUMN in batch:
+            parses = [AnnotatedSentence.from_json(parse) for parse in batch[PARSE_COLUMN]]
+        else:
+            parses = pretokenized_annotator().annotate(batch["source"], show_progress=False)
+        attached = []
+        for row, (index, parse) in enumerate(zip(indices, parses, strict=True)):
+            values = {name: (batch[column][row] or "").split() for name, column in zip(names, columns, strict=True)}
+            try:
+                attached.append(attach_factors(parse, values).to_json())
+            except ValueError as error:
+                raise ValueError(f"{origin} row {index + 1}: {error}") from None
+        return {PARSE_COLUMN: attached}
+
+    return data.map(attach, batched=True, with_indices=True, remove_columns=columns, desc=f"factors of {origin}")
+
+
+def make_annotator(data_args: DataArguments):
+    """The annotator of raw sources that `--annotator` names."""
+    model = data_args.spacy_model if data_args.annotator == "spacy" else data_args.stanza_dir
+    return make_named_annotator(data_args.annotator, language=data_args.source_lang, model=model,
+                                device=data_args.annotation_device, cache_path=data_args.annotation_cache)
+
+
+def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
+                    unparsed: list):
+    """Load the given feature-aware tokenizer, or train one on the main process and share it through
+    output_dir; either way its annotator parses every source sentence without a given parse once (cached) before
+    tokenization."""
+    # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
+    annotator = make_annotator(data_args) if unparsed else None
+    saved = Path(training_args.output_dir) / "tokenizer.json"
+    # The main process annotates and trains first; the others then read its cache and files.
+    with training_args.main_process_first(desc="annotation and tokenizer"):
+        for data in unparsed:
+            for chunk in data.iter(batch_size=ANNOTATION_CHUNK):
+                annotator.annotate(chunk["source"], show_progress=training_args.local_process_index == 0,
+                                   num_proc=data_args.annotation_num_proc)
+        if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
+            if not isinstance(tokenizer, hf_srcfeat.SourceFeatureTokenizer):
+                raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
+                                 "source features (train a new one by leaving --tokenizer_name_or_path out).")
+        else:
+            if PARSE_COLUMN in train_data.column_names:
+                annotations = map(AnnotatedSentence.from_json, dataset_column(train_data, PARSE_COLUMN))
+            else:  # parsed and cached above: these are cache reads, chunk by chunk
+                annotations = (sentence for batch in train_data.iter(batch_size=ANNOTATION_CHUNK)
+                               for sentence in annotator.annotate(batch["source"], show_progress=False))
+            tokenizer = train_source_feature_tokenizer(
+                dataset_column(train_data, "source"), dataset_column(train_data, "target"),
+                vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
+                language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset,
+                annotator=annotator)
+            tokenizer.save_pretrained(training_args.output_dir)
+    if annotator is not None:
+        tokenizer.annotator = annotator
+    return tokenizer
+
+
+def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
+    """The tokenizer's feature vocabulary sizes (`num_lemmas`, ...), for the configs that take them."""
+    accepted = config_argument_names(config_class)
+    return {name: size for name, size in tokenizer.feature_vocabularies.sizes().items() if name in accepted}
+
+
+def config_argument_names(config_class) -> set[str]:
+    """The arguments a config class takes (a composed config: every component's)."""
+    if issubclass(config_class, hf_srcfeat.SrcFeatComposedConfig):
+        return {*BACKBONE_ARGUMENTS, *(name for arguments in COMPONENT_ARGUMENTS.values() for name in arguments)}
+    return set(inspect.signature(config_class.__init__).parameters)
+
+
+def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
+                 special_token_ids: dict[str, int] | None = None):
+    """The config of a new `--model_type` model from the arguments (size, `--config_overrides`) and the
+    tokenizer's vocabulary sizes; `config_overrides` win over everything else."""
+    if model_args.model_type not in MODEL_CONFIGS:
+        raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
+    overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+    config_class = MODEL_CONFIGS[model_args.model_type]
+    accepted = config_argument_names(config_class)
+    feature_sizes = {name: size for name, size in (feature_vocabulary_sizes or {}).items() if name in accepted}
+    return config_class(
+        vocab_size=vocab_size, d_model=model_args.d_model,
+        encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
+        encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
+        encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
+        label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
+        **(special_token_ids or {}), **{**feature_sizes, **overrides},
+    )
+
+
+def build_model(model_args: ModelArguments, tokenizer, seed: int):
+    """A new model of `--model_type` initialised from `seed`, or the pretrained `--model_name_or_path`."""
+    # Seeded here, not only at start-up: annotating uncached sentences loads Stanza, whose layers draw from the global
+    # RNG when built, so without this the initial weights would depend on what the annotation cache held.
+    set_seed(seed)
+    if model_args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        check_tokenizer_matches(model.config, tokenizer)
+        return model
+    config = model_config(model_args, len(tokenizer), feature_vocabulary_sizes=tokenizer.feature_vocabularies.sizes(),
+                          special_token_ids=dict(pad_token_id=tokenizer.pad_token_id,
+                                                 bos_token_id=tokenizer.bos_token_id,
+                                                 eos_token_id=tokenizer.eos_token_id,
+                                                 decoder_start_token_id=tokenizer.bos_token_id))
+    config.tokenizer_fingerprint = tokenizer.fingerprint()  # checked wherever model and tokenizer meet again
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    if hasattr(model, "load_pretrained_parts"):
+        model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
+    return model
+
+
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def read_config_file(path: str) -> dict:
+    """The arguments a recipe file (JSON or YAML mapping of argument names to values) gives, or an error naming the
+    file."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise SystemExit(f"--config {path}: cannot be read ({error.strerror or error}).") from None
+    try:
+        values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise SystemExit(f"--config {path} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: {error}") \
+            from None
+    if not isinstance(values, dict):
+        raise SystemExit(f"--config {path} must hold a mapping of argument names to values, not "
+                         f"{type(values).__name__}.")
+    return values
+
+
+def parse_arguments(argv: list[str] | None = None):
+    """The three argument groups of `hf-srcfeat-train` (see `parse_with_config`)."""
+    return parse_with_config(HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments)), argv)
+
+
+def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
+    """The parser's dataclasses from flags, from a recipe file (`--config FILE`, or the file as the first
+    argument), or both: flags given beside a recipe override its values."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].endswith(CONFIG_SUFFIXES) and not argv[0].startswith("-"):
+        argv = ["--config", *argv]
+    config_parser = argparse.ArgumentParser(add_help=False)
+    config_parser.add_argument("--config", default=None)
+    config, argv = config_parser.parse_known_args(argv)
+    if config.config is not None:
+        values = read_config_file(config.config)
+        actions = {action.dest: action for action in parser._actions}
+        unknown = sorted(set(values) - set(actions) - {"help"})
+        if unknown:
+            raise SystemExit(f"--config {config.config}: unknown argument(s) {', '.join(unknown)} (see --help).")
+        for name in values:
+            actions[name].required = False  # given by the file; a flag may still override it
+        parser.set_defaults(**values)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.utils.logging.set_verbosity_warning()
+    if training_args.do_train:
+        check_output_dir(training_args, data_args)
+        if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
+                and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
+            removed = clear_previous_run(Path(training_args.output_dir))
+            if removed:
+                logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed,
+                               training_args.output_dir)
+    else:
+        model_to_evaluate(model_args, training_args)
+    set_seed(training_args.seed)
+
+    corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,
+                           data_args.validation_file, data_args.test_file, data_args.source_lang,
+                           data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
+                           data_args.source_parse_column, data_args.source_factor_columns or ())
+    # Made once, only if a split with factor columns comes without parses.
+    pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
+
+    def prepared(corpus, limit: int | None, conllu: str | None):
+        """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file) or its
+        factors are (columns, attached to the parses)."""
+        data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
+        if SOURCE_CONLLU in data.column_names:
+            if conllu:
+                raise ValueError(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
+                                 "give one.")
+            data = data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
+                            with_indices=True, remove_columns=[SOURCE_CONLLU])
+        elif conllu:
+            data = source_parses(conllu, corpus.name, data, cut=limit is not None)
+        if data_args.source_factor_columns:
+            data = attach_factor_columns(data, data_args.source_factor_columns, pretokenized_annotator,
+                                         corpus.origin[0])
+        return data
+
+    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
+              "validation": prepared(corpora.validation, data_args.max_eval_samples,
+                                     data_args.validation_source_conllu)}
+    if data_args.do_predict_test and training_args.predict_with_generate:
+        for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
+            splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
+                                                     data_args.test_source_conllu if index == 0 else None)
+    train_data = splits["train"]
+
+    unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
+    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
+    model = build_model(model_args, tokenizer, training_args.seed)
+    model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
+    model.generation_config.num_beams = training_args.generation_num_beams or 1
+
+    def tokenize(batch):
+        if PARSE_COLUMN in batch:
+            parses = [AnnotatedSentence.from_json(parse) for parse in batch[PARSE_COLUMN]]
+            encoded = tokenizer(annotations=parses, truncation=True, max_length=data_args.max_source_length,
+                                return_dep_distance=False)
+        else:
+            encoded = tokenizer(batch["source"], truncation=True, max_length=data_args.max_source_length,
+                                return_dep_distance=False)  # O(S): the collator builds the [S, S] distances
+        encoded["labels"] = tokenizer(text_target=batch["target"], truncation=True,
+                                      max_length=data_args.max_target_length)["input_ids"]
+        return encoded
+
+    with training_args.main_process_first(desc="tokenization"):
+        stored = storage_features(stored_columns(tokenizer))  # narrow integer types: a third of the int64 default
+        # Cached next to the corpus's Arrow files: a second run with the same corpus and tokenizer reuses them,
+        # and under torchrun the other ranks read what the main process wrote.
+        tokenized = {name: data.map(tokenize, batched=True, remove_columns=data.column_names, features=stored,
+                                    num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}",
+                                    new_fingerprint=tokenization_fingerprint(data, tokenizer, data_args))
+                     for name, data in splits.items()}
+        train_set, eval_set = tokenized["train"], tokenized["validation"]
+        test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
+
+    callbacks = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes else []
+    if data_args.early_stopping_patience:
+        if not (training_args.load_best_model_at_end and training_args.metric_for_best_model == "eval_loss"):
+            raise ValueError("--early_stopping_patience needs --load_best_model_at_end true --metric_for_best_model "
+                             "eval_loss (and eval_strategy = save_strategy = steps), so that the best model is kept.")
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
+    # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
+    training_args.remove_unused_columns = False
+    trainer_options = dict(
+        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
+        processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
+        compute_metrics=compute_metrics,
+        callbacks=callbacks,
+    )
+    trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
+        if data_args.max_tokens_per_batch else Seq2SeqTrainer(**trainer_options)
+
+    results: dict = {
+        "code_version": code_version(),
+        "model_args": asdict(model_args),
+        "data_args": asdict(data_args),
+        "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
+                                  for name, data in tokenized.items()},
+        "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
+        + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
+                                 data_args.test_source_conllu) if conllu],
+        "seed": training_args.seed,
+        "num_parameters": model.num_parameters(),
+        "config": model.config.to_dict(),
+    }
+    if training_args.do_train:
+        start = time.monotonic()
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        results["train_seconds"] = time.monotonic() - start
+        results["train_metrics"] = train_result.metrics
+        results["log_history"] = list(trainer.state.log_history)  # a copy: later evaluations append to it
+        results["global_step"] = trainer.state.global_step
+        if training_args.load_best_model_at_end:
+            results["best_model_checkpoint"] = trainer.state.best_model_checkpoint
+            results["best_metric"] = {training_args.metric_for_best_model: trainer.state.best_metric}
+        trainer.save_model()
+        if trainer.is_world_process_zero():
+            # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.
+            Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
+            Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
+        if training_args.world_size > 1:
+            fingerprint = {"rank": training_args.process_index, "fingerprint": parameter_fingerprint(model),
+                           "tokenized_cache_files": results["tokenized_cache_files"]}
+            Path(training_args.output_dir, f"parameters_rank{training_args.process_index}.json").write_text(
+                json.dumps(fingerprint))
+    if training_args.do_eval:
+        results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
+    for index, (name, test_set) in enumerate(test_sets.items()):
+        prediction = trainer.predict(test_set, metric_key_prefix="test")
+        # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.
+        setup = {"set": f"{'Multi30k ' if name == 'test_2016_flickr' else ''}{data_args.source_lang}→"
+                        f"{data_args.target_lang} {name}",
+                 "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
+                 "max_length": model.generation_config.max_length, **compute_metrics.signatures}
+        results.setdefault("test_sets", {})[name] = {"metrics": prediction.metrics, "setup": setup}
+        if index == 0:  # the first test set is also reported under the names used before several were possible
+            results["test_metrics"], results["test_setup"] = prediction.metrics, setup
+        if trainer.is_world_process_zero():
+            ids = prediction.predictions
+            ids = ids.clip(min=0) if hasattr(ids, "clip") else ids
+            text = "\n".join(hypothesis.strip() for hypothesis in tokenizer.batch_decode(ids, skip_special_tokens=True))
+            prefix = "" if training_args.do_train else "eval_"
+            names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])
+            for file_name in names:
+                Path(training_args.output_dir, file_name).write_text(text + "\n", encoding="utf-8")
+    if trainer.is_world_process_zero():
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+        if training_args.do_train:
+            Path(training_args.output_dir, "results.json").write_text(json.dumps(results, indent=2, default=str))
+        else:  # an evaluation of an existing run is added to its evaluations; its training results stay
+            evaluations = Path(training_args.output_dir, "eval_results.json")
+            earlier = json.loads(evaluations.read_text()) if evaluations.exists() else []
+            evaluations.write_text(json.dumps([*earlier, results], indent=2, default=str))
+    return results
+
+
+def cli() -> int:
+    """The `hf-srcfeat-train` console script."""
+    main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

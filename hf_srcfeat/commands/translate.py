@@ -1,0 +1,464 @@
+"""`hf-srcfeat-translate`: translate a file or a stream, one sentence a line, with a source-feature model.
+
+    hf-srcfeat-translate --model runs/quickstart --input test.en --output test.de --num_beams 4
+    cat test.en | hf-srcfeat-translate --model org/name > test.de
+    hf-srcfeat-translate --model runs/quickstart --input parsed.conllu --input_format conllu
+
+Like `onmt_translate`, `sockeye-translate` and `marian-decoder`, but the source features are computed from the
+raw text on the way (or read from CoNLL-U). The output is aligned line for line with the input: an empty input
+line gives an empty output line, and a line that cannot be translated (invalid UTF-8, a sentence the parser or
+the model cannot handle) is reported on stderr with its line number and gives an empty output line, so the
+rest of the file never shifts. With `--input_format conllu` there is one output line per sentence.
+
+n-best output (`--num_return_sequences N`, beam search): N lines per input sentence in the Moses/Marian n-best
+format `INDEX ||| TRANSLATION ||| SCORE`, INDEX counting input sentences from 0 and SCORE the beam's ranking
+score (sum of token log-probabilities over length ** length_penalty); an empty or failed input gives N entries
+with an empty translation and score `-inf`.
+
+Translations are the translation pipeline's (`hf_srcfeat.pipeline("translation")`): the same model, tokenizer
+and generation settings give the same output. Only translations go to stdout; progress, errors and the closing
+throughput line (parsing and translation timed apart) go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO
+
+import torch
+
+from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotators import annotator_from_settings
+from hf_srcfeat.conllu import read_conllu
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class SourceItem:
+    """One unit of input: a raw line (`text`) or a CoNLL-U sentence (`sentence`), or why it cannot be used."""
+
+    line_number: int
+    text: str | None = None
+    sentence: AnnotatedSentence | None = None
+    error: str | None = None
+    parse_failure: str | None = None  # why the annotator failed on it: then translated from its subwords alone
+
+    @property
+    def unparsed(self) -> bool:
+        return self.parse_failure is not None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.error is None and self.sentence is None and not (self.text or "").strip()
+
+
+@dataclass
+class TranslationStatistics:
+    """What a run did and how fast; printed at the end and written by `--report_json`."""
+
+    sentences: int = 0
+    translated: int = 0
+    empty: int = 0
+    failed: int = 0
+    parse_seconds: float = 0.0
+    translate_seconds: float = 0.0
+    total_seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)  # translated without a parse, and why
+
+    def summary(self) -> str:
+        def rate(count: int, seconds: float) -> str:
+            return f"{count / seconds:.1f} sentences/s" if seconds > 0 else "n/a"
+
+        parsed = self.translated + self.failed
+        unparsed = f", {len(self.unparsed)} of them without a parse" if self.unparsed else ""
+        return (f"{self.sentences} sentences ({self.translated} translated{unparsed}, {self.empty} empty, "
+                f"{self.failed} failed)"
+                f" in {self.total_seconds:.1f} s: parsing {self.parse_seconds:.1f} s "
+                f"({rate(parsed, self.parse_seconds)}), translation {self.translate_seconds:.1f} s "
+                f"({rate(self.translated, self.translate_seconds)}), overall {rate(self.sentences, self.total_seconds)}")
+
+
+def open_binary_input(path: str) -> IO[bytes]:
+    if path == "-":
+        return sys.stdin.buffer
+    if not Path(path).is_file():
+        raise SystemExit(f"--input {path}: no such file.")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def read_raw_lines(stream: IO[bytes]) -> Iterator[SourceItem]:
+    """One item per line; a line that is not UTF-8 becomes an error item instead of stopping the file."""
+    for line_number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            yield SourceItem(line_number, error=f"not valid UTF-8 ({error.reason} at byte {error.start})")
+            continue
+        yield SourceItem(line_number, text=text.removeprefix("\ufeff") if line_number == 1 else text)
+
+
+def read_conllu_sentences(stream: IO[bytes]) -> Iterator[SourceItem]:
+    """One item per CoNLL-U sentence (blank-line separated block), numbered by its first line; a block that is not
+    a valid sentence becomes an error item, and the following sentences are read as usual."""
+    block: list[str] = []
+    first_line = 0
+    for line_number, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), start=1):
+        if line_number == 1:
+            raw = raw.removeprefix("\ufeff")
+        if raw.strip():
+            if not block:
+                first_line = line_number
+            block.append(raw)
+            continue
+        if block:
+            yield from conllu_block_item(block, first_line)
+            block = []
+    if block:
+        yield from conllu_block_item(block, first_line)
+
+
+def conllu_block_item(block: list[str], first_line: int) -> Iterator[SourceItem]:
+    if all(line.startswith("#") for line in block):
+        return  # comments between sentences (e.g. `# newdoc`) are not a sentence
+    try:
+        sentences = list(read_conllu(block))
+    except ValueError as error:
+        yield SourceItem(first_line, error=f"invalid CoNLL-U sentence: {error}")
+        return
+    yield SourceItem(first_line, sentence=sentences[0])
+
+
+def chunks(items: Iterable[SourceItem], size: int) -> Iterator[list[SourceItem]]:
+    chunk: list[SourceItem] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class FileTranslator:
+    """Parses and translates chunks of `SourceItem`s with the translation pipeline, keeping every item's place.
+
+    A chunk is parsed in one annotator call and translated in batches sorted by length (less padding); should
+    either step fail, its items are retried one by one so that only the offending sentence is lost.
+    """
+
+    def __init__(self, translator, num_return_sequences: int = 1, batch_size: int = 32, sort_by_length: bool = True,
+                 factor_names: list[str] | None = None, parse: bool = True):
+        self.translator = translator
+        self.parse_sources = parse  # False: raw text in, the model's features take their defaults
+        self.factor_names = factor_names  # lines are OpenNMT-py's word￨value format with these user factors
+        self.num_return_sequences = num_return_sequences
+        self.batch_size = batch_size
+        self.sort_by_length = sort_by_length
+        # A translator whose model reads no source features (a CTranslate2 export of the baseline) gets raw text.
+        self.reads_parses = parse and getattr(translator, "reads_parses", True)
+        # The transformers pipeline translates a sentence the annotator fails on without its parse (features at
+        # their defaults); a CTranslate2 export with source features cannot, and loses that sentence.
+        self.translates_unparsed = not hasattr(translator, "reads_parses")
+        self.statistics = TranslationStatistics()
+
+    def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
+        """The translations (dicts of the pipeline) of every item; `[]` for empty and failed items."""
+        start = time.perf_counter()
+        self.parse(items)
+        parsed = time.perf_counter()
+        ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
+                 and (item.sentence is not None or not self.reads_parses or item.unparsed)]
+        if self.sort_by_length:
+            ready.sort(key=lambda index: -self.source_length(items[index]))
+        outputs: list[list[dict]] = [[] for _ in items]
+        for unparsed in (False, True):
+            group = [index for index in ready if items[index].unparsed == unparsed]
+            for index, translations in zip(group, self.generate([items[index] for index in group],
+                                                                parse=self.parse_sources and not unparsed),
+                                           strict=True):
+                outputs[index] = translations
+        statistics = self.statistics
+        statistics.parse_seconds += parsed - start
+        statistics.translate_seconds += time.perf_counter() - parsed
+        statistics.sentences += len(items)
+        statistics.empty += sum(item.is_empty for item in items)
+        for item in items:
+            if item.error is not None:
+                statistics.failed += 1
+                statistics.failures.append(f"line {item.line_number}: {item.error}")
+            elif item.unparsed:
+                statistics.unparsed.append(f"line {item.line_number}: {item.parse_failure}")
+        statistics.translated += sum(1 for output in outputs if output)
+        return outputs
+
+    def source(self, item: SourceItem):
+        """What the translator reads: the parsed sentence, or the raw text for a model without source features (or
+        a sentence the annotator failed on)."""
+        if self.reads_parses and not item.unparsed:
+            return item.sentence
+        return item.text if item.text is not None else item.sentence.text or " ".join(
+            word.text for word in item.sentence.words)
+
+    def source_length(self, item: SourceItem) -> int:
+        """Words of what the translator reads (`source`), for sorting by length."""
+        source = self.source(item)
+        return len(source.words) if isinstance(source, AnnotatedSentence) else len(source.split())
+
+    def parse(self, items: list[SourceItem]) -> None:
+        if not self.reads_parses:
+            return
+        pending = [item for item in items if item.error is None and item.sentence is None and not item.is_empty]
+        if not pending:
+            return
+        tokenizer = self.translator.tokenizer
+
+        def annotate(texts: list[str]) -> list:
+            if self.factor_names:
+                from hf_srcfeat.data.user_factors import parse_factored_lines
+
+                return parse_factored_lines(tokenizer.annotator, texts, self.factor_names)
+            return tokenizer.annotate(texts)
+
+        try:
+            for item, sentence in zip(pending, annotate([item.text for item in pending]), strict=True):
+                item.sentence = sentence
+        except Exception:  # noqa: BLE001 - isolate the sentence the parser failed on, keep the others
+            for item in pending:
+                try:
+                    item.sentence = annotate([item.text])[0]
+                except Exception as error:  # noqa: BLE001
+                    failure = f"the annotator failed: {type(error).__name__}: {error}"
+                    if self.translates_unparsed and not self.factor_names:
+                        item.parse_failure = failure
+                    else:
+                        item.error = failure
+
+    def generate(self, items: list[SourceItem], parse: bool = True) -> list[list[dict]]:
+        if not items:
+            return []
+        options = {"batch_size": self.batch_size, "num_return_sequences": self.num_return_sequences}
+        if not parse:
+            options["parse"] = False
+        if self.num_return_sequences > 1:
+            options["return_scores"] = True
+        try:
+            return [as_list(output) for output in self.translator([self.source(item) for item in items], **options)]
+        except (ValueError, RuntimeError, IndexError) as error:
+            if len(items) == 1:
+                items[0].error = f"the model failed: {type(error).__name__}: {error}"
+                return [[]]
+            return [translations for item in items for translations in self.generate([item], parse)]
+
+
+def as_list(output) -> list[dict]:
+    return output if isinstance(output, list) else [output]
+
+
+def format_output(index: int, translations: list[dict], num_return_sequences: int) -> str:
+    """The output lines of one input sentence, each ending in a newline."""
+    if num_return_sequences == 1:
+        return (translations[0]["translation_text"] if translations else "") + "\n"
+    if not translations:
+        translations = [{"translation_text": "", "score": -math.inf}] * num_return_sequences
+    return "".join(f"{index} ||| {one['translation_text']} ||| {one['score']:.6f}\n" for one in translations)
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: this machine has no CUDA device (torch {torch.__version__}); use "
+                         "--device cpu or auto.")
+    return name
+
+
+def command_annotator(tokenizer, args: argparse.Namespace, device: str):
+    """The annotator the tokenizer was built with (Stanza, spaCy, ...), with the command's cache options."""
+    settings = tokenizer.annotator_settings
+    options = dict(cache_path=args.annotation_cache, use_cache=not args.no_annotation_cache)
+    if settings.get("backend", "stanza") == "stanza":
+        options.update(model_dir=args.stanza_dir, device=device)
+    return annotator_from_settings(settings, **options)
+
+
+def load_translator(args: argparse.Namespace):
+    """The translation pipeline for the model, its tokenizer and the annotator the options ask for (or, with
+    `--backend ctranslate2`, the translator of a CTranslate2 export)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hf_srcfeat.pipeline_translation import pipeline
+
+    device = resolve_device(args.device)
+    if args.backend == "ctranslate2":
+        from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator
+
+        compute_type = args.compute_type or {"float32": "default"}.get(args.dtype, args.dtype)
+        try:
+            translator = CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
+                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
+        except (ValueError, ImportError) as error:
+            raise SystemExit(f"hf-srcfeat-translate: {error}") from None
+        if translator.reads_parses and args.input_format in ("text", "factored"):
+            translator.tokenizer.annotator = command_annotator(translator.tokenizer, args, device)
+        return translator
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    if not hasattr(tokenizer, "annotate"):
+        raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
+                         "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
+    if args.input_format in ("text", "factored") and not args.no_parse:
+        tokenizer.annotator = command_annotator(tokenizer, args, device)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
+    generation = {"num_beams": args.num_beams}
+    if args.max_new_tokens is not None:
+        generation["max_new_tokens"] = args.max_new_tokens
+        model.generation_config.max_length = None  # the saved limit yields to the one asked for, without a warning
+    return pipeline("translation", model=model, tokenizer=tokenizer, device=device, **generation)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-srcfeat-translate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", "-m", required=True, help=(
+        "trained model folder or Hub id (with --backend ctranslate2: a folder written by hf-srcfeat-export-ct2)"))
+    parser.add_argument("--backend", choices=["transformers", "ctranslate2"], default="transformers",
+                        help="run the model with Transformers (default) or a CTranslate2 export of it")
+    parser.add_argument("--compute_type", default=None, help=(
+        "CTranslate2's compute type (int8, int8_float32, float32, float16, ...; default: the export's, or --dtype)"))
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's)")
+    parser.add_argument("--input", "-i", default="-", help="input file (.gz read as gzip); - or absent: stdin")
+    parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")
+    parser.add_argument("--factor_names", nargs="+", default=None, help=(
+        "with --input_format factored: the names of the user factors of each word￨value1￨value2 token"))
+    parser.add_argument("--input_format", choices=["text", "conllu", "factored"], default="text",
+                        help="text: raw sentences, one a line, parsed on the way; conllu: pre-parsed sentences")
+    parser.add_argument("--no_parse", action="store_true", help=(
+        "translate raw text without parsing it (no annotator for the language, or none wanted): the model's "
+        "source features take their defaults, with a warning; quality depends on the model (README, 'Translating "
+        "without a parse')"))
+    parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
+    parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
+    parser.add_argument("--num_return_sequences", type=int, default=1,
+                        help="n-best: translations per sentence, in the n-best format above (needs num_beams >= n)")
+    parser.add_argument("--max_new_tokens", type=int, default=None,
+                        help="longest translation in tokens (default: the model's generation config)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="weights' precision")
+    parser.add_argument("--annotation_cache", default=None,
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
+    parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
+    parser.add_argument("--stanza_dir", default=None,
+                        help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
+    parser.add_argument("--buffer_size", type=int, default=None, help=(
+        "lines parsed and translated together (default 1000; 1 when stdin is a terminal, so each line is "
+        "translated as soon as it is typed)"))
+    parser.add_argument("--no_sort", action="store_true",
+                        help="translate in input order instead of grouping sentences of similar length")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no closing summary")
+    parser.add_argument("--report_json", default=None, help="also write the throughput and failures to this JSON file")
+    return parser
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be at least 1, got {value}.")
+    if args.num_return_sequences > args.num_beams:
+        parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
+                     f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
+    if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
+        parser.error(f"--output {args.output} is the input file; it would be overwritten.")
+    if (args.input_format == "factored") != bool(args.factor_names):
+        parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
+    if args.output != "-" and Path(args.output).is_dir():
+        parser.error(f"--output {args.output} is a folder; name a file.")
+    if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
+        parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
+                     f"got --input_format {args.input_format} --backend {args.backend}.")
+
+
+def count_lines(path: str, input_format: str) -> int | None:
+    if path == "-" or input_format not in ("text", "factored"):
+        return None
+    with open_binary_input(path) as stream:
+        return sum(1 for _ in stream)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    interactive = args.input == "-" and sys.stdin.isatty()
+    buffer_size = args.buffer_size or (1 if interactive else 1000)
+
+    import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
+
+    started = time.perf_counter()
+    file_translator = FileTranslator(load_translator(args), args.num_return_sequences, args.batch_size,
+                                     sort_by_length=not args.no_sort,
+                                     factor_names=args.factor_names if args.input_format == "factored" else None,
+                                     parse=not args.no_parse)
+    total = count_lines(args.input, args.input_format)
+    reader = read_conllu_sentences if args.input_format == "conllu" else read_raw_lines
+    # Written under a temporary name and renamed when complete: an interrupted run never leaves a short file that
+    # looks finished, and an existing output is replaced only by a whole new one.
+    partial = None if args.output == "-" else Path(args.output).with_name(Path(args.output).name + ".partial")
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+    from tqdm.auto import tqdm
+
+    progress = tqdm(total=total, unit="sent", file=sys.stderr, disable=args.quiet or args.input == "-",
+                    desc="translating")
+    index = 0
+    with open_binary_input(args.input) as source, \
+            (open(partial, "w", encoding="utf-8") if partial else _stdout()) as target:
+        for chunk in chunks(reader(source), buffer_size):
+            for item, translations in zip(chunk, file_translator.translate_chunk(chunk), strict=True):
+                if item.error is not None:
+                    print(f"hf-srcfeat-translate: {args.input} line {item.line_number}: {item.error}; "
+                          "writing an empty translation.", file=sys.stderr)
+                elif item.unparsed:
+                    print(f"hf-srcfeat-translate: {args.input} line {item.line_number}: {item.parse_failure}; "
+                          "translated without a parse.", file=sys.stderr)
+                target.write(format_output(index, translations, args.num_return_sequences))
+                index += 1
+            target.flush()
+            progress.update(len(chunk))
+    progress.close()
+    if partial is not None:
+        os.replace(partial, args.output)
+    statistics = file_translator.statistics
+    statistics.total_seconds = time.perf_counter() - started
+    if not args.quiet:
+        print(f"hf-srcfeat-translate: {statistics.summary()}", file=sys.stderr)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps({"arguments": vars(args), **asdict(statistics)}, indent=2))
+    return 0
+
+
+class _stdout:
+    """stdout as UTF-8 text whatever the locale, left open on exit."""
+
+    def __enter__(self) -> IO[str]:
+        self.stream = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=True)
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        self.stream.flush()
+        self.stream.detach()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

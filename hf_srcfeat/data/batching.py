@@ -1,0 +1,149 @@
+"""Batches for training: token-based batching (batches of sentences of similar length that fill a token budget, as
+fairseq's `--max-tokens` and Sockeye's `--batch-type word` make them), and the collator that builds each batch's
+dependency distances from the O(S) trees stored with the examples.
+
+Batching by sentence count pads every sentence to the longest of a random batch; grouping by length and filling a
+token budget instead spends the compute on real tokens and keeps the memory per batch constant. Transformers'
+`LengthGroupedSampler` groups by length but keeps a fixed sentence count, so the budget is written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+
+from hf_srcfeat.dependency_tree import token_distance_matrix
+from hf_srcfeat.tokenization_source_features import TREE_COLUMN
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Batches of example indices whose padded size, rows x longest row, stays within `max_tokens`.
+
+    Every epoch the examples are shuffled, sorted by length (ties stay shuffled), cut into batches that fill the
+    budget, and the batches are shuffled, so consecutive batches differ in length and each epoch differs; the
+    order depends only on `seed` and the epoch (`set_epoch`). With `num_replicas` > 1 each rank takes every
+    `num_replicas`-th batch, after the batch list is cut to a multiple of `num_replicas` so that ranks take the same
+    number of steps.
+
+    Args:
+        lengths: the cost of each example in tokens (for translation pairs: the longer of source and target).
+        max_tokens: padded tokens per batch; an example longer than this is an error naming it.
+        max_sentences: optional cap on rows per batch.
+        shuffle: shuffle examples and batches (False: batches in length order, for evaluation).
+        seed, num_replicas, rank: as `torch.utils.data.DistributedSampler`.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None,
+                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
+        if max_sentences is not None and max_sentences < 1:
+            raise ValueError(f"max_sentences must be at least 1, got {max_sentences}.")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in 0..{num_replicas - 1}.")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        too_long = np.flatnonzero(self.lengths > max_tokens)
+        if len(too_long):
+            raise ValueError(f"example {int(too_long[0])} has {int(self.lengths[too_long[0]])} tokens, more than "
+                             f"max_tokens={max_tokens} ({len(too_long)} such examples); raise the budget or truncate.")
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
+        self._batches: tuple[int, list[list[int]]] | None = None  # (epoch, its batches): len() and iter() share them
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        """All batches of the current epoch, for every rank (made once per epoch)."""
+        if self._batches is None or self._batches[0] != self.epoch:
+            self._batches = (self.epoch, self._make_batches())
+        return self._batches[1]
+
+    def _make_batches(self) -> list[list[int]]:
+        generator = np.random.default_rng(self.seed + self.epoch)
+        order = generator.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
+        order = order[np.argsort(self.lengths[order], kind="stable")]
+        batches, current, longest = [], [], 0
+        for index in order.tolist():
+            length = int(self.lengths[index])
+            full = max(longest, length) * (len(current) + 1) > self.max_tokens or \
+                (self.max_sentences is not None and len(current) == self.max_sentences)
+            if current and full:
+                batches.append(current)
+                current, longest = [], 0
+            current.append(index)
+            longest = max(longest, length)
+        if current:
+            batches.append(current)
+        if self.shuffle:
+            batches = [batches[i] for i in generator.permutation(len(batches))]
+        if self.num_replicas > 1:
+            batches = batches[:len(batches) - len(batches) % self.num_replicas]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches()[self.rank::self.num_replicas]
+
+    def __len__(self) -> int:
+        return len(self.batches()) // self.num_replicas
+
+
+def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Share of the padded batch positions that are padding."""
+    lengths = np.asarray(lengths)
+    padded = sum(len(batch) * int(lengths[batch].max()) for batch in batches)
+    return 1.0 - float(sum(int(lengths[batch].sum()) for batch in batches)) / padded
+
+
+def example_lengths(dataset) -> list[int]:
+    """Per example, the longer of its source (`input_ids`) and target (`labels`) in tokens, read in batches (the
+    token ids of a large corpus are never held whole)."""
+    lengths = []
+    for batch in dataset.iter(batch_size=10_000):
+        targets = batch["labels"] if "labels" in batch else [[]] * len(batch["input_ids"])
+        lengths += [max(len(source), len(target)) for source, target in zip(batch["input_ids"], targets, strict=True)]
+    return lengths
+
+
+class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` whose training batches fill a token budget (`max_tokens_per_batch`) instead of holding
+    `per_device_train_batch_size` sentences; under several processes accelerate deals the batches out, each process
+    taking whole batches. Evaluation and prediction batch as usual."""
+
+    def __init__(self, *args, max_tokens_per_batch: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_tokens_per_batch = max_tokens_per_batch
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        sampler = TokenBudgetBatchSampler(example_lengths(dataset), self.max_tokens_per_batch, seed=self.args.seed)
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
+
+
+@dataclass
+class SourceFeatureCollator(DataCollatorForSeq2Seq):
+    """`DataCollatorForSeq2Seq` for encodings stored in O(S): rows that carry their tree as `word_heads`
+    (`tokenizer(..., return_dep_distance=False)`) get their [S, S] `dep_distance` built here, per batch, exactly as
+    the tokenizer builds it; other rows are collated as usual. Under the Trainer, keep the column
+    (`remove_unused_columns=False`): the models do not take it."""
+
+    def __call__(self, features, return_tensors=None):
+        if not features or TREE_COLUMN not in features[0]:
+            return super().__call__(features, return_tensors)
+        heads = [feature[TREE_COLUMN] for feature in features]
+        batch = super().__call__([{name: value for name, value in feature.items() if name != TREE_COLUMN}
+                                  for feature in features], return_tensors)
+        matrices = [token_distance_matrix(tree, words) for tree, words in zip(heads, batch["word_ids"].tolist(),
+                                                                              strict=True)]
+        batch["dep_distance"] = torch.from_numpy(np.stack(matrices))
+        return batch

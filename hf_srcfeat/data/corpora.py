@@ -1,0 +1,277 @@
+"""Parallel corpora from wherever a user keeps them, as `datasets.Dataset`s with `source` and `target` columns.
+
+The forms Transformers' `run_translation.py` reads, and the plain ones NMT toolkits use:
+
+| given | read as |
+|---|---|
+| `--dataset_name NAME [--dataset_config_name CONFIG]` | `datasets.load_dataset` (Hub id, local folder, loading script): a `translation` dict column as in `wmt16`, or `--source_column` / `--target_column` |
+| `*.json` / `*.jsonl` (`.gz` too) | JSON lines `{"translation": {"en": ..., "de": ...}}`, as run_translation.py reads them |
+| `*.tsv` (`.gz` too) | two tab-separated columns, source then target, no header |
+| `PREFIX` with `PREFIX.<src>` and `PREFIX.<tgt>` beside it (`.gz` too) | a pair of plain-text files, one sentence a line |
+| `--dataset_name multi30k` (the default) | Multi30k task 1 (`hf_srcfeat.data.multi30k`) |
+
+Every pair is checked: a missing language, or an empty source or target, is an error naming the file and line.
+A JSON-lines field or a dataset column can carry each source's CoNLL-U parse (`parse_column`), kept as
+`source_conllu`.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datasets import Dataset, Features, Value, concatenate_datasets, load_dataset
+
+from hf_srcfeat.data.multi30k import multi30k_file
+
+MULTI30K = "multi30k"
+#: Column of each source's CoNLL-U parse, when the corpus carries them (`--source_parse_column`).
+SOURCE_CONLLU = "source_conllu"
+
+#: Prefix of the columns carrying a user factor per source word (`--source_factor_columns ner` keeps the corpus's
+#: `ner` column as `source_factor_ner`): space-separated values, one per whitespace-separated source word.
+SOURCE_FACTOR_PREFIX = "source_factor_"
+
+
+def _carried_columns(batch: dict, parse_column: str | None, factor_columns: Sequence[str]) -> dict:
+    """The parse and factor columns a corpus keeps next to source and target, under their fixed names."""
+    carried = {SOURCE_CONLLU: batch[parse_column]} if parse_column else {}
+    carried.update({SOURCE_FACTOR_PREFIX + name: batch[name] for name in factor_columns})
+    return carried
+
+
+def _check_carried(origin: str, available: list[str], parse_column: str | None, factor_columns: Sequence[str]) -> None:
+    if parse_column and parse_column not in available:
+        raise ValueError(f"{origin} has no {parse_column!r} column for the source parses (it has {available}).")
+    missing = [name for name in factor_columns if name not in available]
+    if missing:
+        raise ValueError(f"{origin} has no {missing} column for the source factors (it has {available}).")
+
+
+@dataclass
+class Corpus:
+    """One split: its pairs and where they came from (recorded in results.json)."""
+
+    name: str
+    data: Dataset
+    origin: list[str] = field(default_factory=list)
+
+
+def _existing(path: Path) -> Path | None:
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file, streamed (a corpus is never held whole), UTF-8 checked."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
+
+
+def _check_sentence(text: object, side: str, origin: str, number: int) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{origin} {number}: the {side} sentence is empty.")
+
+
+def check_json_lines(path: Path, source_lang: str, target_lang: str) -> None:
+    """Every line a JSON object whose translation dict holds both languages, non-empty (blank lines are skipped)."""
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            pair = json.loads(line)["translation"]
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"{path} line {number}: not a JSON object with a \"translation\" dict ({error}).") from None
+        missing = [lang for lang in (source_lang, target_lang) if lang not in pair]
+        if missing:
+            raise ValueError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
+        _check_sentence(pair[source_lang], "source", f"{path} line", number)
+        _check_sentence(pair[target_lang], "target", f"{path} line", number)
+
+
+def _one_line(line: str, path: Path, number: int) -> str:
+    """A carriage return inside a line would start a new line for the readers that follow (universal newlines) and
+    shift every later pair: refuse it here, by line."""
+    if "\r" in line:
+        raise ValueError(f"{path} line {number} holds a carriage return inside the line; remove it (e.g. tr -d '\\r').")
+    return line
+
+
+def check_tsv(path: Path) -> None:
+    for number, line in _lines(path):
+        line = _one_line(line, path, number)
+        columns = line.split("\t")
+        if len(columns) != 2:
+            raise ValueError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
+                             "(source, target).")
+        _check_sentence(columns[0], "source", f"{path} line", number)
+        _check_sentence(columns[1], "target", f"{path} line", number)
+
+
+def check_text_pair(source_file: Path, target_file: Path) -> None:
+    counts = {}
+    for path, side in ((source_file, "source"), (target_file, "target")):
+        number = 0
+        for number, line in _lines(path):
+            _check_sentence(_one_line(line, path, number), side, f"{path} line", number)
+        counts[side] = number
+    if counts["source"] != counts["target"]:
+        raise ValueError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "
+                         "the two sides must be line-aligned.")
+
+
+# The files are checked line by line first (errors name the line), then read by `datasets` into Arrow files on
+# disk: memory-mapped, and `map` over them is cached, so a second run over the same corpus reuses the work.
+def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
+                    factor_columns: Sequence[str] = ()) -> Dataset:
+    check_json_lines(path, source_lang, target_lang)
+    loaded = load_dataset("json", data_files=str(path), split="train")
+    _check_carried(str(path), loaded.column_names, parse_column, factor_columns)
+
+    def pairs(batch):
+        columns = {"source": [pair[source_lang] for pair in batch["translation"]],
+                   "target": [pair[target_lang] for pair in batch["translation"]]}
+        return {**columns, **_carried_columns(batch, parse_column, factor_columns)}
+
+    return loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
+
+
+def read_tsv(path: Path) -> Dataset:
+    check_tsv(path)
+    # QUOTE_NONE and string columns: quotes, "NA" or "12" in a sentence stay text.
+    return load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
+                        quoting=csv.QUOTE_NONE, keep_default_na=False,
+                        features=Features({"source": Value("string"), "target": Value("string")}))
+
+
+def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
+    check_text_pair(source_file, target_file)
+    sides = [load_dataset("text", data_files=str(path), split="train").rename_column("text", side)
+             for path, side in ((source_file, "source"), (target_file, "target"))]
+    return concatenate_datasets(sides, axis=1)
+
+
+def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None,
+              factor_columns: Sequence[str] = ()) -> Corpus:
+    """One parallel file (or text-file pair by prefix), by its form; the corpus is named after the file. JSON lines
+    may carry each source's CoNLL-U parse in the field `parse_column` and word-aligned factors in `factor_columns`."""
+    given = Path(path)
+    suffixes = [suffix for suffix in given.suffixes if suffix != ".gz"]
+    kind = suffixes[-1] if suffixes else ""
+    name = given.name.split(".")[0]
+    if kind in (".json", ".jsonl") and given.is_file():
+        return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column, factor_columns),
+                      [str(given)])
+    if parse_column or factor_columns:
+        raise ValueError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
+                         "other files give them as CoNLL-U (--train_source_conllu etc., factors in MISC).")
+    if kind == ".tsv" and given.is_file():
+        return Corpus(name, read_tsv(given), [str(given)])
+    source_file = _existing(given.with_name(f"{given.name}.{source_lang}"))
+    target_file = _existing(given.with_name(f"{given.name}.{target_lang}"))
+    if source_file and target_file:
+        return Corpus(given.name, read_text_pair(source_file, target_file), [str(source_file), str(target_file)])
+    raise FileNotFoundError(f"{path}: not a .json/.jsonl/.tsv file, and no {given.name}.{source_lang} and "
+                            f"{given.name}.{target_lang} (.gz) beside it.")
+
+
+def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, source_column: str | None,
+                 target_column: str | None, parse_column: str | None = None,
+                 factor_columns: Sequence[str] = ()) -> Dataset:
+    """`source`/`target` columns from a `translation` dict column or from named columns (a cached `map`: the
+    data stays on disk); an empty or missing sentence is an error naming its row."""
+    if source_column or target_column:
+        missing = [column for column in (source_column, target_column) if column not in dataset.column_names]
+        if missing:
+            raise ValueError(f"{origin} has no column {missing} (it has {dataset.column_names}).")
+    _check_carried(origin, dataset.column_names, parse_column, factor_columns)
+    if not (source_column or target_column) and "translation" not in dataset.column_names:
+        raise ValueError(f"{origin} has no `translation` column; name the text columns with --source_column and "
+                         f"--target_column (it has {dataset.column_names}).")
+
+    def pairs(batch, indices):
+        if source_column or target_column:
+            sources, targets = batch[source_column], batch[target_column]
+        else:
+            sources = [(pair or {}).get(source_lang) for pair in batch["translation"]]
+            targets = [(pair or {}).get(target_lang) for pair in batch["translation"]]
+        for index, source, target in zip(indices, sources, targets, strict=True):
+            _check_sentence(source, "source", f"{origin} row", index + 1)
+            _check_sentence(target, "target", f"{origin} row", index + 1)
+        return {"source": sources, "target": targets, **_carried_columns(batch, parse_column, factor_columns)}
+
+    return dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
+
+
+@dataclass
+class Corpora:
+    """The splits of one training run; each test set is scored and written apart."""
+
+    train: Corpus
+    validation: Corpus
+    tests: list[Corpus]
+
+    @property
+    def all(self) -> list[Corpus]:
+        return [self.train, self.validation, *self.tests]
+
+
+def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,
+                 validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
+                 source_column: str | None = None, target_column: str | None = None,
+                 data_dir: str | None = None, parse_column: str | None = None,
+                 factor_columns: Sequence[str] = ()) -> Corpora:
+    """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
+    is given); files given override the same split of the named dataset. Every split keeps the parse column and the
+    word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`)."""
+    factor_columns = tuple(factor_columns)
+    splits: dict[str, Corpus] = {}
+    tests: list[Corpus] = []
+    if dataset_name and dataset_name != MULTI30K:
+        loaded = load_dataset(dataset_name, dataset_config_name)
+        origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
+        for split in loaded:
+            corpus = Corpus(split, from_dataset(loaded[split], f"{origin} {split}", source_lang, target_lang,
+                                                source_column, target_column, parse_column, factor_columns),
+                            [f"{origin} split {split}"])
+            if split.startswith("test"):
+                tests.append(corpus)
+            else:
+                splits["validation" if split in ("validation", "valid", "dev") else split] = corpus
+    elif dataset_name == MULTI30K or not any([train_file, validation_file, test_files]):
+        if factor_columns:
+            raise ValueError(f"Multi30k has no factor columns {list(factor_columns)}; give the corpus as JSON lines "
+                             "or a datasets source with them.")
+        for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
+            files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
+            corpus = Corpus(split, read_text_pair(*files), [str(path) for path in files])
+            if key:
+                splits[key] = corpus
+            else:
+                tests.append(corpus)
+    if train_file:
+        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column, factor_columns)
+    if validation_file:
+        splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column,
+                                         factor_columns)
+    if test_files:
+        tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
+    missing = [split for split in ("train", "validation") if split not in splits]
+    if missing:
+        raise ValueError(f"no {missing} data: give --{missing[0]}_file, or a --dataset_name that has that split.")
+    names = [corpus.name for corpus in tests]
+    if len(set(names)) != len(names):
+        raise ValueError(f"test sets need distinct names (their predictions are written as test_<name>_predictions"
+                         f".txt): {names}.")
+    return Corpora(splits["train"], splits["validation"], tests)

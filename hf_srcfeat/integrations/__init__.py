@@ -1,0 +1,1 @@
+"""Other runtimes a trained model can be handed to (CTranslate2)."""

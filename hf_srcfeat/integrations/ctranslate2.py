@@ -1,0 +1,289 @@
+"""Export to CTranslate2 for fast CPU/GPU inference, and a translator that runs the export from raw text.
+
+    hf-srcfeat-export-ct2 runs/my_model runs/my_model-ct2 --quantization int8   (hf_srcfeat.commands.export_ct2)
+
+CTranslate2 runs standard Transformer encoder-decoders; of the zoo it can express the baseline (either
+LayerNorm position, sinusoidal positions, scaled embeddings, tied or untied embeddings) and the relevance-feature
+models that concatenate or add their factor embeddings (`relevance_combine` "concat" or "add"), through
+CTranslate2's source-feature embeddings (one table per factor, as for OpenNMT-py models with `src_feats`): the
+source tokens go in as `subword￨lemma￨tag￨...`, with the labels our tokenizer computed from the parse. The other
+models change the encoder in ways its specs have no place for (a dependency-scaled attention, feature groups with
+an RNN, phrase sublayers, an auxiliary encoder, relevance masks or a linear merge): they are refused with the
+reason.
+
+The export is written with CTranslate2's own spec classes (`ctranslate2.specs.TransformerSpec`), as its
+converters for Marian and BART do; there is no converter for a custom Transformers architecture, so this
+module maps our parameter names onto the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from hf_srcfeat.embeddings import sinusoidal_position_encoding
+
+#: Model types CTranslate2 cannot run, with the reason.
+UNSUPPORTED = {
+    "deps_san": "Deps-SAN multiplies the encoder's attention scores by a per-sentence matrix from the parse; "
+                "CTranslate2's attention has no score modification",
+    "diverse_input": "the diverse input representation runs an RNN and a convolution over feature groups of the "
+                     "source embeddings; CTranslate2's encoder input is an embedding lookup",
+    "phrase_rep": "phrase representations add phrase pooling and phrase attention sublayers to every layer; "
+                  "CTranslate2's layers have fixed sublayers",
+    "latent_feedback": "latent feature feedback runs a second encoder whose layers feed the first one's "
+                       "attention; CTranslate2 has one encoder",
+}
+#: CTranslate2's separator of a token's factors (OpenNMT-py's).
+FACTOR_SEPARATOR = "￨"
+CONFIG_FILE = "hf_srcfeat_export.json"
+
+
+def _numpy(tensor: torch.Tensor):
+    return tensor.detach().to(torch.float32).cpu().numpy()
+
+
+def _linear(spec, module: torch.nn.Linear) -> None:
+    spec.weight = _numpy(module.weight)
+    if module.bias is not None:
+        spec.bias = _numpy(module.bias)
+
+
+def _fused_linear(spec, modules: Sequence[torch.nn.Linear]) -> None:
+    """One linear layer computing several (CTranslate2 fuses q/k/v and k/v projections)."""
+    spec.weight = _numpy(torch.cat([module.weight for module in modules]))
+    spec.bias = _numpy(torch.cat([module.bias for module in modules]))
+
+
+def _layer_norm(spec, module: torch.nn.LayerNorm) -> None:
+    spec.gamma = _numpy(module.weight)
+    spec.beta = _numpy(module.bias)
+
+
+def _attention(spec, attention, self_attention: bool) -> None:
+    if self_attention:
+        _fused_linear(spec.linear[0], [attention.q_proj, attention.k_proj, attention.v_proj])
+    else:
+        _linear(spec.linear[0], attention.q_proj)
+        _fused_linear(spec.linear[1], [attention.k_proj, attention.v_proj])
+    _linear(spec.linear[-1], attention.out_proj)
+
+
+def _embeddings(spec, embedding, config, factors: Sequence[str] = ()) -> None:
+    """Token table (and the encoder's factor tables), embedding scale and our interleaved sinusoids (written out:
+    CTranslate2's own differ)."""
+    table = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: one per factor
+    table.weight = _numpy(embedding.embed_tokens.weight)
+    for table, factor in zip(spec.embeddings[1:] if factors else [], factors, strict=True):
+        table.weight = _numpy(embedding.factor_embeddings[factor].weight)
+    spec.scale_embeddings = embedding.embed_scale
+    positions = torch.arange(config.max_position_embeddings)
+    spec.position_encodings.encodings = _numpy(sinusoidal_position_encoding(positions, config.d_model))
+
+
+def check_exportable(config) -> None:
+    """Raise a ValueError naming why a model cannot be exported."""
+    if config.model_type in UNSUPPORTED:
+        raise ValueError(f"a {config.model_type} model cannot be exported to CTranslate2: "
+                         f"{UNSUPPORTED[config.model_type]}.")
+    if config.model_type == "relevance_features" and config.relevance_combine not in ("concat", "add"):
+        raise ValueError(f"a relevance_features model with relevance_combine={config.relevance_combine!r} cannot be "
+                         "exported to CTranslate2: its source-feature embeddings are only concatenated or added, "
+                         "with no relevance masks or linear merge (concat and add models can be).")
+    if config.model_type not in ("srcfeat_transformer", "relevance_features"):
+        raise ValueError(f"model type {config.model_type!r} has no CTranslate2 export.")
+    if config.activation_function not in ("relu", "gelu"):
+        raise ValueError(f"activation {config.activation_function!r} has no CTranslate2 equivalent here.")
+
+
+def model_spec(model):
+    """The `ctranslate2.specs.TransformerSpec` holding `model`'s weights."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = model.config
+    check_exportable(config)
+    pre_norm = config.layernorm_position == "pre"
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[
+        config.activation_function]
+    factors = list(getattr(config, "source_factors", []))
+    merge = common_spec.EmbeddingsMerge.ADD if getattr(config, "relevance_combine", None) == "add" \
+        else common_spec.EmbeddingsMerge.CONCAT
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.encoder_layers, config.decoder_layers), config.encoder_attention_heads, pre_norm=pre_norm,
+        activation=activation, num_source_embeddings=1 + len(factors), embeddings_merge=merge)
+    if config.decoder_attention_heads != config.encoder_attention_heads:
+        raise ValueError("CTranslate2's Transformer has one head count for encoder and decoder; this model has "
+                         f"{config.encoder_attention_heads} and {config.decoder_attention_heads}.")
+    encoder, decoder = model.get_encoder(), model.model.decoder
+    _embeddings(spec.encoder, encoder.embed_source, config, factors)
+    _embeddings(spec.decoder, decoder.embed_target, config)
+    for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_sublayer.layer_norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _layer_norm(layer_spec.ffn.layer_norm, layer.ffn_sublayer.layer_norm)
+    for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_sublayer.layer_norm)
+        _attention(layer_spec.attention, layer.encoder_attn, self_attention=False)
+        _layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_sublayer.layer_norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _layer_norm(layer_spec.ffn.layer_norm, layer.ffn_sublayer.layer_norm)
+    if pre_norm:
+        _layer_norm(spec.encoder.layer_norm, encoder.layer_norm)
+        _layer_norm(spec.decoder.layer_norm, decoder.layer_norm)
+    _linear(spec.decoder.projection, model.lm_head)
+    return spec
+
+
+def vocabulary(tokenizer, size: int) -> list[str]:
+    """The tokens by id; ids the tokenizer does not have (a model vocabulary larger than the tokenizer's)
+    get placeholder names, so ids stay aligned."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
+    return tokens + [f"<hf_srcfeat_unused_{index}>" for index in range(len(tokens), size)]
+
+
+def export(model_path: str, output_dir: str, quantization: str | None = None, force: bool = False) -> Path:
+    """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    output = Path(output_dir)
+    if output.exists() and any(output.iterdir()) and not force:
+        raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    check_exportable(model.config)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    spec = model_spec(model)
+    tokens = vocabulary(tokenizer, model.config.vocab_size)
+    spec.register_source_vocabulary(tokens)
+    factors = list(getattr(model.config, "source_factors", []))
+    for factor in factors:
+        labels = factor_labels(tokenizer, model.config, factor)
+        spec.register_source_vocabulary(labels)
+    spec.register_target_vocabulary(tokens)
+    spec.config.bos_token = tokenizer.bos_token
+    spec.config.eos_token = tokenizer.eos_token
+    spec.config.unk_token = tokenizer.unk_token
+    spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    output.mkdir(parents=True, exist_ok=True)
+    spec.save(str(output))
+    tokenizer.save_pretrained(output)  # the translator encodes raw text with it (and its annotator)
+    (output / CONFIG_FILE).write_text(json.dumps(
+        {"exported_from": str(model_path), "model_type": model.config.model_type, "quantization": quantization,
+         "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors}, indent=1))
+    return output
+
+
+def factor_labels(tokenizer, config, factor: str) -> list[str]:
+    """A factor's labels by id, as CTranslate2's vocabulary of that source embedding."""
+    from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
+
+    vocabulary = getattr(tokenizer.feature_vocabularies, factor, None)
+    size = getattr(config, FACTOR_VOCABULARY_SIZE_ARGUMENTS[factor])
+    if vocabulary is None or len(vocabulary) != size:
+        raise ValueError(f"the tokenizer's {factor} vocabulary does not match the model's ({size} entries).")
+    bad = [label for label in vocabulary.labels if FACTOR_SEPARATOR in label or not label.strip()
+           or any(character.isspace() for character in label)]
+    if bad:
+        raise ValueError(f"{factor} labels {bad[:5]} contain whitespace or the factor separator "
+                         f"{FACTOR_SEPARATOR!r}; CTranslate2 cannot read them as source features.")
+    return list(vocabulary.labels)
+
+
+class CTranslate2Translator:
+    """Raw text in, translations out, with an exported model: our tokenizer (and its parser, for models with
+    source features) prepares the source tokens, CTranslate2 decodes.
+
+    Args:
+        model_dir: folder written by `export` (the CTranslate2 model and the tokenizer).
+        device: "cpu", "cuda" or "auto".
+        compute_type: CTranslate2's compute type ("default" keeps the export's quantization; "int8",
+            "float32", "int8_float16", ...).
+        inter_threads, intra_threads: CTranslate2's parallelism (batches in parallel, threads per batch).
+    """
+
+
+    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
+                 inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256):
+        import ctranslate2
+        from transformers import AutoTokenizer
+
+        folder = Path(model_dir)
+        if not (folder / CONFIG_FILE).exists():
+            raise ValueError(f"{folder} is not an hf_srcfeat CTranslate2 export (no {CONFIG_FILE}); write one with "
+                             "hf-srcfeat-export-ct2.")
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        settings = json.loads((folder / CONFIG_FILE).read_text())
+        self.max_length = settings["max_position_embeddings"]
+        self.factors = settings.get("source_factors", [])
+        # A model without source features needs no parse: the translate command then hands over raw text.
+        self.reads_parses = bool(self.factors)
+        self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
+                                                 inter_threads=inter_threads, intra_threads=intra_threads)
+        self.num_beams, self.max_new_tokens = num_beams, max_new_tokens
+
+    def source_tokens(self, sources: Sequence) -> list[list[str]]:
+        """The subword tokens of the sources (raw texts, or `AnnotatedSentence`s for a model with factors), with
+        `</s>`, as the PyTorch model reads them; with factors, `subword￨label￨...` per token."""
+        from hf_srcfeat.annotated_sentence import AnnotatedSentence
+        from hf_srcfeat.configuration_relevance_features import FACTOR_FEATURE_NAMES
+
+        sources = list(sources)
+        if not self.factors:
+            texts = [source.text if isinstance(source, AnnotatedSentence) else source for source in sources]
+            encoded = self.tokenizer(texts, source_features=False, truncation=True, max_length=self.max_length)
+            return [self.tokenizer.convert_ids_to_tokens(ids) for ids in encoded["input_ids"]]
+        parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
+        if parsed and len(parsed) != len(sources):
+            raise ValueError("give either raw texts or AnnotatedSentences, not both.")
+        encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length) if parsed \
+            else self.tokenizer(sources, truncation=True, max_length=self.max_length)
+        vocabularies = self.tokenizer.feature_vocabularies
+        rows = []
+        for index, ids in enumerate(encoded["input_ids"]):
+            columns = [self.tokenizer.convert_ids_to_tokens(ids)]
+            for factor in self.factors:
+                labels = getattr(vocabularies, factor).labels
+                columns.append([labels[value] for value in encoded[FACTOR_FEATURE_NAMES[factor]][index]])
+            rows.append([FACTOR_SEPARATOR.join(parts) for parts in zip(*columns, strict=True)])
+        return rows
+
+    def translate(self, texts: Sequence[str], num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
+                  num_return_sequences: int = 1, return_scores: bool = False) -> list:
+        """Translations of `texts` (a list per text with `num_return_sequences` > 1; (text, score) pairs with
+        `return_scores`)."""
+        results = self.translator.translate_batch(
+            self.source_tokens(texts), max_batch_size=batch_size, beam_size=num_beams,
+            num_hypotheses=num_return_sequences, max_decoding_length=max_new_tokens, return_scores=return_scores)
+        outputs = []
+        for result in results:
+            hypotheses = []
+            for index, tokens in enumerate(result.hypotheses):
+                text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
+                hypotheses.append((text.strip(), result.scores[index]) if return_scores else text.strip())
+            outputs.append(hypotheses if num_return_sequences > 1 else hypotheses[0])
+        return outputs
+
+
+    def __call__(self, texts: Sequence[str], batch_size: int = 32, num_return_sequences: int = 1,
+                 return_scores: bool = False) -> list:
+        """The translation pipeline's interface (what `hf-srcfeat-translate` calls): a dict
+        {"translation_text", and "score" with `return_scores`} per text, or a list of them per text with
+        `num_return_sequences` > 1. The score is CTranslate2's (log-probability normalised by length)."""
+        results = self.translate(texts, self.num_beams, self.max_new_tokens, batch_size, num_return_sequences,
+                                 return_scores=True)
+        outputs = []
+        for hypotheses in results:
+            hypotheses = hypotheses if num_return_sequences > 1 else [hypotheses]
+            dicts = [{"translation_text": text, **({"score": score} if return_scores else {})}
+                     for text, score in hypotheses]
+            outputs.append(dicts if num_return_sequences > 1 else dicts[0])
+        return outputs

@@ -1,0 +1,1 @@
+"""Scores: sacreBLEU/chrF for training-time evaluation and the `evaluate` metric."""

@@ -1,0 +1,41 @@
+"""Corpus scores of translations with sacreBLEU: the one place every evaluation (training, the benchmark, the
+`evaluate` metric) computes BLEU, lowercased BLEU and chrF, and tests one system against another."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """sacreBLEU (13a, cased), lowercased sacreBLEU and chrF of detokenized hypotheses against one reference each,
+    unrounded, with each metric's signature."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hypotheses) == 0:
+        raise ValueError("No predictions to score.")
+    streams = [list(references)]  # sacreBLEU takes one list per reference stream
+    bleu, bleu_lowercase, chrf = BLEU(), BLEU(lowercase=True), CHRF()
+    return {
+        "bleu": bleu.corpus_score(list(hypotheses), streams).score,
+        "bleu_lowercase": bleu_lowercase.corpus_score(list(hypotheses), streams).score,
+        "chrf": chrf.corpus_score(list(hypotheses), streams).score,
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_lowercase_signature": str(bleu_lowercase.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+                     samples: int = 1000, seed: int = 12345) -> dict:
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of the system's BLEU against the baseline's."""
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    os.environ.setdefault("SACREBLEU_SEED", str(seed))
+    test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": sacrebleu.BLEU()},
+                      [list(references)], test_type="bs", n_samples=samples)
+    _, scores = test()
+    result = scores["BLEU"][1]
+    return {"test": "paired bootstrap resampling (sacrebleu)", "samples": samples,
+            "p_value": float(result.p_value), "baseline_bleu": round(float(scores["BLEU"][0].score), 2)}
