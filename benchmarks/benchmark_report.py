@@ -2,7 +2,7 @@
 """Turn the benchmark's result files into the results table (Markdown) and validation loss curves (PNG).
 
     python -m benchmarks.benchmark_report                  # writes benchmarks/results/benchmark_report.md + .png
-    python -m benchmarks.benchmark_report --update_readme  # also replaces the README's results section
+    python -m benchmarks.benchmark_report --update_docs   # also rewrites docs/results/benchmark.md's section
 
 Every number comes from `benchmarks/results/benchmark/*.json` (written by `benchmarks/benchmark.py`): mean and
 standard deviation over seeds, the difference to the baseline and the paired bootstrap p-values of each seed;
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README_START, README_END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
+#: The documentation page whose results section `--update_docs` rewrites.
+DOCS_PAGE = REPO / "docs" / "results" / "benchmark.md"
 
 #: Training / decoding time relative to the baseline as the papers report them (None: not reported).
 PAPER_OVERHEADS = {
@@ -432,11 +435,19 @@ def replace_readme_section(readme: Path, text: str, start: str = README_START, e
     readme.write_text(f"{before}{start}\n{text}\n{end}{after}")
 
 
+def plot_link(plot: Path, page: Path) -> str:
+    """The plot as the page links it: the docs build copies the benchmark's plot beside its results page."""
+    if page.resolve().is_relative_to(REPO / "docs"):
+        return plot.name
+    return os.path.relpath(plot.resolve(), page.resolve().parent)
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "benchmark_report.md")
-    parser.add_argument("--update_readme", action="store_true")
+    parser.add_argument("--update_docs", "--update_readme", dest="update_docs", action="store_true",
+                        help="also write the results section into --docs_page")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the seeds every system should have")
     parser.add_argument("--systems", nargs="+", default=None, help="the systems planned (default: all of benchmark.py)")
     parser.add_argument("--speed_results", type=Path,
@@ -446,7 +457,7 @@ def main(argv: list[str] | None = None) -> str:
                         default=REPO / "benchmarks" / "results" / "benchmark_longer_budget",
                         help="results of baselines trained on past the benchmark's budget (benchmark.py "
                              "--continue_from); 'none': not shown")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path, default=DOCS_PAGE)
     args = parser.parse_args(argv)
     speed_file = None if str(args.speed_results) == "none" else args.speed_results
     by_system = load_results(args.results_dir)
@@ -457,9 +468,9 @@ def main(argv: list[str] | None = None) -> str:
     options = {"longer_baselines": longer_baselines, "planned_systems": args.systems, "results_dir": args.results_dir}
     text = report(by_system, plot.name, args.seeds, speed_file, **options)
     args.output.write_text(text + "\n")
-    if args.update_readme:
-        relative_plot = plot.resolve().relative_to(args.readme.resolve().parent)
-        replace_readme_section(args.readme, report(by_system, str(relative_plot), args.seeds, speed_file, **options))
+    if args.update_docs:
+        replace_readme_section(args.docs_page, report(by_system, plot_link(plot, args.docs_page), args.seeds,
+                                                      speed_file, **options))
     print(text)
     return text
 

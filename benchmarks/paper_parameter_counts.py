@@ -17,7 +17,7 @@ from transformers import AutoModelForSeq2SeqLM, HfArgumentParser, Seq2SeqTrainin
 
 from hf_srcfeat.commands import train
 
-PAPER_RECIPES = Path(__file__).resolve().parent / "recipes" / "paper"
+PAPER_RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes" / "paper"
 #: Chakrabarty et al.'s Table 4 (en-vi) fits a 26.8k-lemma vocabulary (Add - Base = one 512-wide lemma table);
 #: the other sizes are those of a Penn Treebank tagger and a UD parser.
 FEATURE_VOCABULARY_SIZES = {"num_lemmas": 26800, "num_pos_tags": 48, "num_dependency_relations": 60,

@@ -88,13 +88,15 @@ def main(argv: list[str] | None = None) -> dict:
         "CoNLL-U parses of the test sources (test_2016_flickr.en.conllu.gz in this folder); default: Stanza, cached"))
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "parse_robustness.json")
     parser.add_argument("--table", action="store_true", help="print the README table of the results in --output")
-    parser.add_argument("--update_readme", action="store_true", help="with --table: also write it into the README")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--update_docs", "--update_readme", dest="update_docs", action="store_true",
+                        help="with --table: also write it into the docs page")
+    parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path,
+                        default=REPO / "docs" / "results" / "parse_robustness.md")
     args = parser.parse_args(argv)
     if args.table:
         results = read_json(args.output)  # an error naming the file if it is missing or not JSON
-        if args.update_readme:
-            replace_readme_section(args.readme, table(results), README_START, README_END)
+        if args.update_docs:
+            replace_readme_section(args.docs_page, table(results), README_START, README_END)
         print(table(results))
         return results
     if not args.runs:

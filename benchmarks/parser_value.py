@@ -89,8 +89,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--annotator_accuracy", type=Path,
                         default=REPO / "benchmarks" / "results" / "annotator_stanza_shared_en.json")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "parser_value.json")
-    parser.add_argument("--update_readme", action="store_true", help="also write the table into the README")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--update_docs", "--update_readme", dest="update_docs", action="store_true",
+                        help="also write the table into the docs page")
+    parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path,
+                        default=REPO / "docs" / "results" / "parse_robustness.md")
     args = parser.parse_args(argv)
     annotator = read_json(args.annotator_accuracy)
     accuracy = required(annotator, args.annotator_accuracy, "ewt_test")
@@ -100,8 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
               "command": " ".join(["python -m benchmarks.parser_value", *(argv if argv is not None else sys.argv[1:])]),
               "runs": values}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    if args.update_readme:
-        replace_readme_section(args.readme, table(values), README_START, README_END)
+    if args.update_docs:
+        replace_readme_section(args.docs_page, table(values), README_START, README_END)
     print(table(values))
     return result
 

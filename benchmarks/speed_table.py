@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     results = json.loads(Path(args.results).read_text())
     print(speed_table(results, args.systems))
-    print(f"\nCode version {results['code_version'][:7]}, {results['rounds_done']} rounds of "
+    print(f"\n{results['rounds_done']} rounds of "
           f"{results['args']['steps_per_round']} steps, {results['torch_threads']} torch thread(s).")
 
 

@@ -38,7 +38,7 @@ def train_from_raw_text(model_class, config, tokenizer, train_pairs, steps: int 
     torch.manual_seed(0)
     model = model_class(config)
     if hasattr(model, "load_pretrained_parts"):
-        model.load_pretrained_parts()  # as training/train.py does for a new model
+        model.load_pretrained_parts()  # as hf-srcfeat-train does for a new model
     losses = train_briefly(model, tokenizer, pairs, steps=steps)
     model.generation_config.max_new_tokens = 20
     return model, losses
@@ -46,6 +46,8 @@ def train_from_raw_text(model_class, config, tokenizer, train_pairs, steps: int 
 
 class EndToEndFromRawText:
     """Training, generation, the pipeline and saving, each from raw sentences through the tokenizer."""
+
+    pytestmark = [pytest.mark.slow]  # every subclass trains a model first
 
     def test_training_from_raw_text_lowers_the_loss(self, trained):
         _, losses = trained

@@ -134,6 +134,7 @@ def test_empty_text_and_missing_models_raise_clear_errors(stanza_annotator, tmp_
         StanzaAnnotator(model_dir=tmp_path, use_cache=False)
 
 
+@pytest.mark.slow
 def test_stanza_tags_gold_tokenized_ewt_test_sentences_mostly_right(ewt_dir, tmp_path):
     gold = list(read_conllu(ewt_dir / "en_ewt-ud-test.conllu.gz"))[:60]
     annotator = StanzaAnnotator(pretokenized=True, use_cache=False)
@@ -145,6 +146,7 @@ def test_stanza_tags_gold_tokenized_ewt_test_sentences_mostly_right(ewt_dir, tmp
     assert annotation_scores(gold[:2], gold[:2])["las"] == 100.0
 
 
+@pytest.mark.slow
 def test_two_worker_processes_parse_as_one_does(stanza_annotator, test_sentences, tmp_path):
     texts = test_sentences[:8]
     parallel = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cold.sqlite")

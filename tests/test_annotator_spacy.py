@@ -34,6 +34,7 @@ def annotator(tmp_path_factory) -> SpacyAnnotator:
     return SpacyAnnotator(MODEL, cache_path=tmp_path_factory.mktemp("cache") / "annotations.sqlite")
 
 
+@pytest.mark.slow
 def test_every_french_source_is_one_tree_with_ud_tags_and_its_own_spacing(annotator, french):
     sources = list(french["source"])[:200]
     parses = annotator.annotate(sources, show_progress=False)
@@ -49,6 +50,7 @@ def test_every_french_source_is_one_tree_with_ud_tags_and_its_own_spacing(annota
     assert sum("Number=" in value for value in feats) > len(feats) / 3, "morphological features"
 
 
+@pytest.mark.slow
 def test_a_text_spacy_splits_is_joined_under_its_first_root_or_refused(tmp_path):
     text = "Un homme court. Un chien le suit."
     joined = SpacyAnnotator(MODEL, use_cache=False).annotate([text], show_progress=False)[0]
@@ -58,12 +60,14 @@ def test_a_text_spacy_splits_is_joined_under_its_first_root_or_refused(tmp_path)
         SpacyAnnotator(MODEL, use_cache=False, sentences="refuse").annotate([text], show_progress=False)
 
 
+@pytest.mark.slow
 def test_pre_split_words_keep_their_split(annotator):
     words = ["Deux", "chiens", "jouent", "dans", "la", "neige", "."]
     parsed = annotator.with_pretokenized_input().annotate([" ".join(words)], show_progress=False)[0]
     assert [word.text for word in parsed.words] == words
 
 
+@pytest.mark.slow
 def test_parses_are_cached_under_the_pipelines_identity(annotator, french, monkeypatch):
     sources = list(french["source"])[:20]
     first = annotator.annotate(sources, show_progress=False)
@@ -73,6 +77,7 @@ def test_parses_are_cached_under_the_pipelines_identity(annotator, french, monke
     assert len(AnnotationCache(annotator.cache.path)) >= 20
 
 
+@pytest.mark.slow
 def test_a_tokenizer_records_its_annotator_and_refuses_another(annotator, french, tmp_path):
     sources, targets = list(french["source"])[:300], list(french["target"])[:300]
     tokenizer = train_source_feature_tokenizer(sources, targets, vocab_size=800, annotator=annotator, language="fr")
@@ -92,6 +97,7 @@ def test_a_tokenizer_records_its_annotator_and_refuses_another(annotator, french
     assert reloaded.annotator_settings["model"] == "fr_core_news_md"
 
 
+@pytest.mark.slow
 def test_the_annotate_command_writes_spacy_parses_as_conllu(french, tmp_path):
     from hf_srcfeat.commands.annotate import main
     from hf_srcfeat.conllu import read_conllu
@@ -104,6 +110,7 @@ def test_the_annotate_command_writes_spacy_parses_as_conllu(french, tmp_path):
     assert [parse.text for parse in parses] == list(french["source"])[:30]
 
 
+@pytest.mark.slow
 def test_a_short_french_to_german_training_from_raw_french_text(multi30k_dir, tmp_path):
     output_dir = tmp_path / "fr-de"
     results = train.main([

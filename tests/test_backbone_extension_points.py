@@ -179,6 +179,7 @@ def tiny_config_module(subword_tokenizer):
     )
 
 
+@pytest.mark.slow
 def test_extra_encoder_outputs_are_beam_expanded_and_padded_batch_equals_single(
     trained_summary_model, subword_tokenizer, test_sentences
 ):

@@ -46,6 +46,7 @@ def test_a_tokenizer_saved_after_a_truncating_call_encodes_long_sources_with_eve
         assert len(encoded["dep_distance"]) == len(encoded["input_ids"])
 
 
+@pytest.mark.slow
 def test_the_tokenizer_and_pipeline_serve_four_threads_at_once(translator_with_cache, test_sentences):
     translator, sentences = translator_with_cache, test_sentences[:8]
     expected = [translator(sentence)[0] for sentence in sentences]
@@ -92,6 +93,7 @@ TINY_RUN = ["--d_model", "32", "--encoder_layers", "1", "--decoder_layers", "1",
             "--max_steps", "4", "--per_device_train_batch_size", "16", "--do_predict_test", "false"]
 
 
+@pytest.mark.slow
 def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_results(multi30k_dir, tmp_path):
     from hf_srcfeat.commands import train
 
@@ -112,6 +114,7 @@ def test_evaluating_without_a_trained_model_is_refused(multi30k_dir, tmp_path):
         train.main(TINY_RUN + ["--output_dir", str(tmp_path / "empty"), "--do_eval"])
 
 
+@pytest.mark.slow
 def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_dir, tmp_path):
     from hf_srcfeat.commands import train
 
@@ -414,6 +417,7 @@ def test_the_parse_cache_key_follows_the_default_download_and_its_resources_file
     assert StanzaAnnotator(cache_path=tmp_path / "cache.sqlite").identity != before, "an updated download re-parses"
 
 
+@pytest.mark.slow
 def test_a_card_states_what_was_measured_set_size_beams_and_signature(multi30k_dir, tmp_path):
     from hf_srcfeat.commands import publish, train
 

@@ -115,6 +115,7 @@ def test_save_and_load_round_trip_gives_identical_logits_in_safetensors(trained_
     assert torch.equal(model(**batch).logits, reloaded(**batch).logits)
 
 
+@pytest.mark.slow
 def test_a_fresh_process_loads_the_model_through_automodel(trained_baseline, subword_tokenizer, test_sentences,
                                                            tmp_path):
     model, _ = trained_baseline
@@ -185,6 +186,7 @@ def test_the_baseline_ignores_source_features(trained_baseline, subword_tokenize
     assert torch.equal(with_features, model.generate(**batch, num_beams=4))
 
 
+@pytest.mark.slow
 def test_saved_code_loads_with_trust_remote_code_where_the_package_is_not_importable(tmp_path):
     save = (
         "import sys, torch\n"

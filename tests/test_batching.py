@@ -54,6 +54,7 @@ def test_an_example_longer_than_the_budget_is_named(pair_lengths):
         TokenBudgetBatchSampler(pair_lengths, max_tokens=20)
 
 
+@pytest.mark.slow
 def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
     results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "400",
                                  "--max_steps", "40", "--max_tokens_per_batch", "600", "--learning_rate", "3e-3",
@@ -63,12 +64,14 @@ def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
     assert results["data_args"]["max_tokens_per_batch"] == 600
 
 
+@pytest.mark.slow
 def test_early_stopping_without_keeping_the_best_model_is_refused(multi30k_dir, tmp_path):
     with pytest.raises(ValueError, match="--early_stopping_patience needs --load_best_model_at_end"):
         train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "50",
                            "--max_steps", "2", "--early_stopping_patience", "2"])
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_checkpoint_and_records_it(multi30k_dir, tmp_path):
     results = train.main(TINY + [
         "--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "200", "--max_eval_samples", "20",

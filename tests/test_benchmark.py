@@ -43,6 +43,7 @@ def tiny_benchmark(feature_tokenizer, tmp_path_factory, multi30k_dir, blind_dir)
     return folder, run
 
 
+@pytest.mark.slow
 def test_every_run_writes_a_complete_result_file(tiny_benchmark):
     folder, _ = tiny_benchmark
     result = json.loads((folder / "results" / "relevance_self_seed1.json").read_text())
@@ -63,6 +64,7 @@ def test_every_run_writes_a_complete_result_file(tiny_benchmark):
     assert "significance_vs_baseline" not in baseline["test"]
 
 
+@pytest.mark.slow
 def test_every_finished_run_translates_the_blind_sets_as_it_decodes_the_test_set(tiny_benchmark, blind_dir):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -81,6 +83,7 @@ def test_every_finished_run_translates_the_blind_sets_as_it_decodes_the_test_set
     assert (folder / "results" / "blind" / "baseline_seed1.test_2017_mscoco.de").exists(), "written again"
 
 
+@pytest.mark.slow
 def test_the_blind_command_names_finished_runs_whose_model_is_gone(tiny_benchmark, tmp_path):
     folder, _ = tiny_benchmark
     results = tmp_path / "results"
@@ -91,6 +94,7 @@ def test_the_blind_command_names_finished_runs_whose_model_is_gone(tiny_benchmar
                         "--results_dir", str(results)])
 
 
+@pytest.mark.slow
 def test_the_pretrained_lfe_system_trains_its_autoencoder_first(tiny_benchmark):
     folder, _ = tiny_benchmark
     result = json.loads((folder / "results" / "lfe_dae_seed1.json").read_text())
@@ -102,6 +106,7 @@ def test_the_pretrained_lfe_system_trains_its_autoencoder_first(tiny_benchmark):
     assert result["pretraining"]["reconstruction"] == pretraining["reconstruction"]
 
 
+@pytest.mark.slow
 def test_finished_runs_are_not_redone(tiny_benchmark):
     folder, run = tiny_benchmark
     path = folder / "results" / "baseline_seed1.json"
@@ -110,6 +115,7 @@ def test_finished_runs_are_not_redone(tiny_benchmark):
     assert path.stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_continues_from_its_last_checkpoint(tiny_benchmark):
     folder, run = tiny_benchmark
     run(["fusing_diverse"], max_steps=6)  # stands for a run stopped after its checkpoint at step 6
@@ -121,6 +127,7 @@ def test_an_interrupted_run_continues_from_its_last_checkpoint(tiny_benchmark):
 
 
 
+@pytest.mark.slow
 def test_a_longer_budget_continues_the_shorter_run_and_equals_training_it_from_the_start(tiny_benchmark):
     folder, _ = tiny_benchmark
 
@@ -140,6 +147,7 @@ def test_a_longer_budget_continues_the_shorter_run_and_equals_training_it_from_t
     assert continued["test"]["bleu"] == from_scratch["test"]["bleu"]
 
 
+@pytest.mark.slow
 def test_continuing_a_run_trained_with_another_set_up_is_refused(tiny_benchmark):
     folder, _ = tiny_benchmark
     with pytest.raises(SystemExit, match="different set-up.*d_model.*tokenizer_name_or_path"):
@@ -160,6 +168,7 @@ def test_tokenized_bleu_compares_words_and_punctuation_the_way_published_multi30
     assert benchmark.score(shouted, references)["bleu"] < 100.0, "cased BLEU sees the difference"
 
 
+@pytest.mark.slow
 def test_rescore_adds_a_new_metric_to_finished_runs_from_their_saved_translations(tiny_benchmark):
     folder, _ = tiny_benchmark
     path = folder / "results" / "baseline_seed1.json"
@@ -179,6 +188,7 @@ def test_rescore_adds_a_new_metric_to_finished_runs_from_their_saved_translation
 
 
 
+@pytest.mark.slow
 def test_significance_is_retested_against_a_retrained_baseline(tiny_benchmark, tmp_path):
     import shutil
 
@@ -204,6 +214,7 @@ def test_significance_is_retested_against_a_retrained_baseline(tiny_benchmark, t
     assert path.stat().st_mtime_ns == before, "a test against the baseline in place is left alone"
 
 
+@pytest.mark.slow
 def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_curves(tiny_benchmark):
     from benchmarks import benchmark_report
 
@@ -234,10 +245,9 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     assert "old" not in updated and updated.endswith("rest\n") and "| relevance_self |" in updated
 
 
+@pytest.mark.slow
 def test_the_report_compares_overheads_measured_in_one_interleaved_run_with_the_papers(tiny_benchmark, tmp_path):
-    import benchmark_speed
-
-    from benchmarks import benchmark_report
+    from benchmarks import benchmark_report, benchmark_speed
 
     folder, _ = tiny_benchmark
     speed_file = tmp_path / "speed.json"
@@ -318,6 +328,7 @@ def test_the_report_gives_a_composed_systems_difference_to_each_part():
                          "(p = 0.300, 0.300, not significant in every seed).")
 
 
+@pytest.mark.slow
 def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baseline(tiny_benchmark, tmp_path):
     from benchmarks import benchmark_report
 
@@ -336,6 +347,7 @@ def test_the_report_sets_a_baseline_trained_longer_next_to_the_benchmark_baselin
     assert '--shared_overrides \'{"max_steps": 18}\'' in paragraph
 
 
+@pytest.mark.slow
 def test_runs_on_pre_parsed_sources_side_by_side_with_significance_added_later(
         feature_tokenizer, stanza_annotator, multi30k_dir, blind_dir, tmp_path):
     """As on a GPU machine without Stanza: every source comes parsed from CoNLL-U files, and a method trains before

@@ -41,6 +41,7 @@ def loss_and_gradients(model, batch, run=None) -> tuple[torch.Tensor, dict[str, 
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ONE_GRAPH)
 def test_the_training_forward_compiles_into_one_graph(variant, feature_tokenizer, test_sentences):
     model = model_of(variant, feature_tokenizer)
@@ -49,6 +50,7 @@ def test_the_training_forward_compiles_into_one_graph(variant, feature_tokenizer
     assert explanation.graph_break_count == 0, [str(reason.reason)[:200] for reason in explanation.break_reasons]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ONE_GRAPH)
 def test_a_compiled_training_step_gives_the_eager_loss_and_gradients(variant, feature_tokenizer, test_sentences):
     batch = training_batch(feature_tokenizer, test_sentences)

@@ -87,6 +87,7 @@ def test_bad_data_is_named_by_file_and_line(tmp_path):
         load_file(str(tmp_path / "nothing"), "en", "fr")
 
 
+@pytest.mark.slow
 def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_data(en_fr, tmp_path):
     """The corpus lives in Arrow files on disk and its tokenization is cached beside them: a second run reads the
     cache files the first one wrote instead of tokenizing again."""
@@ -143,6 +144,7 @@ def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(t
         load_file(str(tmp_path / "pair"), "en", "fr")
 
 
+@pytest.mark.slow
 def test_train_py_trains_from_a_datasets_folder_and_from_tsv(en_fr, tmp_path):
     from hf_srcfeat.commands import train
 

@@ -71,6 +71,7 @@ def test_every_model_type_trains_and_generates_in_half_precision(variant, dtype,
         assert model.generate(**inputs, num_beams=4, max_new_tokens=8).shape[0] == 4
 
 
+@pytest.mark.slow
 def test_a_trained_model_in_bfloat16_predicts_the_next_token_as_in_float32(trained_baseline, feature_tokenizer,
                                                                             multi30k_dir):
     """Teacher-forced, so one changed choice does not derail the rest of a sentence as in free-running decoding

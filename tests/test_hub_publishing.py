@@ -121,6 +121,7 @@ def load_in_fresh_process(mode: str, environment: dict, sentences: list[str], bl
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_repository_folder_holds_weights_tokenizer_code_and_a_rendered_card(published):
     folder, _ = published
     repository = folder / "repository"
@@ -142,6 +143,7 @@ def test_the_repository_folder_holds_weights_tokenizer_code_and_a_rendered_card(
     assert (folder / "mirrors" / "models" / REPO_ID / ".git").exists()
 
 
+@pytest.mark.slow
 def test_publishing_never_overwrites_a_folder(published):
     folder, _ = published
     with pytest.raises(SystemExit, match="not empty"):
@@ -185,6 +187,7 @@ def test_a_method_card_states_the_difference_to_the_baseline_of_its_seed_and_its
             f"paired bootstrap resampling, p = {test['p_value']:.3f})") in card
 
 
+@pytest.mark.slow
 def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(published, tmp_path):
     folder, _ = published
     [entry] = json.loads((folder / "published.json").read_text())
@@ -204,6 +207,7 @@ def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(publishe
     assert original.startswith(before) and original.endswith(after), "only the zoo section changes"
 
 
+@pytest.mark.slow
 def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_its_results_change(
         published, tmp_path):
     folder, _ = published
@@ -234,6 +238,7 @@ def test_the_zoo_publishes_each_finished_benchmark_system_and_again_only_when_it
     assert "(superseded)" in model_zoo.zoo_table(entries, benchmark_dir), "a re-trained system's old checkpoint"
 
 
+@pytest.mark.slow
 def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, test_sentences, tmp_path):
     _, expected = published
     loaded = load_in_fresh_process("installed", {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0",
@@ -241,6 +246,7 @@ def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, tes
     assert loaded["module"].startswith("hf_srcfeat.") and loaded["translations"] == expected
 
 
+@pytest.mark.slow
 def test_loads_by_repo_id_without_hf_srcfeat_through_remote_code(published, hub_endpoint, test_sentences, tmp_path):
     _, expected = published
     environment = {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf")}
@@ -253,6 +259,7 @@ def test_loads_by_repo_id_without_hf_srcfeat_through_remote_code(published, hub_
     assert completed.returncode != 0 and "pip install stanza" in completed.stderr
 
 
+@pytest.mark.slow
 def test_transformers_pipeline_translates_by_repo_id_without_hf_srcfeat(published, hub_endpoint, test_sentences,
                                                                         tmp_path):
     _, expected = published
@@ -263,6 +270,7 @@ def test_transformers_pipeline_translates_by_repo_id_without_hf_srcfeat(publishe
     assert loaded["translations"] == [text.strip() for text in expected]
 
 
+@pytest.mark.slow
 def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test_sentences, tmp_path):
     _, expected = published
     cache = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub_endpoint}
@@ -314,6 +322,7 @@ SHIPPED_PER_MODEL_TYPE = {
 }
 
 
+@pytest.mark.slow
 def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_code_alone(
         feature_tokenizer, test_sentences, tmp_path):
     from hf_srcfeat import MODEL_CLASSES_BY_TYPE

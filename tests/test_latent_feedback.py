@@ -202,6 +202,7 @@ def pretrained_dae(feature_tokenizer, tmp_path_factory, multi30k_dir):
     return folder / "dae", results
 
 
+@pytest.mark.slow
 def test_dae_pretraining_lowers_the_reconstruction_loss_and_records_its_run(pretrained_dae):
     folder, results = pretrained_dae
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
@@ -212,6 +213,7 @@ def test_dae_pretraining_lowers_the_reconstruction_loss_and_records_its_run(pret
     assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
 
 
+@pytest.mark.slow
 def test_the_lfe_is_initialised_from_the_dae_encoder(pretrained_dae, feature_tokenizer):
     folder, _ = pretrained_dae
     config = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
@@ -247,6 +249,7 @@ class TestDaePretrainedLatentFeedbackEndToEnd(EndToEndFromRawText):
         return train_from_raw_text(LatentFeedbackForConditionalGeneration, config, feature_tokenizer, train_pairs)
 
 
+@pytest.mark.slow
 def test_ewt_sentences_can_join_the_monolingual_data(ewt_dir, train_pairs):
     args = pretrain_dae.DaeArguments(ewt_dir=str(ewt_dir))
     sentences, files = pretrain_dae.monolingual_sentences(args, train_pairs)

@@ -9,10 +9,10 @@ import importlib
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hf_srcfeat"
@@ -141,6 +141,7 @@ def test_nothing_in_the_repository_edits_sys_path():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_the_old_script_paths_run_the_installed_commands():
     completed = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--help"], capture_output=True,
                                text=True, timeout=300)

@@ -53,12 +53,13 @@ def test_a_parsers_value_is_the_bleu_lost_per_point_of_head_accuracy_the_corrupt
     assert values["flat"]["bleu_change_uas_-10"] == 0.0
 
 
+@pytest.mark.slow
 def test_processes_adding_results_to_one_file_side_by_side_keep_each_others(tmp_path):
     """Two parse-robustness lanes write one results file: each write re-reads it under a lock, so none is lost."""
     import subprocess
 
     writer = (
-        "from pathlib import Path; from benchmarks import benchmark\n"
+        "import sys; from pathlib import Path; from benchmarks import benchmark\n"
         "name, output = sys.argv[1], Path(sys.argv[2])\n"
         "for index in range(25):\n"
         "    benchmark.update_json(output, lambda data: data['runs'].__setitem__(f'{name}{index}', index),\n"

@@ -283,6 +283,7 @@ def test_awkward_text_keeps_every_feature_the_length_of_the_tokens(feature_token
     assert len(encoding["dep_distance"]) == length and all(len(row) == length for row in encoding["dep_distance"])
 
 
+@pytest.mark.slow
 def test_a_thousand_word_sentence_encodes_with_all_features(feature_tokenizer, train_pairs):
     words = " ".join(list(train_pairs["source"])[:120]).split()[:1000]
     text = " ".join(words)

@@ -1,4 +1,4 @@
-"""training/train.py: Seq2SeqTrainer on real Multi30k pairs, generation-based metrics, safe output folders,
+"""hf-srcfeat-train: Seq2SeqTrainer on real Multi30k pairs, generation-based metrics, safe output folders,
 and the same script under torchrun with 2 CPU processes."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ TINY = ["--d_model", "64", "--encoder_layers", "2", "--decoder_layers", "2", "--
         "--save_strategy", "no", "--disable_tqdm", "true"]
 
 
+@pytest.mark.slow
 def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tmp_path):
     output_dir = tmp_path / "run"
     results = train.main(TINY + [
@@ -67,6 +68,7 @@ PARSED_RUN = ["--do_train", "--max_train_samples", "200", "--max_eval_samples", 
               "--do_predict_test", "false"]
 
 
+@pytest.mark.slow
 def test_pre_parsed_conllu_sources_train_without_stanza_exactly_as_parsing_the_raw_text(
         stanza_annotator, multi30k_dir, tmp_path):
     options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path,
@@ -95,6 +97,7 @@ def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the
         train.main(run[:-1] + ["10"])
 
 
+@pytest.mark.slow
 def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, tmp_path):
     output_dir = tmp_path / "ddp"
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_SRCFEAT_MULTI30K_DIR": str(multi30k_dir)}
@@ -112,6 +115,7 @@ def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, t
     assert results["train_metrics"]["epoch"] == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(multi30k_dir, tmp_path):
     output_dir = tmp_path / "budget"
     results = train.main(TINY + ["--output_dir", str(output_dir), "--do_train", "--max_train_samples", "200",
@@ -180,6 +184,7 @@ def test_a_composed_model_gets_the_tokenizers_vocabulary_sizes_for_its_component
     assert model.get_encoder().embed_source.factor_embeddings["lemma"].num_embeddings == sizes["num_lemmas"]
 
 
+@pytest.mark.slow
 def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi30k_dir, tmp_path):
     """The tokenized training set keeps each sentence's heads, not its [S, S] distance matrix; the collator builds
     the matrix per batch, and Deps-SAN (which reads it) trains."""
@@ -190,6 +195,7 @@ def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi
     assert len(losses) == 4 and all(loss == loss for loss in losses)
 
 
+@pytest.mark.slow
 def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(multi30k_dir, tmp_path):
     """Two processes, a user's JSON-lines corpus of another language pair, and token-budget batches dealt out
     by accelerate: both ranks end with the same parameters."""
@@ -217,6 +223,7 @@ def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(mul
     assert shared[0]["train"] and shared[0] == shared[1], "both ranks read the one prepared dataset"
 
 
+@pytest.mark.slow
 def test_a_tokenizer_saved_before_morphological_features_still_trains(multi30k_dir, tmp_path):
     """A tokenizer without a FEATS vocabulary (saved before it existed, like the benchmark's) encodes no feats_ids:
     the stored encodings must not expect that column."""
@@ -234,6 +241,7 @@ def test_a_tokenizer_saved_before_morphological_features_still_trains(multi30k_d
     assert results["global_step"] == 2
 
 
+@pytest.mark.slow
 def test_user_factors_in_conllu_misc_train_a_relevance_model(stanza_annotator, multi30k_dir, tmp_path):
     from dataclasses import replace
 

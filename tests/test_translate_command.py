@@ -125,6 +125,7 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
     assert statistics["arguments"]["num_beams"] == 4
 
 
+@pytest.mark.slow
 def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test_sentences, tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "hf_srcfeat.commands.translate", "--model", str(model_folder), *SETTINGS],

@@ -59,6 +59,7 @@ def factored_data(stanza_annotator, train_pairs, subword_tokenizer):
     return tokenizer, parses, list(train_pairs["target"])[:300]
 
 
+@pytest.mark.slow
 def test_the_tokenizer_gives_each_user_factor_its_vocabulary_and_aligns_it_to_subwords(factored_data, tmp_path):
     tokenizer, parses, _ = factored_data
     vocabulary = tokenizer.feature_vocabularies.extra["case"]
@@ -73,6 +74,7 @@ def test_the_tokenizer_gives_each_user_factor_its_vocabulary_and_aligns_it_to_su
     assert AutoTokenizer.from_pretrained(tmp_path).feature_vocabularies.extra["case"] == vocabulary
 
 
+@pytest.mark.slow
 def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(factored_data, test_sentences,
                                                                                 stanza_annotator, tmp_path):
     tokenizer, parses, targets = factored_data
@@ -106,6 +108,7 @@ def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(
     assert model.generate(**plain, max_new_tokens=5).shape[0] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("combine", ["add", "linear", "self_relevance", "word_relevance"])
 def test_every_factor_combination_embeds_a_user_factor_by_name(combine, factored_data):
     tokenizer, parses, _ = factored_data
@@ -119,6 +122,7 @@ def test_every_factor_combination_embeds_a_user_factor_by_name(combine, factored
                               model.get_encoder()(**batch).last_hidden_state), "the factor reaches the encoder"
 
 
+@pytest.mark.slow
 def test_the_translate_command_reads_factored_lines(factored_data, test_sentences, tmp_path):
     from hf_srcfeat.commands.translate import main
 
@@ -148,6 +152,7 @@ def write_factor_corpus(path, pairs, case_values=None) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(multi30k_dir, tmp_path):
     from hf_srcfeat.commands import train
 

@@ -32,7 +32,7 @@ import transformers
 from datasets import Dataset
 from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
-from hf_srcfeat.commands import train
+from hf_srcfeat.commands import run_as_script, train
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
 
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def cli() -> int:
     """The `hf-srcfeat-pretrain-dae` console script."""
-    main()
-    return 0
+    return run_as_script(main)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import yaml
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_srcfeat  # registers the model classes and the translation pipeline
-from hf_srcfeat.commands import train
+from hf_srcfeat.commands import run_as_script, train
 
 #: The source checkout this module runs from (the benchmark's results live there; a wheel install has none).
 REPO = Path(__file__).resolve().parents[2]
@@ -262,8 +262,7 @@ def main(argv: list[str] | None = None) -> Path:
 
 def cli() -> int:
     """The `hf-srcfeat-publish` console script."""
-    main()
-    return 0
+    return run_as_script(main)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
+from hf_srcfeat.commands import run_as_script
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
@@ -656,8 +657,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def cli() -> int:
     """The `hf-srcfeat-train` console script."""
-    main()
-    return 0
+    return run_as_script(main)
 
 
 if __name__ == "__main__":
