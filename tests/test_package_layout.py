@@ -107,7 +107,8 @@ def test_the_stanza_annotator_from_the_registry_parses(stanza_annotator):
 def test_every_command_is_an_installed_console_script_with_a_callable_entry_point():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert set(scripts) == {"hf-srcfeat-train", "hf-srcfeat-annotate", "hf-srcfeat-translate",
-                            "hf-srcfeat-export-ct2", "hf-srcfeat-publish", "hf-srcfeat-pretrain-dae"}
+                            "hf-srcfeat-export-ct2", "hf-srcfeat-publish", "hf-srcfeat-pretrain-dae",
+                            "hf-srcfeat-average-checkpoints"}
     for script, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.startswith("hf_srcfeat.commands."), script

@@ -1,0 +1,88 @@
+"""Checkpoint averaging (`hf-srcfeat-average-checkpoints`): the mean of the weights of real checkpoints of one run,
+a model folder that loads and translates, and refusals of what cannot be averaged."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, pipeline
+from hf_srcfeat.commands.average_checkpoints import main
+
+from .helpers import train_briefly
+
+
+@pytest.fixture(scope="module")
+def run_with_checkpoints(trained_baseline, feature_tokenizer, subword_tokenizer, train_pairs, tmp_path_factory):
+    """A run folder with two checkpoints of one model, 20 training steps apart, and its tokenizer."""
+    model, _ = trained_baseline
+    run = tmp_path_factory.mktemp("run")
+    later = copy.deepcopy(model).train()
+    torch.manual_seed(1)
+    train_briefly(later, subword_tokenizer, train_pairs, steps=20)
+    model.save_pretrained(run / "checkpoint-250")
+    later.eval().save_pretrained(run / "checkpoint-270")
+    feature_tokenizer.save_pretrained(run)
+    return run
+
+
+def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(run_with_checkpoints, tmp_path):
+    assert main([str(run_with_checkpoints), "--last", "2", "--output", str(tmp_path / "averaged")]) == 0
+    first = load_file(run_with_checkpoints / "checkpoint-250" / "model.safetensors")
+    second = load_file(run_with_checkpoints / "checkpoint-270" / "model.safetensors")
+    averaged = load_file(tmp_path / "averaged" / "model.safetensors")
+    assert set(averaged) == set(first)
+    assert any(not torch.equal(first[key], second[key]) for key in first), "the checkpoints differ"
+    for key, tensor in averaged.items():
+        expected = ((first[key].double() + second[key].double()) / 2).to(first[key].dtype)
+        assert tensor.dtype == first[key].dtype and torch.equal(tensor, expected), key
+    record = json.loads((tmp_path / "averaged" / "averaged_from.json").read_text())
+    assert [path.split("/")[-1] for path in record["checkpoints"]] == ["checkpoint-250", "checkpoint-270"]
+
+
+def test_the_averaged_model_loads_and_translates(run_with_checkpoints, test_sentences, tmp_path):
+    main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(run_with_checkpoints / "checkpoint-270"),
+          "--output", str(tmp_path / "averaged")])
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "averaged").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "averaged")
+    assert isinstance(model, SrcFeatTransformerForConditionalGeneration)
+    translations = pipeline("translation", model=model, tokenizer=tokenizer)(test_sentences[:3], max_new_tokens=16)
+    assert len(translations) == 3 and all(item["translation_text"].strip() for item in translations)
+
+
+def test_checkpoints_of_different_shapes_or_model_types_are_refused(run_with_checkpoints, tiny_config, tmp_path):
+    other = SrcFeatTransformerForConditionalGeneration(tiny_config(d_model=16, encoder_attention_heads=2,
+                                                                   decoder_attention_heads=2))
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(SystemExit, match="has shape"):
+        main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(tmp_path / "other"),
+              "--output", str(tmp_path / "out")])
+    config = json.loads((tmp_path / "other" / "config.json").read_text())
+    (tmp_path / "other" / "config.json").write_text(json.dumps({**config, "model_type": "deps_san"}))
+    with pytest.raises(SystemExit, match="different model types"):
+        main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(tmp_path / "other"),
+              "--output", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
+
+
+def test_pickled_weights_a_filled_output_and_too_few_checkpoints_are_refused(run_with_checkpoints, tmp_path):
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text((run_with_checkpoints / "checkpoint-250" / "config.json").read_text())
+    (pickled / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(SystemExit, match="no model.safetensors .*pytorch_model.bin: pickled weights are not read"):
+        main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(pickled), "--output",
+              str(tmp_path / "out")])
+    filled = tmp_path / "filled"
+    filled.mkdir()
+    (filled / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not an empty folder"):
+        main([str(run_with_checkpoints), "--last", "2", "--output", str(filled)])
+    assert (filled / "keep.txt").read_text() == "mine"
+    with pytest.raises(SystemExit):
+        main([str(run_with_checkpoints), "--last", "3", "--output", str(tmp_path / "out")])
