@@ -108,7 +108,7 @@ def test_every_command_is_an_installed_console_script_with_a_callable_entry_poin
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert set(scripts) == {"hf-srcfeat-train", "hf-srcfeat-annotate", "hf-srcfeat-translate",
                             "hf-srcfeat-export-ct2", "hf-srcfeat-publish", "hf-srcfeat-pretrain-dae",
-                            "hf-srcfeat-average-checkpoints"}
+                            "hf-srcfeat-average-checkpoints", "hf-srcfeat-score"}
     for script, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.startswith("hf_srcfeat.commands."), script

@@ -1,6 +1,6 @@
 """The installed commands (`hf-srcfeat-train`, `hf-srcfeat-annotate`, `hf-srcfeat-translate`, `hf-srcfeat-export-ct2`,
-`hf-srcfeat-publish`, `hf-srcfeat-pretrain-dae`, `hf-srcfeat-average-checkpoints`): each module's `main(argv)` is one
-command."""
+`hf-srcfeat-publish`, `hf-srcfeat-pretrain-dae`, `hf-srcfeat-average-checkpoints`, `hf-srcfeat-score`): each
+module's `main(argv)` is one command."""
 
 from __future__ import annotations
 

@@ -1,0 +1,125 @@
+"""`hf-srcfeat-score`: the log-probability of given translations under a model (forced decoding), as fairseq's
+`--score-reference`, `marian-scorer` and `sockeye-score`.
+
+    hf-srcfeat-score --model runs/quickstart --source test.en --target test.de > scores.tsv
+    hf-srcfeat-score --model runs/quickstart --source parsed.conllu --source_format conllu --target test.de
+
+One output line per (source, target) pair, aligned with the input: `TOTAL<TAB>PER_TOKEN<TAB>TOKENS`, the natural-log
+probability of the target's subwords (with `</s>`) summed, its mean per token, and the token count. Sources are
+parsed as for translation (the model's annotator, through the parse cache), or read from CoNLL-U (one sentence per
+target line). A pair that cannot be scored (an empty line, invalid UTF-8) is reported on stderr with its line
+number and gives `nan<TAB>nan<TAB>0`, so later lines never shift. The Python function is
+`hf_srcfeat.metrics.forced_decoding.score_targets`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hf_srcfeat.commands.translate import (
+    command_annotator,
+    open_binary_input,
+    read_conllu_sentences,
+    read_raw_lines,
+    resolve_device,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-srcfeat-score", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", "-m", required=True, help="trained model folder or Hub id")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's)")
+    parser.add_argument("--source", "-s", required=True, help="source sentences, one a line (.gz read as gzip)")
+    parser.add_argument("--target", "-t", required=True,
+                        help="target sentences, one a line, aligned with the sources (.gz read as gzip); - for stdin")
+    parser.add_argument("--source_format", choices=["text", "conllu"], default="text",
+                        help="text: raw sentences parsed on the way; conllu: pre-parsed sentences")
+    parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")
+    parser.add_argument("--batch_size", type=int, default=32, help="pairs scored at once (default 32)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
+    parser.add_argument("--annotation_cache", default=None,
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
+    parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
+    parser.add_argument("--stanza_dir", default=None,
+                        help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
+    return parser
+
+
+def read_pairs(args: argparse.Namespace) -> list[tuple[int, object, str | None, str | None]]:
+    """(target line number, source text or parse, target text, why the pair cannot be scored) for every pair."""
+    if args.source == "-":
+        raise SystemExit("--source must be a file (the targets may come from stdin).")
+    with open_binary_input(args.source) as stream:
+        reader = read_conllu_sentences if args.source_format == "conllu" else read_raw_lines
+        sources = list(reader(stream))
+    with open_binary_input(args.target) as stream:
+        targets = list(read_raw_lines(stream))
+    if len(sources) != len(targets):
+        unit = "sentences" if args.source_format == "conllu" else "lines"
+        raise SystemExit(f"--source {args.source} has {len(sources)} {unit}, --target {args.target} has "
+                         f"{len(targets)} lines; scoring needs one target per source.")
+    pairs = []
+    for source, target in zip(sources, targets, strict=True):
+        problem = (f"source {source.line_number}: {source.error}" if source.error else
+                   f"target line {target.line_number}: {target.error}" if target.error else
+                   f"source {source.line_number} is empty" if source.is_empty else
+                   f"target line {target.line_number} is empty" if not (target.text or "").strip() else None)
+        pairs.append((target.line_number, source.sentence or source.text, target.text, problem))
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch_size must be at least 1, got {args.batch_size}.")
+    if args.output != "-" and Path(args.output).is_dir():
+        parser.error(f"--output {args.output} is a folder; name a file.")
+    if args.output != "-" and any(Path(args.output).resolve() == Path(path).resolve()
+                                  for path in (args.source, args.target) if path != "-"):
+        parser.error(f"--output {args.output} is an input file; it would be overwritten.")
+    pairs = read_pairs(args)
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
+    from hf_srcfeat.metrics.forced_decoding import score_targets
+
+    device = resolve_device(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    if not hasattr(tokenizer, "annotate"):
+        raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
+                         "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
+    if args.source_format == "text":
+        tokenizer.annotator = command_annotator(tokenizer, args, device)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(device).eval()
+    usable = [pair for pair in pairs if pair[3] is None]
+    for line_number, _, _, problem in pairs:
+        if problem is not None:
+            print(f"hf-srcfeat-score: pair {line_number} not scored: {problem}", file=sys.stderr)
+    scores = iter(score_targets(model, tokenizer, [source for _, source, _, _ in usable],
+                                [target or "" for _, _, target, _ in usable], batch_size=args.batch_size))
+    lines = []
+    for _, _, _, problem in pairs:
+        if problem is not None:
+            lines.append("nan\tnan\t0")
+        else:
+            score = next(scores)
+            lines.append(f"{score.total:.6f}\t{score.per_token:.6f}\t{score.tokens}")
+    text = "".join(line + "\n" for line in lines)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        # Written whole under a temporary name, then renamed: an existing file is replaced only by a complete one.
+        partial = Path(args.output).with_name(Path(args.output).name + ".partial")
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

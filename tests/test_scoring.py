@@ -1,0 +1,119 @@
+"""Scoring given targets (`hf-srcfeat-score`, `score_targets`): the log-probability of a model's own greedy output
+is what `generate` reported for it, sources parsed or given as CoNLL-U score alike, and the command keeps its output
+aligned with its input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hf_srcfeat.commands.score import main
+from hf_srcfeat.conllu import conllu_lines
+from hf_srcfeat.metrics.forced_decoding import score_targets
+
+
+@pytest.fixture(scope="module")
+def greedy(trained_baseline, feature_tokenizer, test_sentences):
+    """Greedy translations of 16 real test sources with the per-token log-probabilities generate reports."""
+    model, _ = trained_baseline
+    sources = test_sentences[:16]
+    encoded = feature_tokenizer(sources, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model.generate(**encoded, num_beams=1, do_sample=False, max_new_tokens=48, output_scores=True,
+                                return_dict_in_generate=True)
+    transition = model.compute_transition_scores(output.sequences, output.scores, normalize_logits=True)
+    generated = output.sequences[:, 1:]
+    present = generated != feature_tokenizer.pad_token_id
+    totals = (transition * present).sum(dim=-1).tolist()
+    texts = feature_tokenizer.batch_decode(output.sequences, skip_special_tokens=True)
+    ids = [row[mask].tolist() for row, mask in zip(generated, present, strict=True)]
+    return sources, texts, ids, totals
+
+
+def test_the_score_of_the_models_own_greedy_output_is_what_generate_reported(trained_baseline, feature_tokenizer,
+                                                                             greedy):
+    model, _ = trained_baseline
+    sources, texts, ids, totals = greedy
+    scores = score_targets(model, feature_tokenizer, sources, ids, batch_size=5)
+    for index, score in enumerate(scores):
+        assert score.total == pytest.approx(totals[index], abs=1e-4)
+        assert score.tokens == len(ids[index]) and score.per_token == pytest.approx(score.total / score.tokens)
+    # An output given as text is scored as its text encodes; where that gives the generated subwords, the same score.
+    same = [index for index, text in enumerate(texts)
+            if feature_tokenizer(text_target=[text])["input_ids"][0] == ids[index]]
+    assert same, "some greedy outputs encode back to their own subwords"
+    from_text = score_targets(model, feature_tokenizer, [sources[i] for i in same], [texts[i] for i in same])
+    assert [score.total for score in from_text] == pytest.approx([totals[i] for i in same], abs=1e-4)
+
+
+def test_parsed_and_conllu_sources_score_alike_and_a_worse_target_scores_lower(trained_baseline, feature_tokenizer,
+                                                                            stanza_annotator, greedy):
+    model, _ = trained_baseline
+    sources, texts, _, _ = greedy
+    parses = stanza_annotator.annotate(sources[:4], show_progress=False)
+    from_text = score_targets(model, feature_tokenizer, sources[:4], texts[:4])
+    from_parses = score_targets(model, feature_tokenizer, parses, texts[:4])
+    assert [score.total for score in from_parses] == pytest.approx([score.total for score in from_text], abs=1e-5)
+    shuffled = score_targets(model, feature_tokenizer, sources[:4], texts[1:4] + texts[:1])
+    assert sum(score.total for score in shuffled) < sum(score.total for score in from_text)
+    with pytest.raises(ValueError, match="4 sources but 3 targets"):
+        score_targets(model, feature_tokenizer, sources[:4], texts[:3])
+
+
+@pytest.fixture(scope="module")
+def model_folder(trained_baseline, feature_tokenizer, tmp_path_factory):
+    model, _ = trained_baseline
+    folder = tmp_path_factory.mktemp("model")
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_lines(path, lines: list[str]) -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_the_command_writes_one_aligned_line_per_pair_and_marks_the_unscorable(
+        model_folder, trained_baseline, feature_tokenizer, greedy, tmp_path, capsys):
+    model, _ = trained_baseline
+    sources, texts, _, _ = greedy
+    source_lines = [sources[0], sources[1], "", sources[2]]
+    target_lines = [texts[0], "", texts[1], texts[2]]
+    output = tmp_path / "scores.tsv"
+    assert main(["--model", str(model_folder), "--source", write_lines(tmp_path / "src.en", source_lines),
+                 "--target", write_lines(tmp_path / "tgt.de", target_lines), "--output", str(output),
+                 "--batch_size", "2"]) == 0
+    lines = output.read_text().splitlines()
+    assert len(lines) == 4 and lines[1] == lines[2] == "nan\tnan\t0"
+    assert "pair 2 not scored: target line 2 is empty" in capsys.readouterr().err
+    expected = score_targets(model, feature_tokenizer, [sources[0], sources[2]], [texts[0], texts[2]])
+    for line, score in zip([lines[0], lines[3]], expected, strict=True):
+        total, per_token, tokens = line.split("\t")
+        assert math.isclose(float(total), score.total, abs_tol=1e-5) and int(tokens) == score.tokens
+
+
+def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_are_refused(
+        model_folder, stanza_annotator, greedy, tmp_path, capsys):
+    sources, texts, _, _ = greedy
+    parses = stanza_annotator.annotate(sources[:3], show_progress=False)
+    conllu = tmp_path / "src.conllu"
+    conllu.write_text("".join("\n".join(conllu_lines(parse)) + "\n" for parse in parses), encoding="utf-8")
+    target = write_lines(tmp_path / "tgt.de", texts[:3])
+    from_text = tmp_path / "text.tsv"
+    main(["--model", str(model_folder), "--source", write_lines(tmp_path / "src.en", sources[:3]), "--target",
+          target, "--output", str(from_text)])
+    from_conllu = tmp_path / "conllu.tsv"
+    main(["--model", str(model_folder), "--source", str(conllu), "--source_format", "conllu", "--target", target,
+          "--output", str(from_conllu)])
+    for text_line, conllu_line in zip(from_text.read_text().splitlines(), from_conllu.read_text().splitlines(),
+                                      strict=True):
+        assert float(text_line.split("\t")[0]) == pytest.approx(float(conllu_line.split("\t")[0]), abs=1e-5)
+    with pytest.raises(SystemExit, match="has 3 sentences, --target .* has 2 lines"):
+        main(["--model", str(model_folder), "--source", str(conllu), "--source_format", "conllu", "--target",
+              write_lines(tmp_path / "short.de", texts[:2])])
+    with pytest.raises(SystemExit):
+        main(["--model", str(model_folder), "--source", str(conllu), "--target", target, "--output", target])
+    assert f"--output {target} is an input file; it would be overwritten" in capsys.readouterr().err
