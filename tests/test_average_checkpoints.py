@@ -86,3 +86,27 @@ def test_pickled_weights_a_filled_output_and_too_few_checkpoints_are_refused(run
     assert (filled / "keep.txt").read_text() == "mine"
     with pytest.raises(SystemExit):
         main([str(run_with_checkpoints), "--last", "3", "--output", str(tmp_path / "out")])
+
+
+@pytest.mark.slow
+def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoints(multi30k_dir, tmp_path):
+    from hf_srcfeat.commands import train
+
+    output_dir = tmp_path / "run"
+    tiny = ["--d_model", "32", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "4",
+            "--ffn_dim", "64", "--vocab_size", "1000", "--report_to", "none", "--use_cpu", "--seed", "3",
+            "--disable_tqdm", "true", "--data_dir", str(multi30k_dir), "--max_train_samples", "200",
+            "--per_device_train_batch_size", "16", "--learning_rate", "3e-3"]
+    results = train.main(tiny + ["--output_dir", str(output_dir), "--do_train", "--max_steps", "4",
+                                 "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "3",
+                                 "--average_last_checkpoints", "3"])
+    assert results["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-3", "checkpoint-4"]
+    states = [load_file(output_dir / name / "model.safetensors") for name in results["averaged_checkpoints"]]
+    final = load_file(output_dir / "model.safetensors")
+    for key, tensor in final.items():
+        expected = (sum(state[key].double() for state in states) / 3).to(tensor.dtype)
+        assert torch.equal(tensor, expected), key
+    with pytest.raises(SystemExit, match="needs --save_total_limit >= 3"):
+        train.main(tiny + ["--output_dir", str(tmp_path / "other"), "--do_train", "--max_steps", "4",
+                           "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "2",
+                           "--average_last_checkpoints", "3"])

@@ -150,6 +150,10 @@ class DataArguments:
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "Stop after this many evaluations without a lower validation loss and keep the best checkpoint "
                 "(needs eval and save every eval_steps); train to convergence with a large max_steps."})
+    average_last_checkpoints: int | None = field(default=None, metadata={
+        "help": "After training, the model becomes the average of the weights of the last N checkpoints "
+                "(hf-srcfeat-average-checkpoints), which is then saved, evaluated and tested; needs save_strategy "
+                "steps and save_total_limit >= N (Xu et al. 2020 average the last 5)."})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Allow writing into a non-empty output_dir (otherwise refused, so nothing saved is lost)."})
 
@@ -205,6 +209,42 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
                "training_args.json", "parameters_rank*.json", "checkpoint-*")
+
+
+def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Refuse, before any work, an `--average_last_checkpoints` the run's checkpoints cannot serve."""
+    count = data_args.average_last_checkpoints
+    if count is None:
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+        raise SystemExit(f"--average_last_checkpoints must be an integer of at least 2, got {count!r}.")
+    if not training_args.do_train or training_args.save_strategy != "steps":
+        raise SystemExit("--average_last_checkpoints averages the checkpoints this run saves: it needs --do_train "
+                         f"and --save_strategy steps (got {training_args.save_strategy}).")
+    if training_args.save_total_limit is not None and training_args.save_total_limit < count:
+        raise SystemExit(f"--average_last_checkpoints {count} needs --save_total_limit >= {count} (got "
+                         f"{training_args.save_total_limit}): older checkpoints would be deleted.")
+
+
+def load_checkpoint_average(model: torch.nn.Module, output_dir: Path, count: int) -> list[str]:
+    """Replace the model's weights by the mean of the run's last `count` checkpoints; returns their names."""
+    from hf_srcfeat.commands.average_checkpoints import average_state_dicts, read_checkpoint, run_checkpoints
+
+    checkpoints = run_checkpoints(output_dir)[-count:]
+    if len(checkpoints) < count:
+        raise SystemExit(f"--average_last_checkpoints {count}: the run saved {len(checkpoints)} checkpoint(s) "
+                         f"({', '.join(path.name for path in checkpoints) or 'none'}); lower it or save more often.")
+    states = [read_checkpoint(checkpoint)[1] for checkpoint in checkpoints]
+    averaged = average_state_dicts(states, [str(checkpoint) for checkpoint in checkpoints])
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    if unexpected or set(missing) - tied:
+        raise SystemExit(f"the averaged checkpoints do not fit the model (missing {sorted(set(missing) - tied)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}).")
+    if tied:
+        model.tie_weights()
+    logger.info("averaged the weights of %s", ", ".join(path.name for path in checkpoints))
+    return [path.name for path in checkpoints]
 
 
 def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
@@ -497,6 +537,7 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
+    check_averaging(data_args, training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     if training_args.do_train:
@@ -614,6 +655,9 @@ def main(argv: list[str] | None = None) -> dict:
         if training_args.load_best_model_at_end:
             results["best_model_checkpoint"] = trainer.state.best_model_checkpoint
             results["best_metric"] = {training_args.metric_for_best_model: trainer.state.best_metric}
+        if data_args.average_last_checkpoints:
+            results["averaged_checkpoints"] = load_checkpoint_average(
+                model, Path(training_args.output_dir), data_args.average_last_checkpoints)
         trainer.save_model()
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.
