@@ -183,3 +183,12 @@ def test_a_yaml_recipe_reads_like_its_json_and_a_bad_file_is_named(tmp_path):
         listed = tmp_path / "listed.json"
         listed.write_text("[1, 2]")
         train.parse_arguments(["--config", str(listed)])
+
+
+def test_the_deps_san_paper_recipe_decodes_with_the_papers_length_penalty():
+    from hf_srcfeat.commands import train
+
+    recipe = train.read_config_file(str(REPO / "examples" / "recipes" / "paper" / "deps_san_wmt16_de_en.json"))
+    assert recipe["length_penalty"] == 0.6 and "length_penalty" in train.DataArguments.__dataclass_fields__
+    with pytest.raises(SystemExit, match="--length_penalty must be a finite number"):
+        train.check_averaging(*train.parse_arguments(["--output_dir", "runs/x", "--length_penalty", "nan"])[1:])

@@ -180,3 +180,8 @@ def test_a_sentence_the_annotator_fails_on_is_translated_without_a_parse(model_f
         capsys.readouterr().err
     statistics = json.loads(report.read_text())
     assert statistics["failed"] == 0 and len(statistics["unparsed"]) == 1
+
+
+def test_the_length_penalty_reaches_beam_search(model_folder, translator, test_sentences, tmp_path):
+    penalised = translate(model_folder, tmp_path, "--length_penalty", "0.6", lines=test_sentences[:6])
+    assert penalised == [result["translation_text"] for result in translator(test_sentences[:6], length_penalty=0.6)]

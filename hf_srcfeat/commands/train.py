@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -150,6 +151,10 @@ class DataArguments:
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "Stop after this many evaluations without a lower validation loss and keep the best checkpoint "
                 "(needs eval and save every eval_steps); train to convergence with a large max_steps."})
+    length_penalty: float | None = field(default=None, metadata={
+        "help": "Beam search's length penalty for evaluation, tests and the saved generation config: scores are "
+                "divided by length ** length_penalty (default: Transformers' 1.0; Deps-SAN's paper decodes with "
+                "0.6)."})
     average_last_checkpoints: int | None = field(default=None, metadata={
         "help": "After training, the model becomes the average of the weights of the last N checkpoints "
                 "(hf-srcfeat-average-checkpoints), which is then saved, evaluated and tested; needs save_strategy "
@@ -212,7 +217,10 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
 
 
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """Refuse, before any work, an `--average_last_checkpoints` the run's checkpoints cannot serve."""
+    """Refuse, before any work, a non-finite `--length_penalty` and an `--average_last_checkpoints` the run's
+    checkpoints cannot serve."""
+    if data_args.length_penalty is not None and not math.isfinite(data_args.length_penalty):
+        raise SystemExit(f"--length_penalty must be a finite number, got {data_args.length_penalty}.")
     count = data_args.average_last_checkpoints
     if count is None:
         return
@@ -590,6 +598,8 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
+    if data_args.length_penalty is not None:
+        model.generation_config.length_penalty = data_args.length_penalty
 
     def tokenize(batch):
         if PARSE_COLUMN in batch:
@@ -676,6 +686,7 @@ def main(argv: list[str] | None = None) -> dict:
         setup = {"set": f"{'Multi30k ' if name == 'test_2016_flickr' else ''}{data_args.source_lang}→"
                         f"{data_args.target_lang} {name}",
                  "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
+                 "length_penalty": model.generation_config.length_penalty,
                  "max_length": model.generation_config.max_length, **compute_metrics.signatures}
         results.setdefault("test_sets", {})[name] = {"metrics": prediction.metrics, "setup": setup}
         if index == 0:  # the first test set is also reported under the names used before several were possible

@@ -321,6 +321,8 @@ def load_translator(args: argparse.Namespace):
         tokenizer.annotator = command_annotator(tokenizer, args, device)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
     generation = {"num_beams": args.num_beams}
+    if args.length_penalty is not None:
+        generation["length_penalty"] = args.length_penalty
     if args.max_new_tokens is not None:
         generation["max_new_tokens"] = args.max_new_tokens
         model.generation_config.max_length = None  # the saved limit yields to the one asked for, without a warning
@@ -351,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
     parser.add_argument("--num_return_sequences", type=int, default=1,
                         help="n-best: translations per sentence, in the n-best format above (needs num_beams >= n)")
+    parser.add_argument("--length_penalty", type=float, default=None, help=(
+        "beam search's length penalty: scores divided by length ** length_penalty (default: the model's "
+        "generation config)"))
     parser.add_argument("--max_new_tokens", type=int, default=None,
                         help="longest translation in tokens (default: the model's generation config)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
@@ -375,6 +380,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be at least 1, got {value}.")
+    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
+        parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}.")
     if args.num_return_sequences > args.num_beams:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
                      f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
