@@ -261,3 +261,19 @@ def test_user_factors_in_conllu_misc_train_a_relevance_model(stanza_annotator, m
     assert results["config"]["extra_factors"] == {"case": 5}
     assert json.loads((tmp_path / "run" / "feature_vocab.json").read_text())["extra_factors"]["case"][3:] == \
         ["other", "Cap"]
+
+
+def test_the_lemma_vocabulary_size_and_minimum_frequency_are_arguments(stanza_annotator, multi30k_dir, tmp_path):
+    options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path, {"train": 200, "val": 20,
+                                                                             "test_2016_flickr": 20})
+    run = TINY + PARSED_RUN + options + ["--max_steps", "1"]
+    sizes = {}
+    for name, limits in {"capped": ["--max_lemmas", "40"], "every": ["--max_lemmas", "0", "--lemma_min_frequency",
+                                                                      "1"], "default": []}.items():
+        train.main(run + limits + ["--output_dir", str(tmp_path / name)])
+        vocabularies = json.loads((tmp_path / name / "feature_vocab.json").read_text())
+        sizes[name] = len(vocabularies["lemma"])
+    assert sizes["capped"] == 40 and sizes["every"] > sizes["default"] > sizes["capped"], sizes
+    with pytest.raises(SystemExit, match="--lemma_min_frequency must be at least 1"):
+        train.main(run + ["--lemma_min_frequency", "0", "--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists(), "refused before any work"

@@ -75,6 +75,11 @@ class ModelArguments:
         "help": "What the POS feature holds (for a new tokenizer): upos (17 universal tags) or xpos (the parser's "
                 "language-specific tags, e.g. Penn Treebank for English, as CoreNLP gave the papers)."})
     vocab_size: int = field(default=8000, metadata={"help": "Subword vocabulary size (for a new tokenizer)."})
+    max_lemmas: int = field(default=10000, metadata={
+        "help": "Largest lemma vocabulary of a new tokenizer, most frequent first (0: no limit; rarer lemmas are "
+                "<unk>)."})
+    lemma_min_frequency: int = field(default=2, metadata={
+        "help": "Lemmas seen fewer times in the training sources are <unk> (for a new tokenizer)."})
     d_model: int = 256
     encoder_layers: int = 3
     decoder_layers: int = 3
@@ -214,6 +219,14 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
                "training_args.json", "parameters_rank*.json", "checkpoint-*")
+
+
+def check_vocabulary_arguments(model_args: ModelArguments) -> None:
+    """Refuse, before any work, feature vocabulary limits that make no sense."""
+    if model_args.max_lemmas < 0:
+        raise SystemExit(f"--max_lemmas must be 0 (no limit) or positive, got {model_args.max_lemmas}.")
+    if model_args.lemma_min_frequency < 1:
+        raise SystemExit(f"--lemma_min_frequency must be at least 1, got {model_args.lemma_min_frequency}.")
 
 
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
@@ -433,7 +446,8 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                 dataset_column(train_data, "source"), dataset_column(train_data, "target"),
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
                 language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset,
-                annotator=annotator)
+                annotator=annotator, max_lemmas=model_args.max_lemmas or None,
+                lemma_min_frequency=model_args.lemma_min_frequency)
             tokenizer.save_pretrained(training_args.output_dir)
     if annotator is not None:
         tokenizer.annotator = annotator
@@ -546,6 +560,7 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
     check_averaging(data_args, training_args)
+    check_vocabulary_arguments(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     if training_args.do_train:
