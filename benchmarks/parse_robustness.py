@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--update_docs", "--update_readme", dest="update_docs", action="store_true",
                         help="with --table: also write it into the docs page")
     parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path,
-                        default=REPO / "docs" / "results" / "parse_robustness.md")
+                        default=REPO / "docs" / "guides" / "feature_dropout.md")
     args = parser.parse_args(argv)
     if args.table:
         results = read_json(args.output)  # an error naming the file if it is missing or not JSON

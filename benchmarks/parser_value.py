@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--update_docs", "--update_readme", dest="update_docs", action="store_true",
                         help="also write the table into the docs page")
     parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path,
-                        default=REPO / "docs" / "results" / "parse_robustness.md")
+                        default=REPO / "docs" / "guides" / "feature_dropout.md")
     args = parser.parse_args(argv)
     annotator = read_json(args.annotator_accuracy)
     accuracy = required(annotator, args.annotator_accuracy, "ewt_test")
