@@ -68,7 +68,8 @@ class AnnotatedSentence:
                              "needs exactly one.")
         reaches_root = {0}
         for start in range(1, count + 1):
-            path, node = set(), start
+            path: set[int] = set()
+            node = start
             # Each word is walked once: a path stops at the first word already known to reach the root.
             while node not in reaches_root:
                 if node in path:

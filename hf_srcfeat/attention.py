@@ -8,8 +8,9 @@ the wrong heads when only P < H heads are modified; building the full layout her
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -199,7 +200,8 @@ class SrcFeatAttention(nn.Module):
         query = self._project(self.q_proj, hidden_states)
         memory = key_value_states if key_value_states is not None else hidden_states
 
-        cache, reuse_cross = None, False
+        cache: Any = None  # Transformers' cache classes type their layers loosely
+        reuse_cross = False
         if past_key_values is not None and self.layer_idx is not None:
             if isinstance(past_key_values, EncoderDecoderCache):
                 reuse_cross = self.is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
@@ -215,11 +217,12 @@ class SrcFeatAttention(nn.Module):
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cast(EncoderDecoderCache, past_key_values).is_updated[self.layer_idx] = True  # type: ignore[index]  # layer_idx is set whenever a cache is
 
         score_scale = score_modification.scale if score_modification is not None else None
         position_bias = score_modification.bias if score_modification is not None else None
         dropout = self.dropout if self.training else 0.0
+        attention_function: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
         if score_scale is not None and not output_attentions and fused_score_modification_available(query, dropout):
             attention_function = flex_score_modified_attention
         elif score_scale is not None or output_attentions:
@@ -233,7 +236,7 @@ class SrcFeatAttention(nn.Module):
             extra["position_bias"] = position_bias
         output, weights = attention_function(
             self, query, key, value, attention_mask,
-            scaling=self.scaling, dropout=dropout, **extra,
+            scaling=self.scaling, dropout=dropout, **extra,  # type: ignore[arg-type]
         )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim))
         return output, (weights if output_attentions else None)

@@ -29,6 +29,22 @@ def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch
     return encoding
 
 
+def required(input_ids: torch.Tensor | None) -> torch.Tensor:
+    """`input_ids`, which a call without `inputs_embeds` must give."""
+    if input_ids is None:
+        raise ValueError("give input_ids or inputs_embeds.")
+    return input_ids
+
+
+def given_tokens(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+    """The input a forward pass was given: token ids, else embeddings."""
+    if input_ids is not None:
+        return input_ids
+    if inputs_embeds is None:
+        raise ValueError("give input_ids or inputs_embeds.")
+    return inputs_embeds
+
+
 def source_positions(attention_mask: torch.Tensor | None, batch_size: int, seq_len: int,
                      device: torch.device) -> torch.Tensor:
     """Position of every source token, counting only real tokens, so left padding does not shift positions."""
@@ -87,7 +103,7 @@ class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
         attention_mask: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = embeddings.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, embeddings.device)
         return self.dropout(embeddings + self.positional(positions, embeddings.dtype))
@@ -98,6 +114,6 @@ class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
 
     def forward(self, input_ids: torch.Tensor | None, past_length: int = 0,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        embeddings = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         positions = torch.arange(past_length, past_length + embeddings.shape[1], device=embeddings.device)
         return self.dropout(embeddings + self.positional(positions, embeddings.dtype))

@@ -72,4 +72,4 @@ def apply_feature_dropout(features: SourceFeatures, rates: dict[str, float]) -> 
             user[name] = value
         else:
             changed[name] = value
-    return replace(features, **changed, user_factor_ids=user or features.user_factor_ids)
+    return replace(features, **changed, user_factor_ids=user or features.user_factor_ids)  # type: ignore[arg-type]

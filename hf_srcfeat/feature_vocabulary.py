@@ -19,6 +19,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .annotated_sentence import AnnotatedSentence
 
@@ -97,7 +98,10 @@ class FeatureVocabularies:
         fixed."""
         if pos_tagset not in POS_TAGSETS:
             raise ValueError(f"pos_tagset must be one of {list(POS_TAGSETS)}, got {pos_tagset!r}.")
-        lemmas, relations, xpos_tags, morphology = Counter(), Counter(), Counter(), Counter()
+        lemmas: Counter[str] = Counter()
+        relations: Counter[str] = Counter()
+        xpos_tags: Counter[str] = Counter()
+        morphology: Counter[str] = Counter()
         user_factors: dict[str, Counter] | None = None
         for sentence in sentences:
             names = [name for name, _ in sentence.words[0].factors]
@@ -131,9 +135,9 @@ class FeatureVocabularies:
                    feats=FeatureVocabulary.from_counts(morphology),
                    extra={name: FeatureVocabulary.from_counts(counts) for name, counts in (user_factors or {}).items()})
 
-    def sizes(self) -> dict[str, int]:
+    def sizes(self) -> dict[str, Any]:
         """Embedding table sizes, by the config argument names the models use."""
-        sizes = {"num_pos_tags": len(self.pos), "num_lemmas": len(self.lemma),
+        sizes: dict[str, Any] = {"num_pos_tags": len(self.pos), "num_lemmas": len(self.lemma),
                  "num_dependency_relations": len(self.deprel), "num_subword_tags": len(self.subword_tag)}
         if self.feats is not None:
             sizes["num_morph_features"] = len(self.feats)
@@ -144,7 +148,7 @@ class FeatureVocabularies:
     def to_dict(self) -> dict:
         # Written only when not the default, so every tokenizer saved before the choice existed keeps its file
         # and its fingerprint (which models record).
-        optional = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
+        optional: dict[str, object] = {"pos_tagset": self.pos_tagset} if self.pos_tagset != "upos" else {}
         if self.feats is not None:
             optional["feats"] = self.feats.labels
         if self.extra:

@@ -92,7 +92,7 @@ class SrcFeatComposedModel(SrcFeatTransformerModel):
     def _embedding_ties(self) -> dict[str, str]:
         ties = super()._embedding_ties()
         if "latent_feedback" in self.config.components:
-            ties.update(lfe_embedding_ties(self.config))
+            ties.update(lfe_embedding_ties(self.config))  # type: ignore[arg-type]  # a composed config with LFE arguments
         return ties
 
 
@@ -105,10 +105,11 @@ class SrcFeatComposedForConditionalGeneration(SrcFeatTransformerForConditionalGe
     def load_pretrained_parts(self) -> None:
         """Initialise a pre-trained latent feature encoder (`lfe_pretrained_from`), as the LFE model does."""
         if "latent_feedback" in self.config.components:
-            LatentFeedbackForConditionalGeneration.load_pretrained_parts(self)
+            # The component's method, run on this model: it has the LFE model's parts (composition by inheritance).
+            LatentFeedbackForConditionalGeneration.load_pretrained_parts(self)  # type: ignore[arg-type]
 
     def load_lfe_from(self, pretrained_encoder: SrcFeatEncoder) -> None:
-        LatentFeedbackForConditionalGeneration.load_lfe_from(self, pretrained_encoder)
+        LatentFeedbackForConditionalGeneration.load_lfe_from(self, pretrained_encoder)  # type: ignore[arg-type]
 
     def relevance_masks(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
                         **features) -> dict[str, torch.Tensor]:
@@ -117,7 +118,8 @@ class SrcFeatComposedForConditionalGeneration(SrcFeatTransformerForConditionalGe
         if "relevance_features" not in self.config.components:
             raise ValueError(f"Relevance masks come from the relevance_features component, which is not among "
                              f"this model's components {self.config.components}.")
-        return RelevanceFeaturesForConditionalGeneration.relevance_masks(self, input_ids, inputs_embeds, **features)
+        return RelevanceFeaturesForConditionalGeneration.relevance_masks(
+            self, input_ids, inputs_embeds, **features)  # type: ignore[arg-type]
 
 
 __all__ = ["SrcFeatComposedForConditionalGeneration", "SrcFeatComposedModel"]

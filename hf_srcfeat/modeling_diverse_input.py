@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .configuration_diverse_input import DiverseInputConfig
-from .embeddings import SrcFeatSourceEmbedding, sinusoidal_position_encoding, source_positions
+from .embeddings import SrcFeatSourceEmbedding, required, sinusoidal_position_encoding, source_positions
 from .modeling_srcfeat_transformer import (
     SrcFeatEncoder,
     SrcFeatTransformerForConditionalGeneration,
@@ -131,7 +131,7 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
                               attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None
                               ) -> dict[str, torch.Tensor]:
         """F_g = Func_g(X_g) for every group (Eq. 6), before concatenation and dropout."""
-        words = self.token_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        words = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = words.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, words.device)
         self.check_positions(positions)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -76,12 +77,12 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
                 lfe_embeddings = embed_tokens
             self.lfe = SrcFeatEncoder(config, lfe_embeddings, num_layers=config.latent_encoder_layers)
         self.lfe_frozen = config.lfe_mode == "frozen"
-        if self.lfe_frozen:
+        if self.lfe_frozen and self.lfe is not None:
             self.lfe.requires_grad_(False)
 
     def train(self, mode: bool = True) -> LatentFeedbackEncoder:
         super().train(mode)
-        if self.lfe_frozen:
+        if self.lfe_frozen and self.lfe is not None:
             self.lfe.eval()  # a fixed feature extractor: no dropout either
         return self
 
@@ -104,7 +105,8 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
         if input_ids is None:
             raise ValueError("Latent feature feedback needs `input_ids`: the latent feature encoder embeds the "
                              "source tokens itself, so `inputs_embeds` alone is not enough.")
-        contexts = super().layer_contexts(input_ids, embeddings, features, attention_mask)
+        contexts = cast(list[FeedbackContext],  # built from this encoder's context_class
+                        super().layer_contexts(input_ids, embeddings, features, attention_mask))
         feedback = top_down_feedback(self.latent_states(input_ids, attention_mask), len(self.layers))
         for layer in self.config.layers_with_feedback:
             contexts[layer].feedback = feedback[layer]
@@ -124,7 +126,7 @@ class LatentFeedbackModel(SrcFeatTransformerModel):
     encoder_class = LatentFeedbackEncoder
 
     def _embedding_ties(self) -> dict[str, str]:
-        return {**super()._embedding_ties(), **lfe_embedding_ties(self.config)}
+        return {**super()._embedding_ties(), **lfe_embedding_ties(cast(LatentFeedbackConfig, self.config))}
 
 
 class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):
@@ -158,7 +160,7 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
                              f"LFE {len(target.layers)}; set `lfe_layers` to match.")
         with torch.no_grad():
             target.layers.load_state_dict(pretrained_encoder.layers.state_dict())
-            if target.layer_norm is not None:
+            if target.layer_norm is not None and pretrained_encoder.layer_norm is not None:
                 target.layer_norm.load_state_dict(pretrained_encoder.layer_norm.state_dict())
             # The LFE's own embeddings, or the NMT source embeddings it reads (shared parameters, Table 8).
             target.embed_tokens.weight.copy_(pretrained_encoder.embed_tokens.weight)

@@ -16,6 +16,7 @@ cross-attention cache, in the slots after the decoder layers' own (`decoder_laye
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -57,9 +58,9 @@ class PhraseLayout:
     """Where each phrase's tokens are: phrase p of sentence b holds tokens `token_index[b, p, :]` where
     `token_mask[b, p, :]`; `phrase_mask[b, p]` tells real phrases from padding."""
 
-    token_index: torch.LongTensor  # [B, P, T]
-    token_mask: torch.BoolTensor  # [B, P, T]
-    phrase_mask: torch.BoolTensor  # [B, P]
+    token_index: torch.Tensor  # [B, P, T]
+    token_mask: torch.Tensor  # [B, P, T]
+    phrase_mask: torch.Tensor  # [B, P]
 
     @classmethod
     def from_phrase_index(cls, phrase_index: torch.Tensor) -> PhraseLayout:
@@ -179,8 +180,8 @@ class PhraseRepEncoderOutput(SrcFeatEncoderOutput):
     """Adds the phrase vectors of the embedding layer, of every encoder layer's input and of the encoder output,
     stacked as [batch, encoder_layers + 1, phrases, d_model], and which phrases are real [batch, phrases]."""
 
-    phrase_representations: torch.FloatTensor | None = None
-    phrase_mask: torch.BoolTensor | None = None
+    phrase_representations: torch.Tensor | None = None
+    phrase_mask: torch.Tensor | None = None
 
 
 class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
@@ -194,9 +195,12 @@ class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
 
     def before_self_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
                               context: PhraseEncoderLayerContext) -> torch.Tensor:
+        layout = context.layout
+        assert layout is not None  # set by the encoder's layer_contexts for every layer
+
         def attend_to_phrases(layer_input: torch.Tensor) -> torch.Tensor:
-            context.phrases, _ = self.phrase_pooling(layer_input, context.layout)
-            return self.phrase_combination(layer_input, context.phrases, context.layout.phrase_mask)[0]
+            context.phrases, _ = self.phrase_pooling(layer_input, layout)
+            return self.phrase_combination(layer_input, context.phrases, layout.phrase_mask)[0]
 
         return self.phrase_sublayer(hidden_states, attend_to_phrases)[0]
 
@@ -233,7 +237,8 @@ class PhraseRepEncoder(SrcFeatEncoder):
                 layout = PhraseLayout.ngram(attention_mask)
         else:
             layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
-        contexts = super().layer_contexts(input_ids, embeddings, features, attention_mask)
+        contexts = cast(list[PhraseEncoderLayerContext],  # built from this encoder's context_class
+                        super().layer_contexts(input_ids, embeddings, features, attention_mask))
         for context in contexts:
             context.layout = layout
         return contexts
@@ -307,10 +312,11 @@ class PhraseRepDecoder(SrcFeatDecoder):
 
     def layer_contexts(self, encoder_outputs: PhraseRepEncoderOutput | None,
                        encoder_attention_mask: torch.Tensor | None) -> list[PhraseDecoderLayerContext]:
-        if encoder_outputs is None or getattr(encoder_outputs, "phrase_representations", None) is None:
+        representations = getattr(encoder_outputs, "phrase_representations", None)
+        if encoder_outputs is None or representations is None:
             raise ValueError("The phrase-representation decoder needs the encoder's `phrase_representations`; "
                              "pass the full encoder output (`encoder_outputs=model.get_encoder()(...)`).")
-        representations, mask = encoder_outputs.phrase_representations, encoder_outputs.phrase_mask
+        mask = encoder_outputs.phrase_mask
         if self.transparent_attention is not None:
             per_layer = list(self.transparent_attention(representations))
         else:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -38,7 +39,7 @@ from transformers.modeling_outputs import (
 
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
-from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding
+from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
 from .source_features import (
     SOURCE_FEATURE_NAMES,
@@ -56,9 +57,9 @@ class SrcFeatEncoderOutput(ModelOutput):
     with the batch first, because `generate` beam-expands tensor fields only (tuples are left as they are).
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -188,10 +189,10 @@ def user_factor_arguments(arguments: dict) -> dict:
 class SrcFeatEncoder(nn.Module):
     """Transformer encoder. Subclasses swap the class attributes or override the hooks, not `forward`."""
 
-    source_embedding_class = SrcFeatSourceEmbedding
-    layer_class = SrcFeatEncoderLayer
-    context_class = EncoderLayerContext
-    output_class = SrcFeatEncoderOutput
+    source_embedding_class: type[SrcFeatSourceEmbedding] = SrcFeatSourceEmbedding
+    layer_class: type[SrcFeatEncoderLayer] = SrcFeatEncoderLayer
+    context_class: type[EncoderLayerContext] = EncoderLayerContext
+    output_class: type[SrcFeatEncoderOutput] = SrcFeatEncoderOutput
 
     def __init__(self, config, embed_tokens: nn.Embedding, num_layers: int | None = None):
         super().__init__()
@@ -221,17 +222,17 @@ class SrcFeatEncoder(nn.Module):
 
     def forward(
         self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        pos_ids: torch.LongTensor | None = None,
-        lemma_ids: torch.LongTensor | None = None,
-        deprel_ids: torch.LongTensor | None = None,
-        subword_tag_ids: torch.LongTensor | None = None,
-        word_ids: torch.LongTensor | None = None,
-        phrase_ids: torch.LongTensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        pos_ids: torch.Tensor | None = None,
+        lemma_ids: torch.Tensor | None = None,
+        deprel_ids: torch.Tensor | None = None,
+        subword_tag_ids: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
+        phrase_ids: torch.Tensor | None = None,
         dep_distance: torch.Tensor | None = None,
-        feats_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
+        feats_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -239,7 +240,7 @@ class SrcFeatEncoder(nn.Module):
     ) -> SrcFeatEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
-        batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        batch_size, seq_len = given_tokens(input_ids, inputs_embeds).shape[:2]
         if seq_len == 0:
             raise ValueError("The source sequence is empty (0 tokens); the encoder needs at least one token.")
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
@@ -253,7 +254,7 @@ class SrcFeatEncoder(nn.Module):
         if self.training and self.config.feature_dropout:
             features = apply_feature_dropout(features, self.config.feature_dropout)
         if not self.training:  # a source without a parse still translates, with a warning (MissingFeatureDefaults)
-            device = (input_ids if input_ids is not None else inputs_embeds).device
+            device = given_tokens(input_ids, inputs_embeds).device
             features.defaults = MissingFeatureDefaults(batch_size, seq_len, device, attention_mask)
 
         hidden_states = self.embed_source(input_ids, features, attention_mask, inputs_embeds=inputs_embeds)
@@ -265,9 +266,9 @@ class SrcFeatEncoder(nn.Module):
         for layer, context in zip(self.layers, contexts, strict=True):
             hidden_states, weights = layer(hidden_states, mask, context, output_attentions=bool(output_attentions))
             if output_hidden_states:
-                all_hidden_states += (hidden_states,)
+                all_hidden_states += (hidden_states,)  # type: ignore[operator]  # a tuple when asked for
             if output_attentions:
-                all_attentions += (weights,)
+                all_attentions += (weights,)  # type: ignore[operator]
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return self.build_output(hidden_states, all_hidden_states, all_attentions, contexts, features,
@@ -277,7 +278,7 @@ class SrcFeatEncoder(nn.Module):
 class SrcFeatDecoder(nn.Module):
     """Transformer decoder with an `EncoderDecoderCache` KV cache."""
 
-    layer_class = SrcFeatDecoderLayer
+    layer_class: type[SrcFeatDecoderLayer] = SrcFeatDecoderLayer
 
     def __init__(self, config, embed_tokens: nn.Embedding):
         super().__init__()
@@ -297,13 +298,13 @@ class SrcFeatDecoder(nn.Module):
 
     def forward(
         self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        encoder_hidden_states: torch.FloatTensor | None = None,
-        encoder_attention_mask: torch.LongTensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: SrcFeatEncoderOutput | None = None,
         past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -331,10 +332,10 @@ class SrcFeatDecoder(nn.Module):
                 past_key_values=past_key_values, output_attentions=bool(output_attentions),
             )
             if output_hidden_states:
-                all_hidden_states += (hidden_states,)
+                all_hidden_states += (hidden_states,)  # type: ignore[operator]
             if output_attentions:
-                all_self += (self_weights,)
-                all_cross += (cross_weights,)
+                all_self += (self_weights,)  # type: ignore[operator]
+                all_cross += (cross_weights,)  # type: ignore[operator]
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
@@ -365,7 +366,7 @@ def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> Non
 
 
 class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
-    config_class = SrcFeatTransformerConfig
+    config_class: type[SrcFeatTransformerConfig] = SrcFeatTransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True  # the layers are GradientCheckpointingLayers
@@ -407,7 +408,7 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
         elif hasattr(module, "initialize_parameters"):
             # A method's module that owns bare nn.Parameters initialises them itself (with transformers'
             # `initialization` functions, which leave weights loaded from a checkpoint alone).
-            module.initialize_parameters()
+            module.initialize_parameters()  # type: ignore[operator]  # nn.Module.__getattr__ is typed as Tensor
         elif isinstance(module, nn.Embedding):
             std = self.config.init_std or self.config.d_model**-0.5
             init.normal_(module.weight, mean=0.0, std=std)
@@ -420,8 +421,8 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
 class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
     """Encoder-decoder without the output projection. Methods set `encoder_class`/`decoder_class`."""
 
-    encoder_class = SrcFeatEncoder
-    decoder_class = SrcFeatDecoder
+    encoder_class: type[SrcFeatEncoder] = SrcFeatEncoder
+    decoder_class: type[SrcFeatDecoder] = SrcFeatDecoder
 
     def __init__(self, config: SrcFeatTransformerConfig):
         super().__init__(config)
@@ -474,22 +475,22 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
 
     def forward(
         self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        pos_ids: torch.LongTensor | None = None,
-        lemma_ids: torch.LongTensor | None = None,
-        deprel_ids: torch.LongTensor | None = None,
-        subword_tag_ids: torch.LongTensor | None = None,
-        word_ids: torch.LongTensor | None = None,
-        phrase_ids: torch.LongTensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        pos_ids: torch.Tensor | None = None,
+        lemma_ids: torch.Tensor | None = None,
+        deprel_ids: torch.Tensor | None = None,
+        subword_tag_ids: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
+        phrase_ids: torch.Tensor | None = None,
         dep_distance: torch.Tensor | None = None,
-        feats_ids: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.LongTensor | None = None,
+        feats_ids: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
         past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        decoder_inputs_embeds: torch.FloatTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -506,6 +507,7 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
             )
         elif not isinstance(encoder_outputs, ModelOutput):
             encoder_outputs = self.encoder.output_class(*encoder_outputs)
+        encoder_outputs = cast(SrcFeatEncoderOutput, encoder_outputs)  # a tuple was turned into one just above
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
@@ -531,7 +533,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     Methods subclass it and set `model_class` to their `...Model`.
     """
 
-    model_class = SrcFeatTransformerModel
+    model_class: type[SrcFeatTransformerModel] = SrcFeatTransformerModel
 
     def __init__(self, config: SrcFeatTransformerConfig):
         super().__init__(config)
@@ -569,23 +571,23 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def forward(
         self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        pos_ids: torch.LongTensor | None = None,
-        lemma_ids: torch.LongTensor | None = None,
-        deprel_ids: torch.LongTensor | None = None,
-        subword_tag_ids: torch.LongTensor | None = None,
-        word_ids: torch.LongTensor | None = None,
-        phrase_ids: torch.LongTensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        pos_ids: torch.Tensor | None = None,
+        lemma_ids: torch.Tensor | None = None,
+        deprel_ids: torch.Tensor | None = None,
+        subword_tag_ids: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
+        phrase_ids: torch.Tensor | None = None,
         dep_distance: torch.Tensor | None = None,
-        feats_ids: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.LongTensor | None = None,
+        feats_ids: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: SrcFeatEncoderOutput | tuple | None = None,
         past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        decoder_inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -594,7 +596,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+        labels (`torch.Tensor` of shape `(batch_size, target_length)`, *optional*):
             Target token ids; -100 marks positions ignored by the loss. When given without `decoder_input_ids`,
             the decoder inputs are the labels shifted right, and the label-smoothed cross-entropy is returned.
         num_items_in_batch (`int`, *optional*):
@@ -644,8 +646,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def _validate_model_kwargs(self, model_kwargs: dict) -> None:
         # User factors (factor_<name>_ids) are keyword arguments the signature cannot list: the encoder reads them.
-        super()._validate_model_kwargs({key: value for key, value in model_kwargs.items()
-                                        if not is_user_factor_feature(key)})
+        super()._validate_model_kwargs({  # type: ignore[misc]  # GenerationMixin's self type is its own protocol
+            key: value for key, value in model_kwargs.items() if not is_user_factor_feature(key)})
 
     def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name,
                                                      generation_config):

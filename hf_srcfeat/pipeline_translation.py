@@ -35,12 +35,16 @@ class SourceFeatureTranslationPipeline(Pipeline):
     the sum of the token log-probabilities divided by the length to the power `length_penalty`.
     """
 
-    _load_tokenizer = True
-    _load_processor = False
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_video_processor = False
+    # Transformers declares these switches `None` on Pipeline and the tokenizer and model Optional; this pipeline
+    # always has a feature-aware tokenizer and a source-feature model.
+    _load_tokenizer = True  # type: ignore[assignment]
+    _load_processor = False  # type: ignore[assignment]
+    _load_image_processor = False  # type: ignore[assignment]
+    _load_feature_extractor = False  # type: ignore[assignment]
+    _load_video_processor = False  # type: ignore[assignment]
     _pipeline_calls_generate = True
+    tokenizer: Any
+    model: Any
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -54,11 +58,11 @@ class SourceFeatureTranslationPipeline(Pipeline):
         preprocess = {} if truncation is None else {"truncation": truncation}
         return preprocess, generate_kwargs, postprocess
 
-    def __call__(self, inputs: str | AnnotatedSentence | list, **kwargs):
+    def __call__(self, inputs: str | AnnotatedSentence | list | tuple, **kwargs):
         single = isinstance(inputs, (str, AnnotatedSentence))
         if not single and not isinstance(inputs, (list, tuple)):
             check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
-        items = [inputs] if single else list(inputs)
+        items = [inputs] if isinstance(inputs, (str, AnnotatedSentence)) else list(inputs)
         if not items:
             raise ValueError("no sentences to translate.")
         for index, item in enumerate(items):
@@ -159,4 +163,4 @@ def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, 
     source-feature translation pipeline; every other task goes to Transformers unchanged."""
     if task is not None and (task == "translation" or task.startswith("translation_")):
         task = TASK
-    return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)
+    return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)  # type: ignore[arg-type]  # its overloads name the tasks

@@ -48,16 +48,16 @@ def is_user_factor_feature(argument: str) -> bool:
 class SourceFeatures:
     """Source-side linguistic features aligned to subword tokens; any of them may be absent (None)."""
 
-    pos_ids: torch.LongTensor | None = None
-    lemma_ids: torch.LongTensor | None = None
-    deprel_ids: torch.LongTensor | None = None
-    subword_tag_ids: torch.LongTensor | None = None
-    word_ids: torch.LongTensor | None = None
-    phrase_ids: torch.LongTensor | None = None
+    pos_ids: torch.Tensor | None = None
+    lemma_ids: torch.Tensor | None = None
+    deprel_ids: torch.Tensor | None = None
+    subword_tag_ids: torch.Tensor | None = None
+    word_ids: torch.Tensor | None = None
+    phrase_ids: torch.Tensor | None = None
     dep_distance: torch.Tensor | None = None
-    feats_ids: torch.LongTensor | None = None
+    feats_ids: torch.Tensor | None = None
     #: ids of the user factors, by tokenizer output name (`factor_<name>_ids`)
-    user_factor_ids: dict[str, torch.LongTensor] | None = None
+    user_factor_ids: dict[str, torch.Tensor] | None = None
     #: set by the encoder at inference: what a feature that was not given becomes (`require`), instead of an error
     defaults: MissingFeatureDefaults | None = None
 

@@ -26,7 +26,7 @@ def build_subword_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model:
     specials = list(SPECIAL_TOKENS.values())
     if model == "bpe":
         tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+        trainer: trainers.Trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                       special_tokens=specials, show_progress=False)
     else:
         tokenizer = Tokenizer(models.Unigram())

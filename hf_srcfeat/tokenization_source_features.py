@@ -29,6 +29,7 @@ import json
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -171,7 +172,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
                                      f"list of non-empty words without spaces, got {words!r}.")
             joined = [" ".join(word.strip() for word in words) for words in texts]
             return self._pretokenized_annotator().annotate(joined, show_progress=show_progress)
-        return self.annotator.annotate(list(texts), show_progress=show_progress)
+        return self.annotator.annotate(list(cast(Sequence[str], texts)), show_progress=show_progress)
 
     # ---------------------------------------------------------------- encoding
 
@@ -252,15 +253,12 @@ class SourceFeatureTokenizer(TokenizersBackend):
                          max_length: int | None = None, dep_distance: bool = True) -> list[dict[str, list]]:
         """Unpadded encodings (lists) of annotated sentences, one dict per sentence (see `_align` for
         `dep_distance`)."""
-        vocabularies = self.feature_vocabularies
-        if vocabularies is None:
-            raise ValueError("this tokenizer has no feature vocabularies; create it with "
-                             "train_source_feature_tokenizer() or pass feature_vocabularies=.")
+        self.required_vocabularies()
         word_tokenizer = self.word_tokenizer()
         pieces = [[(" " if index == 0 or sentence.words[index - 1].space_after else "") + word.text
                    for index, word in enumerate(sentence.words)] for sentence in sentences]
         encodings = word_tokenizer.encode_batch(pieces, is_pretokenized=True, add_special_tokens=False)
-        added = self._tokenizer.num_special_tokens_to_add(False) if add_special_tokens else 0
+        added = self.backend_tokenizer.num_special_tokens_to_add(False) if add_special_tokens else 0
         if max_length is not None and max_length <= added:
             raise ValueError(f"max_length={max_length} leaves no room for tokens next to {added} special ones.")
         rows = []
@@ -275,9 +273,16 @@ class SourceFeatureTokenizer(TokenizersBackend):
             rows.append(self._align(final, features, kept, sentence.heads, dep_distance))
         return rows
 
+    def required_vocabularies(self) -> FeatureVocabularies:
+        """The feature vocabularies, or an error saying how a tokenizer gets them."""
+        if self.feature_vocabularies is None:
+            raise ValueError("this tokenizer has no feature vocabularies; create it with "
+                             "train_source_feature_tokenizer() or pass feature_vocabularies=.")
+        return self.feature_vocabularies
+
     def _word_features(self, sentence: AnnotatedSentence, word_ids: list[int | None]) -> dict[str, np.ndarray]:
         """Per-token features of the whole (untruncated, special-free) token sequence."""
-        vocabularies = self.feature_vocabularies
+        vocabularies = self.required_vocabularies()
         words = np.asarray(word_ids, dtype=np.int64)
         pos = np.array([vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words], dtype=np.int64)
         lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
@@ -338,7 +343,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         ByteLevel's add_prefix_space); here each word brings its own space, so those are switched off.
         """
         if self._word_tokenizer is None or self._word_tokenizer[0] != len(self):
-            state = json.loads(self._tokenizer.to_str())
+            state = json.loads(self.backend_tokenizer.to_str())
             state["truncation"], state["padding"] = None, None
             _no_automatic_prefix(state.get("pre_tokenizer"))
             self._word_tokenizer = (len(self), Tokenizer.from_str(json.dumps(state)))
@@ -386,7 +391,7 @@ STORAGE_DTYPES = {"input_ids": "int32", "attention_mask": "int8", "pos_ids": "in
 def stored_columns(tokenizer: SourceFeatureTokenizer) -> list[str]:
     """The columns a stored encoding of this tokenizer has (`return_dep_distance=False`, with `labels`): the
     optional features only when its vocabularies have them (tokenizers saved before FEATS have no `feats_ids`)."""
-    vocabularies = tokenizer.feature_vocabularies
+    vocabularies = tokenizer.required_vocabularies()
     columns = [column for column in STORAGE_DTYPES if column != "feats_ids" or vocabularies.feats is not None]
     return columns + [user_factor_feature(name) for name in vocabularies.extra]
 
@@ -479,5 +484,6 @@ def train_source_feature_tokenizer(
         source_annotations = annotator.annotate(list(source_texts), show_progress=True)
     vocabularies = FeatureVocabularies.build(source_annotations, lemma_min_frequency, max_lemmas, pos_tagset)
     return SourceFeatureTokenizer(tokenizer_object=subwords, feature_vocabularies=vocabularies, language=language,
-                                  annotator=annotator, model_max_length=model_max_length, **SPECIAL_TOKENS)
+                                  annotator=annotator, model_max_length=model_max_length,
+                                  **SPECIAL_TOKENS)  # type: ignore[arg-type]  # mypy matches **dict to every parameter
 

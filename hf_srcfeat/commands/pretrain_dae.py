@@ -151,7 +151,8 @@ def reconstruction_bleu(model, tokenizer, sentences: list[str], collator: Denois
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, training_args = train.parse_with_config(HfArgumentParser((DaeArguments, Seq2SeqTrainingArguments)), argv)
+    parser = HfArgumentParser((DaeArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
+    args, training_args = train.parse_with_config(parser, argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     training_args.remove_unused_columns = False  # the collator reads the raw "text" column

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_pairs(args: argparse.Namespace) -> list[tuple[int, object, str | None, str | None]]:
+def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSentence | None, str | None, str | None]]:
     """(target line number, source text or parse, target text, why the pair cannot be scored) for every pair."""
     if args.source == "-":
         raise SystemExit("--source must be a file (the targets may come from stdin).")
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     for line_number, _, _, problem in pairs:
         if problem is not None:
             print(f"hf-srcfeat-score: pair {line_number} not scored: {problem}", file=sys.stderr)
-    scores = iter(score_targets(model, tokenizer, [source for _, source, _, _ in usable],
+    scores = iter(score_targets(model, tokenizer, [source or "" for _, source, _, _ in usable],
                                 [target or "" for _, _, target, _ in usable], batch_size=args.batch_size))
     lines = []
     for _, _, _, problem in pairs:

@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from transformers import (
     AutoTokenizer,
     EarlyStoppingCallback,
     HfArgumentParser,
+    PreTrainedModel,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     TrainerCallback,
@@ -247,7 +249,7 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
                          f"{training_args.save_total_limit}): older checkpoints would be deleted.")
 
 
-def load_checkpoint_average(model: torch.nn.Module, output_dir: Path, count: int) -> list[str]:
+def load_checkpoint_average(model: PreTrainedModel, output_dir: Path, count: int) -> list[str]:
     """Replace the model's weights by the mean of the run's last `count` checkpoints; returns their names."""
     from hf_srcfeat.commands.average_checkpoints import average_state_dicts, read_checkpoint, run_checkpoints
 
@@ -269,7 +271,7 @@ def load_checkpoint_average(model: torch.nn.Module, output_dir: Path, count: int
 
 
 def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
-    output_dir = Path(training_args.output_dir)
+    output_dir = Path(str(training_args.output_dir))
     if (output_dir.is_dir() and any(output_dir.iterdir()) and not data_args.overwrite_output_dir
             and not training_args.resume_from_checkpoint):
         raise SystemExit(
@@ -427,6 +429,7 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
         for data in unparsed:
+            assert annotator is not None  # made above whenever some sources have no parse
             for chunk in data.iter(batch_size=ANNOTATION_CHUNK):
                 annotator.annotate(chunk["source"], show_progress=training_args.local_process_index == 0,
                                    num_proc=data_args.annotation_num_proc)
@@ -437,9 +440,11 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                 raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
                                  "source features (train a new one by leaving --tokenizer_name_or_path out).")
         else:
+            annotations: Iterable[AnnotatedSentence]
             if PARSE_COLUMN in train_data.column_names:
                 annotations = map(AnnotatedSentence.from_json, dataset_column(train_data, PARSE_COLUMN))
             else:  # parsed and cached above: these are cache reads, chunk by chunk
+                assert annotator is not None
                 annotations = (sentence for batch in train_data.iter(batch_size=ANNOTATION_CHUNK)
                                for sentence in annotator.annotate(batch["source"], show_progress=False))
             tokenizer = train_source_feature_tokenizer(
@@ -483,7 +488,7 @@ def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary
         encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
         encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
         label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
-        **(special_token_ids or {}), **{**feature_sizes, **overrides},
+        **(special_token_ids or {}), **{**feature_sizes, **overrides},  # type: ignore[arg-type]
     )
 
 
@@ -533,7 +538,8 @@ def read_config_file(path: str) -> dict:
 
 def parse_arguments(argv: list[str] | None = None):
     """The three argument groups of `hf-srcfeat-train` (see `parse_with_config`)."""
-    return parse_with_config(HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments)), argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
+    return parse_with_config(parser, argv)
 
 
 def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
@@ -639,7 +645,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_set, eval_set = tokenized["train"], tokenized["validation"]
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
 
-    callbacks = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes else []
+    callbacks: list[TrainerCallback] = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes \
+        else []
     if data_args.early_stopping_patience:
         if not (training_args.load_best_model_at_end and training_args.metric_for_best_model == "eval_loss"):
             raise ValueError("--early_stopping_patience needs --load_best_model_at_end true --metric_for_best_model "
@@ -702,13 +709,14 @@ def main(argv: list[str] | None = None) -> dict:
                         f"{data_args.target_lang} {name}",
                  "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
                  "length_penalty": model.generation_config.length_penalty,
-                 "max_length": model.generation_config.max_length, **compute_metrics.signatures}
+                 "max_length": model.generation_config.max_length,
+                 **(compute_metrics.signatures if compute_metrics is not None else {})}
         results.setdefault("test_sets", {})[name] = {"metrics": prediction.metrics, "setup": setup}
         if index == 0:  # the first test set is also reported under the names used before several were possible
             results["test_metrics"], results["test_setup"] = prediction.metrics, setup
         if trainer.is_world_process_zero():
             ids = prediction.predictions
-            ids = ids.clip(min=0) if hasattr(ids, "clip") else ids
+            ids = ids.clip(min=0) if hasattr(ids, "clip") else ids  # type: ignore[union-attr]
             text = "\n".join(hypothesis.strip() for hypothesis in tokenizer.batch_decode(ids, skip_special_tokens=True))
             prefix = "" if training_args.do_train else "eval_"
             names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import torch
 
@@ -95,7 +95,7 @@ def open_binary_input(path: str) -> IO[bytes]:
         return sys.stdin.buffer
     if not Path(path).is_file():
         raise SystemExit(f"--input {path}: no such file.")
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return cast(IO[bytes], gzip.open(path, "rb")) if path.endswith(".gz") else open(path, "rb")
 
 
 def read_raw_lines(stream: IO[bytes]) -> Iterator[SourceItem]:
@@ -208,8 +208,10 @@ class FileTranslator:
         a sentence the annotator failed on)."""
         if self.reads_parses and not item.unparsed:
             return item.sentence
-        return item.text if item.text is not None else item.sentence.text or " ".join(
-            word.text for word in item.sentence.words)
+        if item.text is not None:
+            return item.text
+        assert item.sentence is not None  # an item is a raw line or a CoNLL-U sentence
+        return item.sentence.text or " ".join(word.text for word in item.sentence.words)
 
     def source_length(self, item: SourceItem) -> int:
         """Words of what the translator reads (`source`), for sorting by length."""
@@ -232,12 +234,12 @@ class FileTranslator:
             return tokenizer.annotate(texts)
 
         try:
-            for item, sentence in zip(pending, annotate([item.text for item in pending]), strict=True):
+            for item, sentence in zip(pending, annotate([item.text or "" for item in pending]), strict=True):
                 item.sentence = sentence
         except Exception:  # noqa: BLE001 - isolate the sentence the parser failed on, keep the others
             for item in pending:
                 try:
-                    item.sentence = annotate([item.text])[0]
+                    item.sentence = annotate([item.text or ""])[0]
                 except Exception as error:  # noqa: BLE001
                     failure = f"the annotator failed: {type(error).__name__}: {error}"
                     if self.translates_unparsed and not self.factor_names:

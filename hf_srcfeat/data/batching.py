@@ -69,7 +69,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         generator = np.random.default_rng(self.seed + self.epoch)
         order = generator.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         order = order[np.argsort(self.lengths[order], kind="stable")]
-        batches, current, longest = [], [], 0
+        batches: list[list[int]] = []
+        current: list[int] = []
+        longest = 0
         for index in order.tolist():
             length = int(self.lengths[index])
             full = max(longest, length) * (len(current) + 1) > self.max_tokens or \
@@ -96,9 +98,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
 def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
     """Share of the padded batch positions that are padding."""
-    lengths = np.asarray(lengths)
-    padded = sum(len(batch) * int(lengths[batch].max()) for batch in batches)
-    return 1.0 - float(sum(int(lengths[batch].sum()) for batch in batches)) / padded
+    array = np.asarray(lengths)
+    padded = sum(len(batch) * int(array[list(batch)].max()) for batch in batches)
+    return 1.0 - float(sum(int(array[list(batch)].sum()) for batch in batches)) / padded
 
 
 def example_lengths(dataset) -> list[int]:

@@ -14,7 +14,7 @@ without a value gets `<unk>`, with a warning), and the relevance-feature models 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
@@ -29,7 +29,8 @@ def split_factored_line(line: str, names: Sequence[str], line_number: int | None
     """The words of one `word￨v1￨v2` line and, per factor name, its values; a token with another number of
     values than `names` is an error naming the line and the token."""
     where = f"line {line_number}" if line_number is not None else "the line"
-    words, values = [], {name: [] for name in names}
+    words: list[str] = []
+    values: dict[str, list[str]] = {name: [] for name in names}
     tokens = line.split()
     if not tokens:
         raise ValueError(f"{where} is empty.")
@@ -44,7 +45,7 @@ def split_factored_line(line: str, names: Sequence[str], line_number: int | None
     return words, values
 
 
-def attach_factors(sentence: AnnotatedSentence, values: dict[str, Sequence[str]]) -> AnnotatedSentence:
+def attach_factors(sentence: AnnotatedSentence, values: Mapping[str, Sequence[str]]) -> AnnotatedSentence:
     """`sentence` with each word's user factors set from `values` (name -> one value per word)."""
     for name, column in values.items():
         if len(column) != len(sentence.words):

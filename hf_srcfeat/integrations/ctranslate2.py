@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -240,7 +241,7 @@ class CTranslate2Translator:
         if not self.factors:
             texts = [source.text if isinstance(source, AnnotatedSentence) else source for source in sources]
             encoded = self.tokenizer(texts, source_features=False, truncation=True, max_length=self.max_length)
-            return [self.tokenizer.convert_ids_to_tokens(ids) for ids in encoded["input_ids"]]
+            return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
@@ -267,7 +268,8 @@ class CTranslate2Translator:
         for result in results:
             hypotheses = []
             for index, tokens in enumerate(result.hypotheses):
-                text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
+                text = cast(str, self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens),
+                                                       skip_special_tokens=True))
                 hypotheses.append((text.strip(), result.scores[index]) if return_scores else text.strip())
             outputs.append(hypotheses if num_return_sequences > 1 else hypotheses[0])
         return outputs

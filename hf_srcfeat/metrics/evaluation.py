@@ -31,8 +31,9 @@ def make_compute_metrics(tokenizer, metric: evaluate.EvaluationModule | None = N
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         scores = metric.compute(predictions=hypotheses, references=references)
-        compute_metrics.signatures = {name: value for name, value in scores.items() if name.endswith("_signature")}
+        compute_metrics.signatures = {  # type: ignore[attr-defined]  # an attribute of this function object
+            name: value for name, value in scores.items() if name.endswith("_signature")}
         return {name: value for name, value in scores.items() if isinstance(value, float)}
 
-    compute_metrics.signatures = {}
+    compute_metrics.signatures = {}  # type: ignore[attr-defined]
     return compute_metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import cast
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
@@ -30,12 +31,12 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
                      samples: int = 1000, seed: int = 12345) -> dict:
     """sacreBLEU's paired bootstrap resampling (Koehn 2004) of the system's BLEU against the baseline's."""
     import sacrebleu
-    from sacrebleu.significance import PairedTest
+    from sacrebleu.significance import PairedTest, Result
 
     os.environ.setdefault("SACREBLEU_SEED", str(seed))
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": sacrebleu.BLEU()},
                       [list(references)], test_type="bs", n_samples=samples)
     _, scores = test()
-    result = scores["BLEU"][1]
+    result = cast(Result, scores["BLEU"][1])  # sacrebleu types its entries loosely
     return {"test": "paired bootstrap resampling (sacrebleu)", "samples": samples,
-            "p_value": float(result.p_value), "baseline_bleu": round(float(scores["BLEU"][0].score), 2)}
+            "p_value": float(cast(float, result.p_value)), "baseline_bleu": round(float(cast(Result, scores["BLEU"][0]).score), 2)}
