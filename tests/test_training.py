@@ -277,3 +277,25 @@ def test_the_lemma_vocabulary_size_and_minimum_frequency_are_arguments(stanza_an
     with pytest.raises(SystemExit, match="--lemma_min_frequency must be at least 1"):
         train.main(run + ["--lemma_min_frequency", "0", "--output_dir", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists(), "refused before any work"
+
+
+
+@pytest.mark.slow
+def test_the_checkpoint_with_the_best_validation_bleu_is_kept(multi30k_dir, tmp_path):
+    """Chen et al. keep the checkpoint with the highest dev BLEU (the diverse input paper recipe does so)."""
+    output_dir = tmp_path / "run"
+    results = train.main([*TINY[:-4], "--disable_tqdm", "true", "--output_dir", str(output_dir), "--do_train",
+                          "--do_eval", "--max_train_samples", "200", "--max_eval_samples", "10",
+                          "--do_predict_test", "false", "--max_steps", "6", "--per_device_train_batch_size", "16",
+                          "--learning_rate", "3e-3", "--eval_strategy", "steps", "--eval_steps", "2",
+                          "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end", "true",
+                          "--metric_for_best_model", "bleu", "--greater_is_better", "true",
+                          "--predict_with_generate", "--generation_max_length", "16", "--data_dir", str(multi30k_dir)])
+    evaluations = [(entry["step"], entry["eval_bleu"]) for entry in results["log_history"] if "eval_bleu" in entry]
+    assert [step for step, _ in evaluations] == [2, 4, 6]
+    best_step, best_bleu = max(evaluations, key=lambda item: item[1])
+    assert results["best_metric"] == {"bleu": best_bleu}
+    assert results["best_model_checkpoint"].endswith(f"checkpoint-{best_step}")
+    recipe = train.read_config_file(str(REPO / "examples" / "recipes" / "paper" / "diverse_input_wmt14_en_de.json"))
+    assert (recipe["metric_for_best_model"], recipe["eval_steps"], recipe["load_best_model_at_end"]) == ("bleu", 1000,
+                                                                                                        True)
