@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How much each benchmark model depends on its parse (issue 25.3): BLEU on test_2016_flickr with the normal parses,
+"""How much each benchmark model depends on its parse: BLEU on test_2016_flickr with the normal parses,
 with corrupted parses (a share x of the words get a random head and random tags), and with no parse at all.
 
     python -m benchmarks.parse_robustness --runs deps_san/seed1 relevance_concat/seed1 baseline/seed1 \\

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What a better (or worse) parser is worth to each model (issue 25.4), from the parse-corruption curves of
+"""What a better (or worse) parser is worth to each model, from the parse-corruption curves of
 `benchmarks/parse_robustness.py` and the annotator's measured accuracy.
 
     python -m benchmarks.parser_value     # writes benchmarks/results/parser_value.json, prints the README table

@@ -1,4 +1,4 @@
-"""Configuration of a model that uses several methods of the zoo at once (issue 25): each method touches its own
+"""Configuration of a model that uses several methods of the zoo at once: each method touches its own
 extension point of the backbone (source input, self-attention scores, extra sublayers, an auxiliary encoder), so
 any methods on different extension points compose."""
 

@@ -1,4 +1,4 @@
-"""Several methods in one model (issue 25). Each method's encoder, layer, context, output and decoder classes
+"""Several methods in one model. Each method's encoder, layer, context, output and decoder classes
 override different extension points of the backbone and call `super()` where they share a hook
 (`layer_contexts`), so the composed classes are the methods' own classes combined by inheritance, in the order of
 `COMPONENT_CONFIGS`. Nothing of a method is re-implemented here."""

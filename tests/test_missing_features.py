@@ -1,4 +1,4 @@
-"""Translating without a parse (issue 25.3): every model type, given the subword tokens alone, gives each feature
+"""Translating without a parse: every model type, given the subword tokens alone, gives each feature
 it reads its default (`<unk>` labels, unknown dependency links, one word/phrase per token) with a warning, and
 beam-searches; a training forward without the features it needs still fails with a clear error."""
 
