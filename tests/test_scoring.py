@@ -4,6 +4,7 @@ aligned with its input."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -117,3 +118,34 @@ def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_ar
     with pytest.raises(SystemExit):
         main(["--model", str(model_folder), "--source", str(conllu), "--target", target, "--output", target])
     assert f"--output {target} is an input file; it would be overwritten" in capsys.readouterr().err
+
+
+def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_folder, trained_baseline,
+                                                                       feature_tokenizer, multi30k_dir, tmp_path):
+    """On a stand-in set made of Multi30k pairs (the real set is blind): one line per item, `score_a<TAB>score_b`,
+    each the forced-decoding score of that candidate."""
+    import gzip
+
+    from benchmarks import contrastive_agreement
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    pairs = load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=6)
+    sources, references = list(pairs["source"]), list(pairs["target"])
+    data = tmp_path / "set"
+    data.mkdir()
+    for name, lines in (("source.en", sources), ("candidate_a.de", references),
+                        ("candidate_b.de", references[1:] + references[:1])):
+        with gzip.open(data / f"{name}.gz", "wt", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+    (tmp_path / "runs" / "baseline").mkdir(parents=True)
+    (tmp_path / "runs" / "baseline" / "seed1").symlink_to(model_folder)
+    assert contrastive_agreement.main(["--runs", "baseline/seed1", "--runs_dir", str(tmp_path / "runs"),
+                                       "--data_dir", str(data), "--output_dir", str(tmp_path / "out")]) == 0
+    rows = [line.split("\t") for line in (tmp_path / "out" / "baseline_seed1.tsv").read_text().splitlines()]
+    assert len(rows) == 6 and all(len(row) == 2 for row in rows)
+    model, _ = trained_baseline
+    for column, targets in enumerate((references, references[1:] + references[:1])):
+        expected = score_targets(model, feature_tokenizer, sources, targets)
+        assert [float(row[column]) for row in rows] == pytest.approx([score.total for score in expected], abs=1e-3)
+    record = json.loads((tmp_path / "out" / "baseline_seed1.json").read_text())
+    assert record["items"] == 6 and record["code_version"]

@@ -1,0 +1,83 @@
+#!/usr/bin/env python
+"""Score the blind subject-verb agreement set with benchmark models: both German candidates of each English source
+(forced decoding, `hf_srcfeat.metrics.forced_decoding.score_targets`), one line per item.
+
+    python -m benchmarks.contrastive_agreement --runs baseline/seed1 deps_san/seed2 --runs_dir runs/benchmark
+
+Writes `benchmarks/results/contrastive_agreement/<system>_seed<k>.tsv` (`score_a<TAB>score_b`: the summed
+log-probability of candidate a and of candidate b) and a `.json` beside it with the model, the command and the code
+version. Which candidate is correct is not known here: accuracy is computed elsewhere, and nothing here may select or
+tune on this set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_ENV = "HF_SRCFEAT_CONTRASTIVE_DIR"
+
+
+def read_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", required=True, help="runs as system/seedK, under --runs_dir")
+    parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help=f"the set's folder (default ${DATA_ENV}, else ../shared/data/contrastive_agreement_blind)")
+    parser.add_argument("--output_dir", type=Path, default=REPO / "benchmarks" / "results" / "contrastive_agreement")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    data_dir = args.data_dir or Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data" /
+                                                    "contrastive_agreement_blind"))
+    sources = read_lines(data_dir / "source.en.gz")
+    candidates = {name: read_lines(data_dir / f"candidate_{name}.de.gz") for name in ("a", "b")}
+    if not len(sources) == len(candidates["a"]) == len(candidates["b"]):
+        raise SystemExit(f"{data_dir}: the source and candidate files differ in length.")
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    import hf_srcfeat  # noqa: F401  (registers the model classes)
+    from hf_srcfeat.commands.train import code_version
+    from hf_srcfeat.metrics.forced_decoding import score_targets
+
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    for run in args.runs:
+        system, _, seed = run.partition("/")
+        folder = args.runs_dir / system / seed
+        if not (folder / "config.json").exists():
+            raise SystemExit(f"{folder} is not a trained model folder.")
+        start = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+        parses = tokenizer.annotate(sources, show_progress=True)  # parsed once, used for both candidates
+        scores = {name: score_targets(model, tokenizer, parses, targets, batch_size=args.batch_size)
+                  for name, targets in candidates.items()}
+        stem = f"{system}_{seed}"
+        (args.output_dir / f"{stem}.tsv").write_text("".join(
+            f"{a.total:.4f}\t{b.total:.4f}\n" for a, b in zip(scores["a"], scores["b"], strict=True)))
+        (args.output_dir / f"{stem}.json").write_text(json.dumps({
+            "model": str(folder), "items": len(sources), "score": "sum of the candidate's token log-probabilities",
+            "code_version": code_version(), "seconds": round(time.perf_counter() - start, 1),
+            "command": "python -m benchmarks.contrastive_agreement " + " ".join(argv if argv is not None
+                                                                                 else sys.argv[1:])}, indent=2) + "\n")
+        print(f"{run}: {len(sources)} items scored into {args.output_dir / (stem + '.tsv')}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
