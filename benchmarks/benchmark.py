@@ -71,7 +71,7 @@ SYSTEMS: dict[str, tuple[str, dict]] = {
     "lfe_dae": ("latent_feedback", {"lfe_mode": "fine_tuned"}),  # + lfe_pretrained_from, set per seed
 }
 
-#: Issue 25.3's robustness variants: a benchmark system trained with feature dropout (each word's factors replaced by
+#: Robustness variants: a benchmark system trained with feature dropout (each word's factors replaced by
 #: `<unk>`, its dependency links by "unknown", with probability 0.2 each; hf_srcfeat.feature_dropout). Not part of the
 #: benchmark's plan (the report and the default --systems leave them out); run by name with --systems.
 FEATURE_DROPOUT_RATE = 0.2
@@ -82,7 +82,7 @@ ROBUSTNESS_SYSTEMS: dict[str, tuple[str, dict]] = {
 }
 
 
-#: Issue 25.2's composed systems: benchmark systems in one model (`SrcFeatComposedConfig`), each part with its own
+#: Composed systems: benchmark systems in one model (`SrcFeatComposedConfig`), each part with its own
 #: settings, tested against the baseline and against each part. Run by name with --systems; reported beside the parts.
 COMPOSED_PARTS = {"relevance_concat+deps_san": ["relevance_concat", "deps_san"]}
 COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {

@@ -217,7 +217,8 @@ class SrcFeatAttention(nn.Module):
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
-                    cast(EncoderDecoderCache, past_key_values).is_updated[self.layer_idx] = True  # type: ignore[index]  # layer_idx is set whenever a cache is
+                    assert self.layer_idx is not None  # a cache is only taken when layer_idx is set (above)
+                    cast(EncoderDecoderCache, past_key_values).is_updated[self.layer_idx] = True
 
         score_scale = score_modification.scale if score_modification is not None else None
         position_bias = score_modification.bias if score_modification is not None else None
@@ -231,12 +232,12 @@ class SrcFeatAttention(nn.Module):
             attention_function = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-        extra = {"score_scale": score_scale} if score_scale is not None else {}
+        extra: dict[str, Any] = {"score_scale": score_scale} if score_scale is not None else {}
         if position_bias is not None:
             extra["position_bias"] = position_bias
         output, weights = attention_function(
             self, query, key, value, attention_mask,
-            scaling=self.scaling, dropout=dropout, **extra,  # type: ignore[arg-type]
+            scaling=self.scaling, dropout=dropout, **extra,
         )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim))
         return output, (weights if output_attentions else None)

@@ -13,6 +13,7 @@ Each word is drawn once per step, for all its subwords; evaluation and generatio
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -55,7 +56,8 @@ def apply_feature_dropout(features: SourceFeatures, rates: dict[str, float]) -> 
     """`features` with the words' features hidden at the configured rates (training only: the caller decides)."""
     if features.word_ids is None:
         raise ValueError("feature dropout needs `word_ids` (from SourceFeatureTokenizer) to drop whole words.")
-    changed, user = {}, dict(features.user_factor_ids or {})
+    changed: dict[str, Any] = {}  # the dropped fields' new values, passed to `replace`
+    user = dict(features.user_factor_ids or {})
     for name, rate in rates.items():
         if not rate:
             continue
@@ -72,4 +74,4 @@ def apply_feature_dropout(features: SourceFeatures, rates: dict[str, float]) -> 
             user[name] = value
         else:
             changed[name] = value
-    return replace(features, **changed, user_factor_ids=user or features.user_factor_ids)  # type: ignore[arg-type]
+    return replace(features, **changed, user_factor_ids=user or features.user_factor_ids)

@@ -261,14 +261,15 @@ class SrcFeatEncoder(nn.Module):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                          attention_mask=attention_mask)
         contexts = self.layer_contexts(input_ids, hidden_states, features, attention_mask)
+        all_hidden_states: tuple[torch.Tensor, ...] | None
         all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+        all_attentions: tuple[torch.Tensor, ...] | None = () if output_attentions else None
         for layer, context in zip(self.layers, contexts, strict=True):
             hidden_states, weights = layer(hidden_states, mask, context, output_attentions=bool(output_attentions))
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)  # type: ignore[operator]  # a tuple when asked for
-            if output_attentions:
-                all_attentions += (weights,)  # type: ignore[operator]
+            if all_hidden_states is not None:  # a tuple exactly when output_hidden_states
+                all_hidden_states += (hidden_states,)
+            if all_attentions is not None:  # a tuple exactly when output_attentions
+                all_attentions += (weights,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return self.build_output(hidden_states, all_hidden_states, all_attentions, contexts, features,
@@ -324,18 +325,21 @@ class SrcFeatDecoder(nn.Module):
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
         contexts = self.layer_contexts(encoder_outputs, encoder_attention_mask)
+        all_hidden_states: tuple[torch.Tensor, ...] | None
         all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self: tuple[torch.Tensor, ...] | None
+        all_cross: tuple[torch.Tensor, ...] | None
         all_self, all_cross = ((), ()) if output_attentions else (None, None)
         for layer, context in zip(self.layers, contexts, strict=True):
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states, self_mask, encoder_hidden_states, cross_mask, context,
                 past_key_values=past_key_values, output_attentions=bool(output_attentions),
             )
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)  # type: ignore[operator]
-            if output_attentions:
-                all_self += (self_weights,)  # type: ignore[operator]
-                all_cross += (cross_weights,)  # type: ignore[operator]
+            if all_hidden_states is not None:  # a tuple exactly when output_hidden_states
+                all_hidden_states += (hidden_states,)
+            if all_self is not None and all_cross is not None:  # tuples exactly when output_attentions
+                all_self += (self_weights,)
+                all_cross += (cross_weights,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(

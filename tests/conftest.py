@@ -126,6 +126,16 @@ def trained_baseline(subword_tokenizer, train_pairs):
 
 
 @pytest.fixture(scope="session")
+def model_folder(trained_baseline, feature_tokenizer, tmp_path_factory):
+    """The trained baseline saved with the feature-aware tokenizer: a model folder the commands load."""
+    model, _ = trained_baseline
+    folder = tmp_path_factory.mktemp("model")
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def train_annotations(stanza_annotator, train_pairs):
     """Stanza parses of the first 300 real Multi30k training sources."""
     return stanza_annotator.annotate(list(train_pairs["source"])[:300], show_progress=False)

@@ -63,15 +63,6 @@ def test_parsed_and_conllu_sources_score_alike_and_a_worse_target_scores_lower(t
         score_targets(model, feature_tokenizer, sources[:4], texts[:3])
 
 
-@pytest.fixture(scope="module")
-def model_folder(trained_baseline, feature_tokenizer, tmp_path_factory):
-    model, _ = trained_baseline
-    folder = tmp_path_factory.mktemp("model")
-    model.save_pretrained(folder)
-    feature_tokenizer.save_pretrained(folder)
-    return folder
-
-
 def write_lines(path, lines: list[str]) -> str:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return str(path)

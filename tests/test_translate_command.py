@@ -21,15 +21,6 @@ SETTINGS = ["--num_beams", "4", "--max_new_tokens", "24"]
 
 
 @pytest.fixture(scope="module")
-def model_folder(trained_baseline, feature_tokenizer, tmp_path_factory):
-    model, _ = trained_baseline
-    folder = tmp_path_factory.mktemp("model")
-    model.save_pretrained(folder)
-    feature_tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def translator(trained_baseline, feature_tokenizer):
     model, _ = trained_baseline
     return pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4, max_new_tokens=24)

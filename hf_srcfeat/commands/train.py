@@ -488,6 +488,7 @@ def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary
         encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
         encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
         label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
+        # mypy checks each **dict's value type against every parameter of the config class
         **(special_token_ids or {}), **{**feature_sizes, **overrides},  # type: ignore[arg-type]
     )
 
@@ -716,6 +717,7 @@ def main(argv: list[str] | None = None) -> dict:
             results["test_metrics"], results["test_setup"] = prediction.metrics, setup
         if trainer.is_world_process_zero():
             ids = prediction.predictions
+            # Transformers types predictions as an array or a tuple of arrays; mypy does not narrow on hasattr
             ids = ids.clip(min=0) if hasattr(ids, "clip") else ids  # type: ignore[union-attr]
             text = "\n".join(hypothesis.strip() for hypothesis in tokenizer.batch_decode(ids, skip_special_tokens=True))
             prefix = "" if training_args.do_train else "eval_"
