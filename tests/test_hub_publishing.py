@@ -188,22 +188,22 @@ def test_a_method_card_states_the_difference_to_the_baseline_of_its_seed_and_its
 
 
 @pytest.mark.slow
-def test_publishing_records_the_model_and_the_readme_zoo_table_lists_it(published, tmp_path):
+def test_publishing_records_the_model_and_the_docs_zoo_table_lists_it(published, tmp_path):
     folder, _ = published
     [entry] = json.loads((folder / "published.json").read_text())
     mirror_head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder / "mirrors" / "models" / REPO_ID,
                                  capture_output=True, text=True, check=True).stdout.strip()
     assert (entry["repo_id"], entry["model_type"], entry["destination"], entry["revision"]) == (
         REPO_ID, "deps_san", "local mirror", mirror_head)
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
-    model_zoo.main(["--registry", str(folder / "published.json"), "table", "--update_readme", "--readme", str(readme)])
-    before, rest = readme.read_text().split(model_zoo.ZOO_START)
+    page = tmp_path / "publishing.md"
+    shutil.copy(REPO / "docs" / "guides" / "publishing.md", page)
+    model_zoo.main(["--registry", str(folder / "published.json"), "table", "--update_docs", "--docs_page", str(page)])
+    before, rest = page.read_text().split(model_zoo.ZOO_START)
     section, after = rest.split(model_zoo.ZOO_END)
     [row] = [line for line in section.splitlines() if line.startswith(f"| `{REPO_ID}`")]
     assert "Deps-SAN" in row and "local mirror" in row and mirror_head[:7] in row
     assert f'hf_srcfeat.pipeline("translation", model="{REPO_ID}")' in row
-    original = (REPO / "README.md").read_text()
+    original = (REPO / "docs" / "guides" / "publishing.md").read_text()
     assert original.startswith(before) and original.endswith(after), "only the zoo section changes"
 
 
