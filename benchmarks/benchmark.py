@@ -17,7 +17,7 @@ and shared by every run; the denoising autoencoder of `lfe_dae` is trained once 
 Each result file holds: system, full config, seed, code version, data files, training time and target tokens/s,
 decoding sentences/s (beam 4 and greedy), parameter count, the validation loss curve, and on test_2016_flickr:
 sacreBLEU (cased, detokenized, with its signature), lowercased BLEU, chrF, and a paired bootstrap test against
-the baseline run of the same seed. `benchmarks/benchmark_report.py` turns them into the README's table.
+the baseline run of the same seed. `benchmarks/benchmark_report.py` turns them into the documentation's results table.
 
 Every finished run also translates the English sources of the blind test sets (`BLIND_SPLITS`: test_2017_flickr,
 test_2017_mscoco, test_2018_flickr, whose references are held elsewhere) with the test set's decoding settings,

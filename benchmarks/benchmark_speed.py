@@ -13,7 +13,7 @@ model), so that a change in machine load affects all of them alike. Reported: ta
 (non-padding labels) and the ratio to the first model type, plus each round's rate (the spread). With `--decode_beams 1 4`, every round also times
 `generate` on the first batch's sources, each model producing exactly `--decode_tokens` tokens per sentence
 (so untrained models compare fairly): sentences per second and the ratio to the first model type.
-One torch thread by default (see the README on shared cores). Writes JSON as it goes.
+One torch thread by default (see the benchmark results page on shared cores). Writes JSON as it goes.
 """
 
 from __future__ import annotations

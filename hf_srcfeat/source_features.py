@@ -125,8 +125,8 @@ class MissingFeatureDefaults:
 
     def feature(self, name: str, method: str) -> torch.Tensor:
         warnings.warn(f"{method} reads `{name}`, which the input does not have (no parse?): every token gets the "
-                      "feature's default (unknown). Translation quality depends on the parse; see the README's "
-                      "'Translating without a parse'.", UserWarning, stacklevel=3)
+                      "feature's default (unknown). Translation quality depends on the parse; see the guide "
+                      "'Feature dropout and translating without a parse' in the documentation.", UserWarning, stacklevel=3)
         shape = (self.batch_size, self.seq_len)
         if name in PAIRWISE_FEATURE_NAMES:
             return torch.full((*shape, self.seq_len), UNKNOWN_DISTANCE, dtype=torch.long, device=self.device)

@@ -96,7 +96,7 @@ def results_section(results: dict | None) -> str:
         mean = results["mean_over_seeds"]
         text += (f" Mean over the benchmark's seeds {', '.join(map(str, mean['seeds']))}: sacreBLEU {mean['bleu']}, "
                  f"chrF {mean['chrf']}; the comparison with the baseline and the other methods is the results "
-                 "table of the hf_srcfeat README.\n\nThis checkpoint was trained by "
+                 "table of the hf_srcfeat documentation.\n\nThis checkpoint was trained by "
                  f"`{results['trained_by']}` (the benchmark's shared size, data, optimiser and budget).")
     return text + "\n"
 
@@ -214,7 +214,7 @@ def upload(folder: Path, repo_id: str) -> str:
 
 
 def record_publication(registry: Path, entry: dict) -> None:
-    """Add (or replace, by repo id) the entry in the registry the README's model zoo table is made from."""
+    """Add (or replace, by repo id) the entry in the registry the documentation's model zoo table is made from."""
     entries = json.loads(registry.read_text()) if registry.exists() else []
     entries = [old for old in entries if old["repo_id"] != entry["repo_id"]] + [entry]
     registry.parent.mkdir(parents=True, exist_ok=True)

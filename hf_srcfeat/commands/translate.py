@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text: raw sentences, one a line, parsed on the way; conllu: pre-parsed sentences")
     parser.add_argument("--no_parse", action="store_true", help=(
         "translate raw text without parsing it (no annotator for the language, or none wanted): the model's "
-        "source features take their defaults, with a warning; quality depends on the model (README, 'Translating "
+        "source features take their defaults, with a warning; quality depends on the model (documentation: 'Translating "
         "without a parse')"))
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
     parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
