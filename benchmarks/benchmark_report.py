@@ -49,7 +49,7 @@ EXTRA_PARAMETERS = {
 #: A published Multi30k test_2016 (en->de) number for a small Transformer, to place the baseline.
 PUBLISHED_REFERENCE_BLEU = 41.0  # lowercased, tokenized
 PUBLISHED_REFERENCE = ("fairseq `transformer_tiny` on Multi30k en→de test_2016",
-                       f"{PUBLISHED_REFERENCE_BLEU} lowercased, tokenized BLEU (the figure the benchmark issue cites; "
+                       f"{PUBLISHED_REFERENCE_BLEU} lowercased, tokenized BLEU (a published figure for this set; "
                        "not re-measured here)")
 
 

@@ -47,7 +47,11 @@ def benchmark_rows(systems: list[str]) -> str:
     header = next((i for i, line in enumerate(lines) if line.startswith("| system | seeds |")), None)
     if header is None:
         return ""
-    rows = [line for line in lines[header + 2:] if line.startswith("| ")]
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break  # the end of the table
+        rows.append(line)
     chosen = [row for row in rows if row.split("|")[1].strip() in ["baseline", *systems]]
     return "\n".join([lines[header], lines[header + 1], *chosen]) if chosen else ""
 

@@ -34,9 +34,9 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
             `"frozen"`: a pre-trained LFE is kept fixed (no gradient, no dropout); `"fine_tuned"`: a pre-trained
             LFE trains further with the translation model.
         lfe_pretrained_from (`str`, *optional*):
-            Folder or Hub id of the denoising autoencoder (`training/pretrain_dae.py`) whose encoder initialises
+            Folder or Hub id of the denoising autoencoder (`hf-srcfeat-pretrain-dae`) whose encoder initialises
             the LFE; required by `frozen` and `fine_tuned`. `model.load_pretrained_parts()` (called by
-            `training/train.py` for a new model) copies it; a saved translation model already holds the weights.
+            `hf-srcfeat-train` for a new model) copies it; a saved translation model already holds the weights.
         share_lfe_parameters (`bool`, *optional*, defaults to `False`):
             Table 8: the LFE is the NMT encoder itself (same embeddings and layers), run once without feedback
             to produce the latent features; no parameters are added. With a pre-trained LFE, the DAE's
@@ -115,7 +115,7 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
         pretrained = self.lfe_mode in ("frozen", "fine_tuned")
         if pretrained and not self.lfe_pretrained_from:
             raise ValueError(f"`lfe_mode={self.lfe_mode!r}` uses a pre-trained LFE: set `lfe_pretrained_from` to the "
-                             "denoising autoencoder (training/pretrain_dae.py output).")
+                             "denoising autoencoder (hf-srcfeat-pretrain-dae output).")
         if self.lfe_mode == "joint" and self.lfe_pretrained_from:
             raise ValueError("`lfe_mode='joint'` trains the LFE from scratch; use 'frozen' or 'fine_tuned' with "
                              f"`lfe_pretrained_from` ({self.lfe_pretrained_from!r}).")

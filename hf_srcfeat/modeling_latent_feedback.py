@@ -3,7 +3,7 @@ Transformer encoder over the same vocabulary (reading the NMT source embeddings 
 when pre-trained), reads the source; NMT encoder layer i
 then computes its self-attention from x' = x + ctx^i (Eq. 3-4), ctx^i being the mean of the LFE layers above
 i (Eq. 5), while its residual connection still adds x. The feed-forward sublayer and the decoder are the
-baseline's. The LFE can be pre-trained as a denoising autoencoder (`training/pretrain_dae.py`); no noise is
+baseline's. The LFE can be pre-trained as a denoising autoencoder (`hf-srcfeat-pretrain-dae`); no noise is
 ever applied here.
 """
 
@@ -142,7 +142,7 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
             return
         if not os.path.isdir(source) and not is_hub_id(source):
             raise ValueError(f"lfe_pretrained_from={source!r}: no such folder (nor a Hub id org/name); point it at "
-                             "the denoising autoencoder trained by training/pretrain_dae.py.")
+                             "the denoising autoencoder trained by hf-srcfeat-pretrain-dae.")
         autoencoder = AutoModelForSeq2SeqLM.from_pretrained(source)
         self.load_lfe_from(autoencoder.get_encoder())
 

@@ -11,7 +11,7 @@ OUTPUT once all are there (the output folder must be shared between machines), s
 finished parses instead of waiting at a barrier.
 
 One sentence per input line, one CoNLL-U sentence per line out, in order (`# text` gives the line), which is what
-`training/train.py --train_source_conllu`, `hf-srcfeat-translate --input_format conllu` and
+`hf-srcfeat-train --train_source_conllu`, `hf-srcfeat-translate --input_format conllu` and
 `tokenizer(annotations=read_conllu(...))` read. Parses go through the annotation cache as they are made, so a
 killed run, started again, parses only what is still missing; the output file appears only when complete.
 """
