@@ -3,12 +3,18 @@
 code train.py uses, next to the counts the papers report:
 
     python -m benchmarks.paper_parameter_counts
+    python -m benchmarks.paper_parameter_counts --tokenizer phrase_rep_wmt14_en_de=runs/paper/phrase_rep_wmt14_en_de
 
-`tests/test_paper_recipes.py` checks every row within 3%.
+The vocabulary sizes are those of the tokenizer the recipe really built: `--tokenizer RECIPE=FOLDER`, else the
+recipe's own `tokenizer_name_or_path` or `output_dir` when it holds one (`hf-srcfeat-train RECIPE --tokenizer_only`
+builds it from the paper's data). Without one, the recipe's `vocab_size` and the feature vocabulary sizes below
+are assumed, and the table says so. `tests/test_paper_recipes.py` checks every row within 3% (assumed sizes), and
+that a tokenizer's sizes are the ones a 2-step run of the recipe builds its model with.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -65,9 +71,34 @@ def read_recipe(name: str):
     return parser.parse_dict({**recipe, "bf16": False, "use_cpu": True})
 
 
-def parameter_count(model_args, model_type: str | None = None, overrides: dict | None = None) -> int:
+def vocabulary_sizes(tokenizer_folder: str | Path | None) -> tuple[int | None, dict[str, int] | None]:
+    """The subword and feature vocabulary sizes of a saved feature-aware tokenizer (None, None without one)."""
+    if tokenizer_folder is None:
+        return None, None
+    from transformers import AutoTokenizer
+
+    import hf_srcfeat  # noqa: F401  (registers the tokenizer class)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    return len(tokenizer), tokenizer.feature_vocabularies.sizes()
+
+
+def recipe_tokenizer(name: str, given: dict[str, str] | None = None) -> str | None:
+    """The tokenizer folder a recipe built or uses: given, else its tokenizer_name_or_path or output_dir if saved."""
+    if given and name in given:
+        return given[name]
+    recipe = json.loads((PAPER_RECIPES / f"{name}.json").read_text())
+    for folder in (recipe.get("tokenizer_name_or_path"), recipe.get("output_dir")):
+        if folder and (Path(folder) / "tokenizer.json").exists():
+            return folder
+    return None
+
+
+def parameter_count(model_args, model_type: str | None = None, overrides: dict | None = None,
+                    vocab_size: int | None = None, feature_vocabulary_sizes: dict[str, int] | None = None) -> int:
     """Parameters of the recipe's model, or of `model_type` (e.g. the baseline: the recipe's size and embedding
-    ties, no method arguments), with `overrides` of the config (`d_model` too)."""
+    ties, no method arguments), with `overrides` of the config (`d_model` too); the vocabulary sizes are a
+    tokenizer's (see `vocabulary_sizes`), else the recipe's `vocab_size` and FEATURE_VOCABULARY_SIZES."""
     overrides = dict(overrides or {})
     recipe_overrides = json.loads(model_args.config_overrides or "{}")
     if model_type is not None:
@@ -76,19 +107,31 @@ def parameter_count(model_args, model_type: str | None = None, overrides: dict |
     arguments = {**vars(model_args), "model_type": model_type or model_args.model_type,
                  "d_model": overrides.pop("d_model", model_args.d_model),
                  "config_overrides": json.dumps({**recipe_overrides, **overrides})}
-    config = train.model_config(train.ModelArguments(**arguments), model_args.vocab_size, FEATURE_VOCABULARY_SIZES)
+    config = train.model_config(train.ModelArguments(**arguments), vocab_size or model_args.vocab_size,
+                                feature_vocabulary_sizes or FEATURE_VOCABULARY_SIZES)
     with torch.device("meta"):  # no memory for the weights: only their shapes are counted
         return AutoModelForSeq2SeqLM.from_config(config).num_parameters()
 
 
-def main() -> None:
-    print("| recipe | row | ours (M) | paper (M) | difference |")
-    print("|---|---|---|---|---|")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", action="append", default=[], metavar="RECIPE=FOLDER",
+                        help="the tokenizer a recipe built (repeatable)")
+    args = parser.parse_args(argv)
+    given = dict(item.split("=", 1) for item in args.tokenizer)
+    unknown = sorted(set(given) - set(PAPER_COUNTS))
+    if unknown:
+        raise SystemExit(f"--tokenizer: no paper recipe {unknown}; choose from {sorted(PAPER_COUNTS)}.")
+    print("| recipe | row | vocabularies | ours (M) | paper (M) | difference |")
+    print("|---|---|---|---|---|---|")
     for name, rows in PAPER_COUNTS.items():
         model_args, _, _ = read_recipe(name)
+        folder = recipe_tokenizer(name, given)
+        vocab_size, feature_sizes = vocabulary_sizes(folder)
+        source = f"tokenizer {folder}" if folder else "assumed"
         for model_type, overrides, paper, where in rows:
-            ours = parameter_count(model_args, model_type, overrides) / 1e6
-            print(f"| {name} | {where} | {ours:.2f} | {paper} | {100 * (ours - paper) / paper:+.1f}% |")
+            ours = parameter_count(model_args, model_type, overrides, vocab_size, feature_sizes) / 1e6
+            print(f"| {name} | {where} | {source} | {ours:.2f} | {paper} | {100 * (ours - paper) / paper:+.1f}% |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Train the subword model (BPE or Unigram, `tokenizers` library) shared by source and target."""
+"""Train the subword model (BPE, Unigram or whole words, `tokenizers` library) shared by source and target."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .configuration_srcfeat_transformer import check_choice, check_positive_int
 
 #: Special tokens in id order; the ids match `SrcFeatTransformerConfig`'s defaults.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-SUBWORD_MODELS = ("bpe", "unigram")
+SUBWORD_MODELS = ("bpe", "unigram", "word")
 
 
 def build_subword_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model: str = "bpe",
@@ -19,7 +19,8 @@ def build_subword_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model:
     """Train a reversible subword model on `texts` (raw sentences; source and target together for a joint
     vocabulary). Metaspace pre-tokenization keeps the spaces in the tokens, so decoding restores the
     original spacing (needed for detokenized sacreBLEU) and no separator character can collide with text.
-    Encodings end with `</s>`; the decoder start token is `<s>`.
+    Encodings end with `</s>`; the decoder start token is `<s>`. `model="word"` keeps word forms (punctuation
+    split off): the `vocab_size` most frequent words, every other word `<unk>`, as word-level NMT did.
     """
     check_positive_int("vocab_size", vocab_size)
     check_choice("model", model, SUBWORD_MODELS)
@@ -28,6 +29,10 @@ def build_subword_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model:
         tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
         trainer: trainers.Trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                       special_tokens=specials, show_progress=False)
+    elif model == "word":
+        tokenizer = Tokenizer(models.WordLevel(unk_token=SPECIAL_TOKENS["unk_token"]))
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials, show_progress=False)
     else:
         tokenizer = Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,

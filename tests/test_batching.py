@@ -64,11 +64,11 @@ def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
     assert results["data_args"]["max_tokens_per_batch"] == 600
 
 
-@pytest.mark.slow
-def test_early_stopping_without_keeping_the_best_model_is_refused(multi30k_dir, tmp_path):
-    with pytest.raises(ValueError, match="--early_stopping_patience needs --load_best_model_at_end"):
+def test_early_stopping_without_keeping_the_best_model_is_refused_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match="--early_stopping_patience needs --load_best_model_at_end"):
         train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "50",
                            "--max_steps", "2", "--early_stopping_patience", "2"])
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

@@ -4,8 +4,10 @@ with an LFE pre-trained by hf-srcfeat-pretrain-dae."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from hf_srcfeat import (
     SrcFeatTransformerForConditionalGeneration,
 )
 from hf_srcfeat.commands import pretrain_dae
+from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.modeling_latent_feedback import FeedbackContext, top_down_feedback
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
@@ -249,11 +252,61 @@ class TestDaePretrainedLatentFeedbackEndToEnd(EndToEndFromRawText):
         return train_from_raw_text(LatentFeedbackForConditionalGeneration, config, feature_tokenizer, train_pairs)
 
 
-@pytest.mark.slow
-def test_ewt_sentences_can_join_the_monolingual_data(ewt_dir, train_pairs):
-    args = pretrain_dae.DaeArguments(ewt_dir=str(ewt_dir))
-    sentences, files = pretrain_dae.monolingual_sentences(args, train_pairs)
-    assert sentences[:len(train_pairs)] == list(train_pairs["source"])
-    assert len(sentences) - len(train_pairs) > 10000 and files[-1].endswith("en_ewt-ud-train.conllu.gz")
+def test_ewt_sentences_can_join_the_monolingual_data(ewt_dir, multi30k_dir):
+    args = pretrain_dae.DaeArguments(ewt_dir=str(ewt_dir), data_dir=str(multi30k_dir), max_train_samples=200,
+                                     max_eval_samples=5)
+    sentences, validation, files, _ = pretrain_dae.monolingual_data(args)
+    assert len(validation) == 5 and files[0].endswith("train.en.gz")
+    assert len(sentences) - 200 > 10000 and files[-1].endswith("en_ewt-ud-train.conllu.gz")
     with pytest.raises(SystemExit, match="no en_ewt-ud-train"):
-        pretrain_dae.monolingual_sentences(pretrain_dae.DaeArguments(ewt_dir=str(REPO)), train_pairs)
+        pretrain_dae.monolingual_data(pretrain_dae.DaeArguments(ewt_dir=str(REPO), data_dir=str(multi30k_dir),
+                                                                max_train_samples=5))
+
+
+@pytest.fixture(scope="module")
+def monolingual_files(multi30k_dir, tmp_path_factory) -> dict[str, Path]:
+    """Multi30k English sentences as plain text, as JSON lines of translation dicts, and as a `datasets` folder."""
+    folder = tmp_path_factory.mktemp("monolingual")
+    with gzip.open(multi30k_dir / "val.en.gz", "rt") as english, gzip.open(multi30k_dir / "val.de.gz", "rt") as german:
+        pairs = [(en.strip(), de.strip()) for en, de, _ in zip(english, german, range(60), strict=False)]
+    (folder / "news.txt").write_text("".join(en + "\n" for en, _ in pairs))
+    json_lines = "".join(json.dumps({"translation": {"en": en, "de": de}}) + "\n" for en, de in pairs)
+    (folder / "pairs.jsonl").write_text(json_lines)
+    (folder / "hub_like").mkdir()
+    (folder / "hub_like" / "train.jsonl").write_text(json_lines)
+    (folder / "hub_like" / "validation.jsonl").write_text(json_lines[:json_lines.index("\n", 2000) + 1])
+    return {"text": folder / "news.txt", "json": folder / "pairs.jsonl", "dataset": folder / "hub_like",
+            "sentences": [en for en, _ in pairs]}
+
+
+def test_monolingual_data_comes_from_text_files_json_lines_or_a_datasets_source(monolingual_files):
+    sentences = monolingual_files["sentences"]
+    text = load_monolingual("en", train_file=str(monolingual_files["text"]))
+    assert list(text.train["text"]) == sentences and text.validation is None
+    english_side = load_monolingual("en", train_file=str(monolingual_files["json"]))
+    assert list(english_side.train["text"]) == sentences
+    hub = load_monolingual("en", dataset_name=str(monolingual_files["dataset"]))
+    assert list(hub.train["text"]) == sentences and 0 < len(hub.validation) < len(sentences)
+    assert hub.origin == [f"{monolingual_files['dataset']} split train", f"{monolingual_files['dataset']} split validation"]
+    with pytest.raises(ValueError, match="row 1: the translation has no 'fr' side"):
+        load_monolingual("fr", train_file=str(monolingual_files["json"]))
+
+
+def test_monolingual_data_without_validation_holds_out_the_last_sentences(monolingual_files):
+    args = pretrain_dae.DaeArguments(train_file=str(monolingual_files["text"]), max_eval_samples=10)
+    sentences, validation, files, origin = pretrain_dae.monolingual_data(args)
+    assert sentences == monolingual_files["sentences"][:50] and validation == monolingual_files["sentences"][50:]
+    assert files == [str(monolingual_files["text"])] and "held out" in origin
+
+
+def test_an_empty_line_of_monolingual_text_is_named(tmp_path):
+    (tmp_path / "mono.txt").write_text("A dog runs.\n\nA cat sleeps.\n")
+    with pytest.raises(ValueError, match="mono.txt line 2 is empty"):
+        load_monolingual("en", train_file=str(tmp_path / "mono.txt"))
+
+
+def test_an_autoencoder_on_own_monolingual_data_needs_the_translation_tokenizer_first(monolingual_files, tmp_path):
+    with pytest.raises(SystemExit, match="needs --tokenizer_name_or_path.*--tokenizer_only"):
+        pretrain_dae.main(["--output_dir", str(tmp_path / "dae"), "--train_file", str(monolingual_files["text"]),
+                           "--use_cpu", "--report_to", "none"])
+    assert not (tmp_path / "dae").exists()

@@ -319,3 +319,15 @@ def test_stored_trees_collate_into_the_distances_the_tokenizer_gives(feature_tok
     assert torch.equal(model(**{**direct, **labels}).logits, model(**{**collated, **labels}).logits)
     with pytest.raises(ValueError, match="return_dep_distance=False is for storing"):
         feature_tokenizer(sentences, padding=True, return_dep_distance=False)
+
+
+def test_a_word_level_vocabulary_keeps_the_most_frequent_word_forms_and_maps_the_rest_to_unk(train_pairs):
+    from hf_srcfeat.subword_training import build_subword_tokenizer
+
+    sources, targets = list(train_pairs["source"][:500]), list(train_pairs["target"][:500])
+    words = build_subword_tokenizer(sources + targets, vocab_size=300, model="word")
+    assert words.get_vocab_size() == 300
+    encoded = words.encode("A man in a blue shirt is playing a xylophonist's guitar.")
+    assert encoded.tokens == ["▁A", "▁man", "▁in", "▁a", "▁blue", "▁shirt", "▁is", "▁playing", "▁a", "<unk>", "'",
+                              "s", "<unk>", ".", "</s>"]
+    assert words.decode(words.encode("A man in a blue shirt.").ids) == "A man in a blue shirt."

@@ -12,9 +12,17 @@ as the LFE of a `latent_feedback` translation model (`lfe_pretrained_from=<outpu
 
 The LFE shares the translation model's vocabulary, so this script trains (or loads, `--tokenizer_name_or_path`)
 the same joint Multi30k subword tokenizer that `train.py` would, and saves it; the translation run then loads
-it with `--tokenizer_name_or_path <output_dir>`. Monolingual data: the Multi30k training sources, plus the
-UD English-EWT training sentences with `--ewt_dir`. Also reported: reconstruction BLEU of validation sentences
-from their corrupted and from their original versions (the paper's Table 3).
+it with `--tokenizer_name_or_path <output_dir>`. Monolingual data: by default the Multi30k training sources; or
+any corpus, as `--train_file` / `--validation_file` (plain text, one sentence a line, or JSON lines) or
+`--dataset_name` (e.g. the English side of `wmt/wmt14`), with the translation run's tokenizer built first:
+
+    hf-srcfeat-train examples/recipes/paper/latent_feedback_joint_wmt14_en_de.json --tokenizer_only \
+        --output_dir runs/paper/tokenizer_wmt14_en_de
+    hf-srcfeat-pretrain-dae examples/recipes/paper/pretraining/dae_wmt14_en.json
+
+plus the UD English-EWT training sentences with `--ewt_dir`. Also reported: reconstruction BLEU of validation
+sentences from their corrupted and from their original versions (the paper's Table 3); without validation data
+the last `--max_eval_samples` training sentences are held out for it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 
 from hf_srcfeat.commands import run_as_script, train
 from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
 
 logger = logging.getLogger("hf_srcfeat.pretrain_dae")
@@ -103,6 +112,15 @@ class DaeArguments:
     dropout: float = 0.1
     layernorm_position: str = "pre"
     data_dir: str | None = field(default=None, metadata={"help": "Multi30k folder (default: env, else download)."})
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "Monolingual data from `datasets` (Hub id, folder, script) instead of Multi30k: its `text` column, "
+                "--text_column, or the --source_lang side of a `translation` column (needs --tokenizer_name_or_path)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. de-en."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "Monolingual training data: .txt (one sentence a line) or JSON lines, .gz allowed (needs "
+                "--tokenizer_name_or_path)."})
+    validation_file: str | None = field(default=None, metadata={"help": "As --train_file, for the reconstruction BLEU."})
+    text_column: str | None = field(default=None, metadata={"help": "The text column of JSON lines or a dataset."})
     source_lang: str = "en"
     target_lang: str = field(default="de", metadata={"help": "Only for training the joint tokenizer."})
     ewt_dir: str | None = field(default=None, metadata={
@@ -118,8 +136,10 @@ class DaeArguments:
     overwrite_output_dir: bool = False
 
 
-def monolingual_sentences(args: DaeArguments, multi30k_train) -> tuple[list[str], list[str]]:
-    sentences, files = list(multi30k_train["source"]), [str(multi30k_file("train", args.source_lang, args.data_dir))]
+def ewt_sentences(args: DaeArguments) -> tuple[list[str], list[str]]:
+    """UD English-EWT's training sentences with `--ewt_dir`, and the file they came from."""
+    sentences: list[str] = []
+    files: list[str] = []
     if args.ewt_dir:
         path = next((p for p in (Path(args.ewt_dir) / "en_ewt-ud-train.conllu.gz",
                                  Path(args.ewt_dir) / "en_ewt-ud-train.conllu") if p.exists()), None)
@@ -150,6 +170,42 @@ def reconstruction_bleu(model, tokenizer, sentences: list[str], collator: Denois
     return scores
 
 
+def custom_corpus(args: DaeArguments) -> bool:
+    return bool(args.dataset_name or args.train_file or args.validation_file)
+
+
+def monolingual_data(args: DaeArguments) -> tuple[list[str], list[str], list[str], str]:
+    """Training sentences, validation sentences, the data files (for the results) and where validation came from."""
+    if not custom_corpus(args):
+        train_pairs = load_multi30k("train", args.source_lang, args.target_lang, args.data_dir, args.max_train_samples)
+        sentences = list(train_pairs["source"])
+        validation = list(load_multi30k("val", args.source_lang, args.target_lang, args.data_dir,
+                                        args.max_eval_samples)["source"])
+        files = [str(multi30k_file("train", args.source_lang, args.data_dir))]
+        validation_origin = str(multi30k_file("val", args.source_lang, args.data_dir))
+    else:
+        corpus = load_monolingual(args.source_lang, args.dataset_name, args.dataset_config_name, args.train_file,
+                                  args.validation_file, args.text_column)
+        train = corpus.train
+        if corpus.validation is None:
+            if len(train) <= args.max_eval_samples:
+                raise SystemExit(f"{corpus.origin[0]} has {len(train)} sentences and no validation data: give "
+                                 f"--validation_file, or a lower --max_eval_samples ({args.max_eval_samples}) than "
+                                 "its size to hold them out of training.")
+            validation = list(train.select(range(len(train) - args.max_eval_samples, len(train)))["text"])
+            train = train.select(range(len(train) - args.max_eval_samples))
+            validation_origin = f"the last {args.max_eval_samples} sentences of {corpus.origin[0]} (held out)"
+        else:
+            validation = list(corpus.validation.select(
+                range(min(args.max_eval_samples, len(corpus.validation))))["text"])
+            validation_origin = corpus.origin[-1]
+        if args.max_train_samples is not None:
+            train = train.select(range(min(args.max_train_samples, len(train))))
+        sentences, files = list(train["text"]), list(corpus.origin)
+    extra, extra_files = ewt_sentences(args)
+    return sentences + extra, validation, files + extra_files, validation_origin
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((DaeArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
     args, training_args = train.parse_with_config(parser, argv)
@@ -158,11 +214,14 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.remove_unused_columns = False  # the collator reads the raw "text" column
     if training_args.do_train:
         train.check_output_dir(training_args, args)
+    if custom_corpus(args) and not args.tokenizer_name_or_path:
+        raise SystemExit("a monolingual corpus (--dataset_name / --train_file) needs --tokenizer_name_or_path: the "
+                         "LFE shares the translation model's joint vocabulary, which monolingual data cannot build; "
+                         "build it first with hf-srcfeat-train <the translation recipe> --tokenizer_only "
+                         "--output_dir DIR.")
     set_seed(training_args.seed)
 
-    multi30k_train = load_multi30k("train", args.source_lang, args.target_lang, args.data_dir, args.max_train_samples)
-    validation = list(load_multi30k("val", args.source_lang, args.target_lang, args.data_dir,
-                                    args.max_eval_samples)["source"])
+    sentences, validation, data_files, validation_origin = monolingual_data(args)
     # The autoencoder is a baseline Transformer, built as train.py builds one.
     model_args = train.ModelArguments(
         tokenizer_name_or_path=args.tokenizer_name_or_path, vocab_size=args.vocab_size,
@@ -171,10 +230,12 @@ def main(argv: list[str] | None = None) -> dict:
         dropout=args.dropout, layernorm_position=args.layernorm_position)
     data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
                                     annotation_cache=args.annotation_cache)
-    # Only a new tokenizer needs the parses (for its feature vocabularies).
-    to_parse = [] if args.tokenizer_name_or_path else list(multi30k_train["source"])
-    tokenizer = train.build_tokenizer(model_args, data_args, training_args, multi30k_train, to_parse)
-    sentences, data_files = monolingual_sentences(args, multi30k_train)
+    if args.tokenizer_name_or_path:
+        tokenizer = train.build_tokenizer(model_args, data_args, training_args, Dataset.from_dict({"source": []}), [])
+    else:  # the joint Multi30k tokenizer train.py would build; only it needs the parses (feature vocabularies)
+        multi30k_train = load_multi30k("train", args.source_lang, args.target_lang, args.data_dir,
+                                       args.max_train_samples)
+        tokenizer = train.build_tokenizer(model_args, data_args, training_args, multi30k_train, [multi30k_train])
 
     model = train.build_model(model_args, tokenizer, training_args.seed)
     collator = DenoisingCollator(tokenizer, args.max_length, training_args.seed, args.swaps, args.drop_ratio,
@@ -193,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
         Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
     results["reconstruction"] = reconstruction_bleu(model, tokenizer, validation, collator)
-    results["reconstruction_data_file"] = str(multi30k_file("val", args.source_lang, args.data_dir))
+    results["reconstruction_data_file"] = validation_origin
     logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
     Path(training_args.output_dir, "dae_results.json").write_text(json.dumps(results, indent=2, default=str))

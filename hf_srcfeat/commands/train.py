@@ -72,7 +72,9 @@ class ModelArguments:
     tokenizer_name_or_path: str | None = field(default=None, metadata={
         "help": "Use this tokenizer; by default a joint subword tokenizer is trained on the training data."})
     model_type: str = field(default="srcfeat_transformer", metadata={"help": f"One of {list(MODEL_CONFIGS)}."})
-    subword_model: str = field(default="bpe", metadata={"help": "bpe or unigram (for a new tokenizer)."})
+    subword_model: str = field(default="bpe", metadata={
+        "help": "bpe, unigram or word (whole words, the --vocab_size most frequent, the rest <unk>) for a new "
+                "tokenizer."})
     pos_tagset: str = field(default="upos", metadata={
         "help": "What the POS feature holds (for a new tokenizer): upos (17 universal tags) or xpos (the parser's "
                 "language-specific tags, e.g. Penn Treebank for English, as CoreNLP gave the papers)."})
@@ -82,6 +84,10 @@ class ModelArguments:
                 "<unk>)."})
     lemma_min_frequency: int = field(default=2, metadata={
         "help": "Lemmas seen fewer times in the training sources are <unk> (for a new tokenizer)."})
+    tokenizer_only: bool = field(default=False, metadata={
+        "help": "Only build the feature-aware tokenizer (parsing the sources, cached) into --output_dir, then stop: "
+                "e.g. the joint tokenizer that a pre-trained latent feature encoder shares with its translation "
+                "model (hf-srcfeat-pretrain-dae --tokenizer_name_or_path)."})
     d_model: int = 256
     encoder_layers: int = 3
     decoder_layers: int = 3
@@ -156,8 +162,9 @@ class DataArguments:
                 "at most this many padded tokens (rows x longest of source and target), instead of "
                 "per_device_train_batch_size sentences."})
     early_stopping_patience: int | None = field(default=None, metadata={
-        "help": "Stop after this many evaluations without a lower validation loss and keep the best checkpoint "
-                "(needs eval and save every eval_steps); train to convergence with a large max_steps."})
+        "help": "Stop after this many evaluations without a better --metric_for_best_model and keep the best "
+                "checkpoint (needs --load_best_model_at_end, eval and save every eval_steps); train to convergence "
+                "with a large max_steps."})
     length_penalty: float | None = field(default=None, metadata={
         "help": "Beam search's length penalty for evaluation, tests and the saved generation config: scores are "
                 "divided by length ** length_penalty (default: Transformers' 1.0; Deps-SAN's paper decodes with "
@@ -232,10 +239,17 @@ def check_vocabulary_arguments(model_args: ModelArguments) -> None:
 
 
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """Refuse, before any work, a non-finite `--length_penalty` and an `--average_last_checkpoints` the run's
-    checkpoints cannot serve."""
+    """Refuse, before any work, a non-finite `--length_penalty`, early stopping that cannot keep the best model and
+    an `--average_last_checkpoints` the run's checkpoints cannot serve."""
     if data_args.length_penalty is not None and not math.isfinite(data_args.length_penalty):
         raise SystemExit(f"--length_penalty must be a finite number, got {data_args.length_penalty}.")
+    if data_args.early_stopping_patience is not None:
+        if data_args.early_stopping_patience < 1:
+            raise SystemExit(f"--early_stopping_patience must be at least 1, got {data_args.early_stopping_patience}.")
+        if not (training_args.load_best_model_at_end and training_args.metric_for_best_model):
+            raise SystemExit("--early_stopping_patience needs --load_best_model_at_end true and a "
+                             "--metric_for_best_model (e.g. eval_loss or bleu; eval_strategy = save_strategy = steps), "
+                             "so that the best model is kept.")
     count = data_args.average_last_checkpoints
     if count is None:
         return
@@ -570,7 +584,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_vocabulary_arguments(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
-    if training_args.do_train:
+    if training_args.do_train or model_args.tokenizer_only:
         check_output_dir(training_args, data_args)
         if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
                 and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
@@ -617,6 +631,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
+    if model_args.tokenizer_only:
+        tokenizer.save_pretrained(training_args.output_dir)
+        logger.info("--tokenizer_only: saved the tokenizer (%d subwords, features %s) to %s", len(tokenizer),
+                    tokenizer.feature_vocabularies.sizes(), training_args.output_dir)
+        return {"code_version": code_version(), "model_args": asdict(model_args), "data_args": asdict(data_args),
+                "vocab_size": len(tokenizer), "feature_vocabulary_sizes": tokenizer.feature_vocabularies.sizes()}
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
@@ -649,9 +669,6 @@ def main(argv: list[str] | None = None) -> dict:
     callbacks: list[TrainerCallback] = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes \
         else []
     if data_args.early_stopping_patience:
-        if not (training_args.load_best_model_at_end and training_args.metric_for_best_model == "eval_loss"):
-            raise ValueError("--early_stopping_patience needs --load_best_model_at_end true --metric_for_best_model "
-                             "eval_loss (and eval_strategy = save_strategy = steps), so that the best model is kept.")
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
     compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
