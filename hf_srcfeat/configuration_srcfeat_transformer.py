@@ -9,7 +9,10 @@ from transformers import PretrainedConfig
 from .feature_dropout import check_feature_dropout
 
 LAYERNORM_POSITIONS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")
+#: How positions enter the embeddings: Vaswani et al.'s interleaved sin/cos (this project's own models), the
+#: sin | cos halves of Marian (OPUS-MT) and of fairseq (M2M100, NLLB), or a learned table (mBART).
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "sinusoidal_marian", "sinusoidal_fairseq", "learned")
 
 
 def check_positive_int(name: str, value: object, allow_zero: bool = False) -> None:
@@ -76,7 +79,20 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         activation_dropout (`float`, *optional*, defaults to 0.0):
             Dropout after the feed-forward non-linearity.
         max_position_embeddings (`int`, *optional*, defaults to 1024):
-            Longest sequence the sinusoidal position table covers; longer inputs raise an error.
+            Longest sequence the position encoding covers; longer inputs raise an error.
+        position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+            `"sinusoidal"`: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al.);
+            `"sinusoidal_marian"`: the same angles laid out as [sin | cos] halves (Marian, OPUS-MT);
+            `"sinusoidal_fairseq"`: [sin | cos] halves of angles pos / 10000^(i / (d/2 - 1)) (fairseq: M2M100,
+            NLLB); `"learned"`: a trained table of `max_position_embeddings + position_offset` rows (mBART). The
+            last three let pretrained checkpoints load exactly (`hf_srcfeat.pretrained_checkpoints`).
+        position_offset (`int`, *optional*, defaults to 0):
+            Added to every position index (fairseq counts positions from padding_idx + 1 = 2; mBART's table has
+            2 leading rows).
+        layernorm_embedding (`bool`, *optional*, defaults to `False`):
+            LayerNorm on the sum of token and position embeddings, before dropout (mBART).
+        final_logits_bias (`bool`, *optional*, defaults to `False`):
+            Add a bias vector (a buffer, as in Marian and mBART checkpoints) to the output logits.
         layernorm_position (`str`, *optional*, defaults to `"post"`):
             `"post"`: LayerNorm after each residual addition (the original Transformer); `"pre"`: LayerNorm on
             each sublayer input plus a final LayerNorm on each stack output (more stable for deep models).
@@ -131,6 +147,10 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         attention_dropout: float = 0.0,
         activation_dropout: float = 0.0,
         max_position_embeddings: int = 1024,
+        position_embedding_type: str = "sinusoidal",
+        position_offset: int = 0,
+        layernorm_embedding: bool = False,
+        final_logits_bias: bool = False,
         layernorm_position: str = "post",
         scale_embedding: bool = True,
         share_embeddings: bool = True,
@@ -159,6 +179,10 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         self.attention_dropout = attention_dropout
         self.activation_dropout = activation_dropout
         self.max_position_embeddings = max_position_embeddings
+        self.position_embedding_type = position_embedding_type
+        self.position_offset = position_offset
+        self.layernorm_embedding = layernorm_embedding
+        self.final_logits_bias = final_logits_bias
         self.layernorm_position = layernorm_position
         self.scale_embedding = scale_embedding
         self.share_embeddings = share_embeddings
@@ -196,6 +220,11 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         check_feature_dropout(self.feature_dropout)
         check_choice("activation_function", self.activation_function, ACTIVATIONS)
         check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        check_positive_int("position_offset", self.position_offset, allow_zero=True)
+        for name in ("layernorm_embedding", "final_logits_bias", "scale_embedding"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
         if self.init_std is not None:
             check_positive_number("init_std", self.init_std)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):

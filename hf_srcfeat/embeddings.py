@@ -1,4 +1,8 @@
-"""Token embeddings with sinusoidal positions: the baseline's source and target input representations.
+"""Token embeddings with positions: the baseline's source and target input representations.
+
+Positions are Vaswani et al.'s sinusoids by default; `config.position_embedding_type` selects the layouts of
+pretrained checkpoint families instead (Marian's and fairseq's sinusoids, mBART's learned table), so that those
+checkpoints load exactly.
 
 A method that changes the source input representation (feature groups, factor embeddings) subclasses
 `SrcFeatSourceEmbedding` and sets it as its encoder's `source_embedding_class`.
@@ -29,6 +33,25 @@ def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch
     return encoding
 
 
+def sinusoidal_halves_encoding(positions: torch.Tensor, d_model: int, fairseq: bool = False) -> torch.Tensor:
+    """[sin | cos] halves instead of interleaved columns. Marian (`fairseq=False`) uses Vaswani's angles
+    pos / 10000^(2i/d); fairseq (M2M100, NLLB) uses pos / 10000^(i / (d/2 - 1)). An odd `d_model` leaves Marian's
+    extra sine column and fairseq's zero column last, as those implementations do."""
+    half = d_model // 2
+    if fairseq:
+        exponent = torch.arange(half, device=positions.device, dtype=torch.float32) / max(half - 1, 1)
+    else:
+        exponent = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32) / d_model
+    inverse_frequency = torch.exp(exponent * -math.log(10000.0))
+    angles = positions.to(torch.float32)[..., None] * inverse_frequency
+    sines = torch.sin(angles)
+    cosines = torch.cos(angles[..., :half])
+    encoding = torch.cat([sines, cosines], dim=-1)
+    if encoding.shape[-1] < d_model:  # fairseq's odd width: a zero column
+        encoding = torch.nn.functional.pad(encoding, (0, d_model - encoding.shape[-1]))
+    return encoding
+
+
 def required(input_ids: torch.Tensor | None) -> torch.Tensor:
     """`input_ids`, which a call without `inputs_embeds` must give."""
     if input_ids is None:
@@ -54,7 +77,8 @@ def source_positions(attention_mask: torch.Tensor | None, batch_size: int, seq_l
 
 
 class SinusoidalTokenEmbedding(nn.Module):
-    """Dropout(sqrt(d) * E[token] + PE(position)): the Transformer's input representation."""
+    """Dropout(sqrt(d) * E[token] + PE(position)): the Transformer's input representation (with
+    `config.layernorm_embedding`, Dropout(LayerNorm(...)))."""
 
     def __init__(self, config, embed_tokens: nn.Embedding):
         super().__init__()
@@ -62,6 +86,12 @@ class SinusoidalTokenEmbedding(nn.Module):
         self.d_model = config.d_model
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.max_positions = config.max_position_embeddings
+        self.position_type = getattr(config, "position_embedding_type", "sinusoidal")
+        self.position_offset = getattr(config, "position_offset", 0)
+        if self.position_type == "learned":
+            self.embed_positions = nn.Embedding(config.max_position_embeddings + self.position_offset, config.d_model)
+        self.layernorm_embedding = nn.LayerNorm(config.d_model) if getattr(config, "layernorm_embedding", False) \
+            else None
         self.dropout = nn.Dropout(config.dropout)
 
     def check_positions(self, positions: torch.Tensor) -> None:
@@ -78,7 +108,19 @@ class SinusoidalTokenEmbedding(nn.Module):
         """The position table in the embeddings' dtype: computed in float32 (exact angles), then cast, so a
         bfloat16 or float16 model adds positions of its own precision."""
         self.check_positions(positions)
-        return sinusoidal_position_encoding(positions, self.d_model).to(dtype)
+        positions = positions + self.position_offset
+        if self.position_type == "learned":
+            return self.embed_positions(positions).to(dtype)
+        if self.position_type == "sinusoidal":
+            return sinusoidal_position_encoding(positions, self.d_model).to(dtype)
+        return sinusoidal_halves_encoding(positions, self.d_model, fairseq=self.position_type == "sinusoidal_fairseq").to(dtype)
+
+    def with_positions(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Dropout([LayerNorm](embeddings + positions)): the representation the first layer reads."""
+        hidden_states = embeddings + self.positional(positions, embeddings.dtype)
+        if self.layernorm_embedding is not None:
+            hidden_states = self.layernorm_embedding(hidden_states)
+        return self.dropout(hidden_states)
 
     def token_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(input_ids) * self.embed_scale
@@ -106,7 +148,7 @@ class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
         embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = embeddings.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, embeddings.device)
-        return self.dropout(embeddings + self.positional(positions, embeddings.dtype))
+        return self.with_positions(embeddings, positions)
 
 
 class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
@@ -116,4 +158,4 @@ class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         positions = torch.arange(past_length, past_length + embeddings.shape[1], device=embeddings.device)
-        return self.dropout(embeddings + self.positional(positions, embeddings.dtype))
+        return self.with_positions(embeddings, positions)

@@ -543,6 +543,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         super().__init__(config)
         self.model = self.model_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if getattr(config, "final_logits_bias", False):  # a buffer, as Marian and mBART checkpoints keep it
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
         self._tied_weights_keys = self._lm_head_ties()
         self.post_init()
 
@@ -625,6 +627,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
         logits = self.lm_head(outputs.last_hidden_state)
+        if getattr(self.config, "final_logits_bias", False):
+            logits = logits + self.final_logits_bias.to(logits.dtype)
         loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, past_key_values=outputs.past_key_values,

@@ -3,7 +3,8 @@
     hf-srcfeat-export-ct2 runs/my_model runs/my_model-ct2 --quantization int8   (hf_srcfeat.commands.export_ct2)
 
 CTranslate2 runs standard Transformer encoder-decoders; of the zoo it can express the baseline (either
-LayerNorm position, sinusoidal positions, scaled embeddings, tied or untied embeddings) and the relevance-feature
+LayerNorm position, any position encoding, scaled embeddings and their LayerNorm, tied or untied embeddings, a
+logits bias: also a converted Marian, M2M100/NLLB or mBART checkpoint) and the relevance-feature
 models that concatenate or add their factor embeddings (`relevance_combine` "concat" or "add"), through
 CTranslate2's source-feature embeddings (one table per factor, as for OpenNMT-py models with `src_feats`): the
 source tokens go in as `subword￨lemma￨tag￨...`, with the labels our tokenizer computed from the parse. The other
@@ -26,8 +27,6 @@ from typing import cast
 
 import torch
 
-from hf_srcfeat.embeddings import sinusoidal_position_encoding
-
 #: Model types CTranslate2 cannot run, with the reason.
 UNSUPPORTED = {
     "deps_san": "Deps-SAN multiplies the encoder's attention scores by a per-sentence matrix from the parse; "
@@ -39,6 +38,8 @@ UNSUPPORTED = {
     "latent_feedback": "latent feature feedback runs a second encoder whose layers feed the first one's "
                        "attention; CTranslate2 has one encoder",
 }
+#: Our activations by CTranslate2's name for them.
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"}
 #: CTranslate2's separator of a token's factors (OpenNMT-py's).
 FACTOR_SEPARATOR = "￨"
 CONFIG_FILE = "hf_srcfeat_export.json"
@@ -75,15 +76,18 @@ def _attention(spec, attention, self_attention: bool) -> None:
 
 
 def _embeddings(spec, embedding, config, factors: Sequence[str] = ()) -> None:
-    """Token table (and the encoder's factor tables), embedding scale and our interleaved sinusoids (written out:
-    CTranslate2's own differ)."""
+    """Token table (and the encoder's factor tables), embedding scale and its LayerNorm, and the position encodings
+    (written out as the model computes them: CTranslate2's own sinusoids differ)."""
     table = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: one per factor
     table.weight = _numpy(embedding.embed_tokens.weight)
     for table, factor in zip(spec.embeddings[1:] if factors else [], factors, strict=True):
         table.weight = _numpy(embedding.factor_embeddings[factor].weight)
     spec.scale_embeddings = embedding.embed_scale
     positions = torch.arange(config.max_position_embeddings)
-    spec.position_encodings.encodings = _numpy(sinusoidal_position_encoding(positions, config.d_model))
+    with torch.no_grad():
+        spec.position_encodings.encodings = _numpy(embedding.positional(positions))
+    if getattr(embedding, "layernorm_embedding", None) is not None:
+        _layer_norm(spec.layernorm_embedding, embedding.layernorm_embedding)
 
 
 def check_exportable(config) -> None:
@@ -97,7 +101,7 @@ def check_exportable(config) -> None:
                          "with no relevance masks or linear merge (concat and add models can be).")
     if config.model_type not in ("srcfeat_transformer", "relevance_features"):
         raise ValueError(f"model type {config.model_type!r} has no CTranslate2 export.")
-    if config.activation_function not in ("relu", "gelu"):
+    if config.activation_function not in ACTIVATIONS:
         raise ValueError(f"activation {config.activation_function!r} has no CTranslate2 equivalent here.")
 
 
@@ -108,14 +112,14 @@ def model_spec(model):
     config = model.config
     check_exportable(config)
     pre_norm = config.layernorm_position == "pre"
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[
-        config.activation_function]
+    activation = getattr(common_spec.Activation, ACTIVATIONS[config.activation_function])
     factors = list(getattr(config, "source_factors", []))
     merge = common_spec.EmbeddingsMerge.ADD if getattr(config, "relevance_combine", None) == "add" \
         else common_spec.EmbeddingsMerge.CONCAT
     spec = transformer_spec.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers), config.encoder_attention_heads, pre_norm=pre_norm,
-        activation=activation, num_source_embeddings=1 + len(factors), embeddings_merge=merge)
+        activation=activation, num_source_embeddings=1 + len(factors), embeddings_merge=merge,
+        layernorm_embedding=bool(getattr(config, "layernorm_embedding", False)))
     if config.decoder_attention_heads != config.encoder_attention_heads:
         raise ValueError("CTranslate2's Transformer has one head count for encoder and decoder; this model has "
                          f"{config.encoder_attention_heads} and {config.decoder_attention_heads}.")
@@ -140,6 +144,8 @@ def model_spec(model):
         _layer_norm(spec.encoder.layer_norm, encoder.layer_norm)
         _layer_norm(spec.decoder.layer_norm, decoder.layer_norm)
     _linear(spec.decoder.projection, model.lm_head)
+    if getattr(config, "final_logits_bias", False):
+        spec.decoder.projection.bias = _numpy(model.final_logits_bias[0])
     return spec
 
 

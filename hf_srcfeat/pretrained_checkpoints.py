@@ -1,0 +1,145 @@
+"""Pretrained translation checkpoints as this project's backbone: Marian (OPUS-MT), M2M100 (and NLLB, which has
+M2M100's architecture) and mBART, from a Hub id or a local folder.
+
+    from hf_srcfeat.pretrained_checkpoints import convert_pretrained
+
+    model = convert_pretrained("Helsinki-NLP/opus-mt-en-de")   # a SrcFeatTransformerForConditionalGeneration
+    model.save_pretrained("runs/opus-mt-en-de")                 # loads with AutoModelForSeq2SeqLM
+
+The checkpoint is loaded with its own Transformers class, and its weights are renamed into a
+`SrcFeatTransformerForConditionalGeneration` whose config switches reproduce the family's architecture (LayerNorm
+placement, positions and their offset, embedding scale and LayerNorm, final LayerNorms, activation, the logits
+bias, tied or shared embeddings); the checkpoint's generation config (decoder start, forced BOS language token,
+beam settings) comes along. The converted model computes the original's logits, so every method of the zoo can
+be grafted onto it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
+
+from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
+
+
+@dataclass(frozen=True)
+class CheckpointFamily:
+    """What sets a family's architecture apart from Vaswani et al.'s Transformer."""
+
+    layernorm_position: str
+    position_embedding_type: str
+    position_offset: int | None  # None: fairseq's padding_idx + 1 (the checkpoint's pad_token_id + 1)
+    layernorm_embedding: bool
+    final_logits_bias: bool
+
+
+#: Keyed by the checkpoint config's `model_type`.
+FAMILIES = {
+    "marian": CheckpointFamily(layernorm_position="post", position_embedding_type="sinusoidal_marian",
+                               position_offset=0, layernorm_embedding=False, final_logits_bias=True),
+    # fairseq positions start after padding_idx (1 in M2M100 and NLLB): position 0 is index 2.
+    "m2m_100": CheckpointFamily(layernorm_position="pre", position_embedding_type="sinusoidal_fairseq",
+                                position_offset=None, layernorm_embedding=False, final_logits_bias=False),
+    # mBART's learned table keeps 2 rows before position 0 (fairseq's offset).
+    "mbart": CheckpointFamily(layernorm_position="pre", position_embedding_type="learned", position_offset=2,
+                              layernorm_embedding=True, final_logits_bias=True),
+}
+
+#: (pattern, replacement) on the checkpoint's parameter names inside `model.`, in order.
+RENAMES = [
+    (r"^(encoder)\.embed_tokens\.", r"\1.embed_source.embed_tokens."),
+    (r"^(decoder)\.embed_tokens\.", r"\1.embed_target.embed_tokens."),
+    (r"^(encoder)\.embed_positions\.", r"\1.embed_source.embed_positions."),
+    (r"^(decoder)\.embed_positions\.", r"\1.embed_target.embed_positions."),
+    (r"^(encoder)\.layernorm_embedding\.", r"\1.embed_source.layernorm_embedding."),
+    (r"^(decoder)\.layernorm_embedding\.", r"\1.embed_target.layernorm_embedding."),
+    (r"\.self_attn_layer_norm\.", ".self_attn_sublayer.layer_norm."),
+    (r"\.encoder_attn_layer_norm\.", ".encoder_attn_sublayer.layer_norm."),
+    (r"\.final_layer_norm\.", ".ffn_sublayer.layer_norm."),
+    (r"\.(fc1|fc2)\.", r".ffn.\1."),
+]
+
+
+def checkpoint_family(config) -> CheckpointFamily:
+    family = FAMILIES.get(str(getattr(config, "model_type", "")))
+    if family is None:
+        raise ValueError(f"a {getattr(config, 'model_type', type(config).__name__)!r} checkpoint cannot be converted; "
+                         f"supported: {sorted(FAMILIES)} (Marian/OPUS-MT, M2M100 and NLLB, mBART).")
+    return family
+
+
+def backbone_config(config, **overrides: Any) -> SrcFeatTransformerConfig:
+    """The backbone config computing what a Marian / M2M100 / mBART config computes; `overrides` win."""
+    family = checkpoint_family(config)
+    decoder_vocab_size = getattr(config, "decoder_vocab_size", None) or config.vocab_size
+    if decoder_vocab_size != config.vocab_size:
+        raise ValueError(f"the checkpoint has a source vocabulary of {config.vocab_size} and a target vocabulary of "
+                         f"{decoder_vocab_size}; only checkpoints with one vocabulary for both sides can be converted.")
+    start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+    arguments = dict(
+        vocab_size=config.vocab_size, d_model=config.d_model, encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers, encoder_attention_heads=config.encoder_attention_heads,
+        decoder_attention_heads=config.decoder_attention_heads, encoder_ffn_dim=config.encoder_ffn_dim,
+        decoder_ffn_dim=config.decoder_ffn_dim, activation_function=config.activation_function,
+        dropout=config.dropout, attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout, max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=bool(config.scale_embedding),
+        share_embeddings=bool(getattr(config, "share_encoder_decoder_embeddings", True)),
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
+        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+        decoder_start_token_id=start, layernorm_position=family.layernorm_position,
+        position_embedding_type=family.position_embedding_type,
+        position_offset=config.pad_token_id + 1 if family.position_offset is None else family.position_offset,
+        layernorm_embedding=family.layernorm_embedding, final_logits_bias=family.final_logits_bias,
+        converted_from=config.model_type,
+    )
+    return SrcFeatTransformerConfig(**{**arguments, **overrides})
+
+
+def backbone_state_dict(state_dict: dict[str, torch.Tensor], config: SrcFeatTransformerConfig) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under the backbone's names; sinusoidal position tables, which the backbone
+    computes, are left out."""
+    renamed = {}
+    for name, tensor in state_dict.items():
+        if name.startswith("model."):
+            inner = name[len("model."):]
+            if ".embed_positions." in inner and config.position_embedding_type != "learned":
+                continue
+            for pattern, replacement in RENAMES:
+                inner = re.sub(pattern, replacement, inner)
+            name = "model." + inner
+        renamed[name] = tensor
+    return renamed
+
+
+def convert_model(source: PreTrainedModel, **config_overrides: Any) -> SrcFeatTransformerForConditionalGeneration:
+    """A loaded Marian / M2M100 / mBART model as a backbone model with the same weights and generation config."""
+    config = backbone_config(source.config, **config_overrides)
+    model = SrcFeatTransformerForConditionalGeneration(config)
+    weights = backbone_state_dict(source.state_dict(), config)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = set(model.get_expanded_tied_weights_keys(all_submodels=True))
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"converting {source.config.model_type}: weights the backbone does not have: "
+                         f"{sorted(unexpected)[:5]}; backbone weights the checkpoint does not give: "
+                         f"{sorted(set(missing) - tied)[:5]}.")
+    model.tie_weights()
+    model.generation_config = copy.deepcopy(source.generation_config)
+    model.to(source.dtype)  # type: ignore[arg-type]  # transformers' typing of the .to wrapper
+    return model.eval()
+
+
+def convert_pretrained(name_or_path: str, **config_overrides: Any) -> SrcFeatTransformerForConditionalGeneration:
+    """`convert_model` of a Hub id or local folder, loaded with its own Transformers class."""
+    source = AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
+    return convert_model(source, **config_overrides)
+
+
+__all__ = ["FAMILIES", "CheckpointFamily", "backbone_config", "backbone_state_dict", "convert_model",
+           "convert_pretrained"]
