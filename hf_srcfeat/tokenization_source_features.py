@@ -281,36 +281,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         return self.feature_vocabularies
 
     def _word_features(self, sentence: AnnotatedSentence, word_ids: list[int | None]) -> dict[str, np.ndarray]:
-        """Per-token features of the whole (untruncated, special-free) token sequence."""
-        vocabularies = self.required_vocabularies()
-        words = np.asarray(word_ids, dtype=np.int64)
-        pos = np.array([vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words], dtype=np.int64)
-        lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
-        deprel = np.array([vocabularies.deprel.id(w.deprel) for w in sentence.words], dtype=np.int64)
-        starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
-        ends = np.r_[words[1:] != words[:-1], True] if len(words) else np.zeros(0, bool)
-        tags = np.where(starts & ends, "S", np.where(starts, "B", np.where(ends, "E", "I")))
-        token_counts = np.bincount(words, minlength=len(sentence.words)) if len(words) else \
-            np.zeros(len(sentence.words), np.int64)
-        phrases = parse_phrases(sentence.heads, token_counts.tolist(), phrase_token_limit(len(words)))
-        phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
-        for index, phrase in enumerate(phrases):
-            phrase_of_word[phrase] = index
-        features = {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
-                    "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
-                    "word_ids": words, "phrase_ids": phrase_of_word[words]}
-        if vocabularies.feats is not None:
-            morphology = np.array([vocabularies.feats.id(w.feats) for w in sentence.words], dtype=np.int64)
-            features["feats_ids"] = morphology[words]
-        for name, vocabulary in vocabularies.extra.items():
-            values = [w.factor(name) for w in sentence.words]
-            if any(value is None for value in values):
-                # No value given (e.g. raw text without the factor): <unk>, as OpenNMT-py's src_feats_defaults do.
-                warnings.warn(f"sentence {sentence.name} has no {name!r} factor on some words; they get <unk>.",
-                              stacklevel=4)
-            ids = np.array([vocabulary.id(value) if value is not None else UNK_ID for value in values], dtype=np.int64)
-            features[user_factor_feature(name)] = ids[words]
-        return features
+        return word_features(self.required_vocabularies(), sentence, word_ids)
 
     @staticmethod
     def _align(encoding, features: dict[str, np.ndarray], kept: slice, heads: list[int],
@@ -361,23 +332,61 @@ class SourceFeatureTokenizer(TokenizersBackend):
         encoded_inputs = super()._pad(encoded_inputs, max_length, padding_strategy, pad_to_multiple_of,
                                       padding_side, return_attention_mask)
         difference = len(encoded_inputs["input_ids"]) - length
-        if difference <= 0:
-            return encoded_inputs
-        left = (padding_side or self.padding_side) == "left"
-
-        def pad(values: list, fill) -> list:
-            return [fill] * difference + list(values) if left else list(values) + [fill] * difference
-
-        for name, fill in FEATURE_PADDING.items():
-            if name in encoded_inputs:
-                encoded_inputs[name] = pad(encoded_inputs[name], fill)
-        for name in [key for key in encoded_inputs if is_user_factor_feature(key)]:
-            encoded_inputs[name] = pad(encoded_inputs[name], PAD_ID)
-        if "dep_distance" in encoded_inputs:
-            rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
-            blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
-            encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+        if difference > 0:
+            pad_feature_columns(encoded_inputs, length, difference, (padding_side or self.padding_side) == "left")
         return encoded_inputs
+
+
+def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left: bool) -> None:
+    """Pad one encoding's feature columns (of `length` tokens) by `difference` positions, in place, with
+    FEATURE_PADDING (and -1 rows and columns of `dep_distance`), as its input_ids were padded."""
+
+    def pad(values: list, fill) -> list:
+        return [fill] * difference + list(values) if left else list(values) + [fill] * difference
+
+    for name, fill in FEATURE_PADDING.items():
+        if name in encoded_inputs:
+            encoded_inputs[name] = pad(encoded_inputs[name], fill)
+    for name in [key for key in encoded_inputs if is_user_factor_feature(key)]:
+        encoded_inputs[name] = pad(encoded_inputs[name], PAD_ID)
+    if "dep_distance" in encoded_inputs:
+        rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
+        blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
+        encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+
+
+def word_features(vocabularies: FeatureVocabularies, sentence: AnnotatedSentence,
+                  word_ids: Sequence[int | None]) -> dict[str, np.ndarray]:
+    """Per-token features of a whole (untruncated, special-free) token sequence whose tokens belong to the
+    sentence's words `word_ids` (BIES tags from runs of one word)."""
+    words = np.asarray(word_ids, dtype=np.int64)
+    pos = np.array([vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words], dtype=np.int64)
+    lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
+    deprel = np.array([vocabularies.deprel.id(w.deprel) for w in sentence.words], dtype=np.int64)
+    starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
+    ends = np.r_[words[1:] != words[:-1], True] if len(words) else np.zeros(0, bool)
+    tags = np.where(starts & ends, "S", np.where(starts, "B", np.where(ends, "E", "I")))
+    token_counts = np.bincount(words, minlength=len(sentence.words)) if len(words) else \
+        np.zeros(len(sentence.words), np.int64)
+    phrases = parse_phrases(sentence.heads, token_counts.tolist(), phrase_token_limit(len(words)))
+    phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
+    for index, phrase in enumerate(phrases):
+        phrase_of_word[phrase] = index
+    features = {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
+                "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
+                "word_ids": words, "phrase_ids": phrase_of_word[words]}
+    if vocabularies.feats is not None:
+        morphology = np.array([vocabularies.feats.id(w.feats) for w in sentence.words], dtype=np.int64)
+        features["feats_ids"] = morphology[words]
+    for name, vocabulary in vocabularies.extra.items():
+        values = [w.factor(name) for w in sentence.words]
+        if any(value is None for value in values):
+            # No value given (e.g. raw text without the factor): <unk>, as OpenNMT-py's src_feats_defaults do.
+            warnings.warn(f"sentence {sentence.name} has no {name!r} factor on some words; they get <unk>.",
+                          stacklevel=5)
+        ids = np.array([vocabulary.id(value) if value is not None else UNK_ID for value in values], dtype=np.int64)
+        features[user_factor_feature(name)] = ids[words]
+    return features
 
 
 #: Narrowest integer type of each stored column (Arrow stores what `datasets.map` returns as int64 otherwise): ids

@@ -1,0 +1,252 @@
+"""`PretrainedSourceFeatureTokenizer`: a pretrained checkpoint's own tokenizer (Marian's SentencePiece models,
+NLLB / M2M100 with their language codes, mBART-50) with every word feature aligned to its subwords.
+
+The checkpoint's tokenizer segments the raw source exactly as it always does, so `input_ids` are its own; each
+subword then takes the features of the parsed word its characters belong to. Character spans come from the fast
+tokenizers' offset mapping, or from SentencePiece's piece spans for the Python tokenizers (Marian, M2M100). A
+subword that runs across a word boundary (SentencePiece does not split at punctuation: "▁dog." can be one piece)
+takes the word of its first character; a bare "▁" takes the next subword's word. Targets and decoding are the
+checkpoint tokenizer's own, untouched.
+
+    base = AutoTokenizer.from_pretrained("Helsinki-NLP/opus-mt-en-de")
+    tokenizer = PretrainedSourceFeatureTokenizer.build(base, annotator.annotate(training_sources))
+    batch = tokenizer(["A dog runs."], text_target=["Ein Hund rennt."], return_tensors="pt")
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+
+from .annotated_sentence import AnnotatedSentence
+from .annotator import Annotator
+from .annotators import annotator_from_settings
+from .feature_vocabulary import FeatureVocabularies
+from .tokenization_source_features import (
+    FEATURE_VOCAB_FILE,
+    SourceFeatureTokenizer,
+    check_same_text,
+    pad_feature_columns,
+    word_features,
+)
+
+SETTINGS_FILE = "source_features_config.json"
+
+
+class _Encoding:
+    """The two fields of a `tokenizers.Encoding` that feature alignment reads."""
+
+    def __init__(self, ids: list[int], word_ids: list[int | None]):
+        self.ids, self.word_ids = ids, word_ids
+
+
+def sentence_text(sentence: AnnotatedSentence) -> str:
+    """The raw text of a parse: its `# text`, else its words with their recorded spacing."""
+    if sentence.text:
+        return sentence.text
+    return "".join(word.text + (" " if word.space_after else "") for word in sentence.words).rstrip()
+
+
+def word_starts(sentence: AnnotatedSentence, text: str) -> list[int]:
+    """Character offset of each word in `text`, found in order; a word the text does not spell (a part of a
+    multi-word token like French "du" -> "de" + "le") starts where the previous word ended."""
+    starts, cursor = [], 0
+    for word in sentence.words:
+        start = text.find(word.text, cursor)
+        if start < 0 or text[cursor:start].strip():
+            starts.append(cursor)
+            continue
+        starts.append(start)
+        cursor = start + len(word.text)
+    return starts
+
+
+def token_spans(base: PreTrainedTokenizerBase, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """The checkpoint tokenizer's ids of `text` without special tokens, and each one's character span."""
+    if base.is_fast:
+        encoding = base(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoding["input_ids"]), [tuple(span) for span in encoding["offset_mapping"]]
+    processor = getattr(base, "spm_source", None) or getattr(base, "sp_model", None)
+    if processor is None:
+        raise ValueError(f"{type(base).__name__} gives no character offsets (not a fast tokenizer, no SentencePiece "
+                         "model): its subwords cannot be aligned to words.")
+    ids = base(text, add_special_tokens=False)["input_ids"]
+    try:
+        pieces = processor.encode(text, return_type="proto").pieces  # sentencepiece >= 0.2.1
+    except TypeError:
+        pieces = processor.encode(text, out_type="immutable_proto").pieces
+    if len(pieces) != len(ids):
+        raise ValueError(f"{type(base).__name__} gave {len(ids)} ids for {len(pieces)} SentencePiece pieces of "
+                         f"{text[:60]!r}; its subwords cannot be aligned to words.")
+    char_of_byte = np.zeros(len(text.encode("utf-8")) + 1, dtype=np.int64)
+    position = 0
+    for index, character in enumerate(text):
+        width = len(character.encode("utf-8"))
+        char_of_byte[position:position + width] = index
+        position += width
+    char_of_byte[position] = len(text)
+    return ids, [(int(char_of_byte[piece.begin]), int(char_of_byte[piece.end])) for piece in pieces]
+
+
+def token_words(spans: Sequence[tuple[int, int]], starts: Sequence[int], text: str) -> list[int]:
+    """The word of each subword: the last word starting at or before its first non-space character; a subword
+    of whitespace only takes the next subword's word (the previous one's at the end)."""
+    firsts: list[int | None] = []
+    for start, end in spans:
+        first = next((index for index in range(start, end) if not text[index].isspace()), None)
+        firsts.append(first)
+    words: list[int | None] = [None if first is None else max(bisect.bisect_right(starts, first) - 1, 0)
+                               for first in firsts]
+    following: int | None = None
+    for index in range(len(words) - 1, -1, -1):  # bare word-start markers: the next subword's word
+        if words[index] is None:
+            words[index] = following
+        following = words[index]
+    previous = 0
+    for index, word in enumerate(words):  # trailing ones: the previous subword's word
+        if word is None:
+            words[index] = previous
+        previous = words[index]  # type: ignore[assignment]
+    return [int(word) for word in words]  # type: ignore[arg-type]
+
+
+class PretrainedSourceFeatureTokenizer:
+    """A checkpoint's tokenizer (`base`) that, for source text, also returns its words' linguistic features.
+
+    Called as `SourceFeatureTokenizer` is: raw texts (parsed by the annotator, cached) or `annotations=`, with
+    `text_target=` for labels and `source_features=False` for the plain encoding. Everything else (`decode`,
+    special tokens, `src_lang` / `tgt_lang`) is the base tokenizer's.
+    """
+
+    def __init__(self, base: PreTrainedTokenizerBase, feature_vocabularies: FeatureVocabularies,
+                 language: str = "en", annotator: Annotator | None = None, annotator_settings: dict | None = None):
+        self.base = base
+        self.feature_vocabularies = feature_vocabularies
+        self.language = language
+        self.annotator_settings = annotator_settings or (annotator.settings() if annotator is not None
+                                                         else {"backend": "stanza", "language": language})
+        self._annotator = annotator
+
+    @classmethod
+    def build(cls, base: PreTrainedTokenizerBase, annotations: Iterable[AnnotatedSentence], *, language: str = "en",
+              annotator: Annotator | None = None, pos_tagset: str = "upos", lemma_min_frequency: int = 2,
+              max_lemmas: int | None = 10000) -> PretrainedSourceFeatureTokenizer:
+        """Wrap `base` with feature vocabularies built from parsed training sources."""
+        vocabularies = FeatureVocabularies.build(annotations, lemma_min_frequency, max_lemmas, pos_tagset)
+        return cls(base, vocabularies, language=language, annotator=annotator)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> PretrainedSourceFeatureTokenizer:
+        """The base tokenizer (`AutoTokenizer`) and the feature vocabularies saved beside it."""
+        folder = Path(name_or_path)
+        if not (folder / FEATURE_VOCAB_FILE).exists():
+            raise ValueError(f"{name_or_path} has no {FEATURE_VOCAB_FILE}: not a saved PretrainedSourceFeatureTokenizer "
+                             "(build one with PretrainedSourceFeatureTokenizer.build).")
+        settings = json.loads((folder / SETTINGS_FILE).read_text()) if (folder / SETTINGS_FILE).exists() else {}
+        return cls(AutoTokenizer.from_pretrained(str(name_or_path), **kwargs),
+                   FeatureVocabularies.load(folder / FEATURE_VOCAB_FILE), language=settings.get("language", "en"),
+                   annotator_settings=settings.get("annotator_settings"))
+
+    def save_pretrained(self, save_directory: str | Path) -> tuple[str, ...]:
+        folder = Path(save_directory)
+        files = tuple(self.base.save_pretrained(str(folder)))
+        self.feature_vocabularies.save(folder / FEATURE_VOCAB_FILE)
+        (folder / SETTINGS_FILE).write_text(json.dumps(
+            {"language": self.language, "annotator_settings": self.annotator_settings}, indent=2) + "\n")
+        return (*files, str(folder / FEATURE_VOCAB_FILE), str(folder / SETTINGS_FILE))
+
+    def __getattr__(self, name: str):
+        if name == "base":  # not set yet (e.g. during unpickling): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def fingerprint(self) -> str:
+        """SHA-256 (16 hex digits) of the subword and feature vocabularies, as `SourceFeatureTokenizer`'s."""
+        content = {"subwords": sorted(self.base.get_vocab().items()), "features": self.feature_vocabularies.to_dict()}
+        return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+    @property
+    def annotator(self) -> Annotator:
+        if self._annotator is None:
+            self._annotator = annotator_from_settings(self.annotator_settings)
+        return self._annotator
+
+    def annotate(self, texts: Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
+        return self.annotator.annotate(list(texts), show_progress=show_progress)
+
+    # ---------------------------------------------------------------- encoding
+
+    def __call__(self, text=None, text_target=None, *, annotations=None, source_features: bool = True,
+                 return_dep_distance: bool = True, padding=False, truncation=None, max_length: int | None = None,
+                 return_tensors=None, add_special_tokens: bool = True, **kwargs) -> BatchEncoding:
+        options = dict(padding=padding, truncation=truncation, max_length=max_length,
+                       add_special_tokens=add_special_tokens)
+        if not source_features or (text is None and annotations is None):
+            return self.base(text, text_target=text_target, return_tensors=return_tensors, **options, **kwargs)
+        if kwargs:
+            raise ValueError(f"unexpected arguments for source encoding: {sorted(kwargs)}.")
+        batched = not isinstance(text if annotations is None else annotations, (str, AnnotatedSentence))
+        if annotations is not None:
+            sentences = list(annotations) if batched else [annotations]
+            texts = [sentence_text(sentence) for sentence in sentences] if text is None else (
+                list(text) if batched else [text])
+            if len(texts) != len(sentences):
+                raise ValueError(f"{len(texts)} texts but {len(sentences)} annotations.")
+            for index, (one, sentence) in enumerate(zip(texts, sentences, strict=True)):
+                check_same_text(index, one, sentence)
+        else:
+            texts = list(text) if batched else [text]
+            sentences = self.annotate(texts)
+        if not texts:
+            raise ValueError("no sentences to encode.")
+        limit = (max_length or self.base.model_max_length) if truncation not in (None, False, "do_not_truncate") \
+            else None
+        rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, return_dep_distance)
+                for one, sentence in zip(texts, sentences, strict=True)]
+        if padding not in (False, None, "do_not_pad"):
+            longest = max(len(row["input_ids"]) for row in rows)
+            target = max_length if padding == "max_length" and max_length else longest
+            left = self.base.padding_side == "left"
+            for row in rows:
+                difference = target - len(row["input_ids"])
+                if difference > 0:
+                    length = len(row["input_ids"])
+                    for name, fill in (("input_ids", self.base.pad_token_id), ("attention_mask", 0)):
+                        row[name] = [fill] * difference + row[name] if left else row[name] + [fill] * difference
+                    pad_feature_columns(row, length, difference, left)
+        data: dict[str, Any] = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
+        if text_target is not None:
+            data["labels"] = self.base(text_target=text_target, **options)["input_ids"]
+        return BatchEncoding(data, tensor_type=return_tensors)
+
+    def encode_sentence(self, text: str, sentence: AnnotatedSentence, add_special_tokens: bool = True,
+                        max_length: int | None = None, dep_distance: bool = True) -> dict[str, list]:
+        """One source's encoding: the base tokenizer's ids (truncated as it truncates, from the right) and the
+        features of each subword's word."""
+        ids, spans = token_spans(self.base, text)
+        full = self.base(text, add_special_tokens=add_special_tokens)["input_ids"]
+        prefix = next((start for start in range(len(full) - len(ids) + 1) if full[start:start + len(ids)] == ids),
+                      None)
+        if prefix is None:
+            raise ValueError(f"{type(self.base).__name__} encodes {text[:60]!r} differently with and without special "
+                             "tokens; its subwords cannot be aligned to words.")
+        suffix = full[prefix + len(ids):]
+        words = token_words(spans, word_starts(sentence, text), text)
+        features = word_features(self.feature_vocabularies, sentence, words)
+        keep = len(ids) if max_length is None else max(min(len(ids), max_length - prefix - len(suffix)), 0)
+        encoding = _Encoding(full[:prefix] + ids[:keep] + suffix,
+                             [None] * prefix + words[:keep] + [None] * len(suffix))
+        return SourceFeatureTokenizer._align(encoding, features, slice(0, keep), sentence.heads, dep_distance)
+
+
+__all__ = ["PretrainedSourceFeatureTokenizer", "token_spans", "token_words", "word_starts"]
