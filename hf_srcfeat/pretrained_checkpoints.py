@@ -10,8 +10,17 @@ The checkpoint is loaded with its own Transformers class, and its weights are re
 `SrcFeatTransformerForConditionalGeneration` whose config switches reproduce the family's architecture (LayerNorm
 placement, positions and their offset, embedding scale and LayerNorm, final LayerNorms, activation, the logits
 bias, tied or shared embeddings); the checkpoint's generation config (decoder start, forced BOS language token,
-beam settings) comes along. The converted model computes the original's logits, so every method of the zoo can
-be grafted onto it.
+beam settings) comes along. The converted model computes the original's logits.
+
+`graft(model, model_type, ...)` then adds a method to it in a form that starts as the model: at step 0 the grafted
+model's logits are the pretrained model's, and fine-tuning moves the added parts away from the identity:
+
+| method | graft form |
+|---|---|
+| `deps_san` | Deps-SAN with a gate per scaled layer, 1 + g (D^s - 1), g = 0 at the start (`deps_san_gate`) |
+| `relevance_features` | `relevance_combine="add"`: factor embeddings added to the subword embeddings, zero at the start; `concat` and the relevance masks narrow or reweight the subword embedding, so they cannot start as the pretrained model |
+
+Diverse input, phrase representations and latent feature feedback have no graft form yet.
 """
 
 from __future__ import annotations
@@ -26,6 +35,26 @@ from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
+
+#: The config arguments that make each method start as the model it is grafted onto.
+GRAFT_FORMS: dict[str, dict[str, Any]] = {
+    "deps_san": {"deps_san_gate": True},
+    "relevance_features": {"relevance_combine": "add"},
+}
+#: Why a method's published forms cannot be grafted as they are.
+NOT_GRAFTABLE = {
+    ("relevance_features", "concat"): "concatenation gives the subword only part of d_model, so the pretrained "
+                                      "subword embeddings do not fit; use relevance_combine='add'",
+    ("relevance_features", "linear"): "the linear merge replaces the pretrained embedding by a projection; use "
+                                      "relevance_combine='add'",
+    ("relevance_features", "self_relevance"): "the relevance masks halve every embedding at the start (sigmoid(0) = "
+                                              "0.5); use relevance_combine='add'",
+    ("relevance_features", "word_relevance"): "the factor embeddings are concatenated to the subword's; use "
+                                              "relevance_combine='add'",
+}
+#: Config keys that describe a saved config rather than the model.
+CONFIG_BOOKKEEPING = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map", "dtype",
+                      "torch_dtype", "tokenizer_fingerprint")
 
 
 @dataclass(frozen=True)
@@ -141,5 +170,43 @@ def convert_pretrained(name_or_path: str, **config_overrides: Any) -> SrcFeatTra
     return convert_model(source, **config_overrides)
 
 
-__all__ = ["FAMILIES", "CheckpointFamily", "backbone_config", "backbone_state_dict", "convert_model",
+def graft(model: SrcFeatTransformerForConditionalGeneration, model_type: str,
+          **method_arguments: Any) -> PreTrainedModel:
+    """`model` (e.g. a converted checkpoint) with the method `model_type` added in its graft form (GRAFT_FORMS):
+    the backbone's weights are kept, and the method's own parameters start where the logits do not change.
+    `method_arguments` are the method's config arguments, e.g. the tokenizer's feature vocabulary sizes
+    (`tokenizer.feature_vocabularies.sizes()`) and `deps_san_layers`."""
+    from . import MODEL_CLASSES_BY_TYPE
+
+    if model_type not in GRAFT_FORMS:
+        raise ValueError(f"{model_type!r} cannot be grafted onto a pretrained model yet; graftable: "
+                         f"{sorted(GRAFT_FORMS)}.")
+    arguments = {**GRAFT_FORMS[model_type], **method_arguments}
+    for (method, form), reason in NOT_GRAFTABLE.items():
+        if method == model_type and form in arguments.values():
+            raise ValueError(f"{model_type} with {form!r} cannot start as the pretrained model: {reason}.")
+    generation_class = MODEL_CLASSES_BY_TYPE[model_type]
+    backbone = {key: value for key, value in model.config.to_dict().items() if key not in CONFIG_BOOKKEEPING}
+    config = generation_class.config_class(**{**backbone, **arguments})
+    grafted = generation_class(config)
+    missing, unexpected = grafted.load_state_dict(model.state_dict(), strict=False)
+    if unexpected:
+        raise ValueError(f"the {model_type} model has no place for the weights {sorted(unexpected)[:5]}.")
+    with torch.no_grad():
+        start_as_identity(grafted, model_type, set(missing))
+    grafted.generation_config = copy.deepcopy(model.generation_config)
+    grafted.to(next(model.parameters()).dtype)  # type: ignore[arg-type]  # transformers' typing of .to
+    return grafted.train(model.training)
+
+
+def start_as_identity(grafted: PreTrainedModel, model_type: str, added: set[str]) -> None:
+    """Give the added parameters the values at which the method changes nothing (the Deps-SAN gates start at 0
+    by their own initialisation)."""
+    if model_type == "relevance_features":
+        for name, parameter in grafted.named_parameters():
+            if name in added and ".factor_embeddings." in name:
+                parameter.zero_()
+
+
+__all__ = ["FAMILIES", "GRAFT_FORMS", "graft", "CheckpointFamily", "backbone_config", "backbone_state_dict", "convert_model",
            "convert_pretrained"]

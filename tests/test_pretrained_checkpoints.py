@@ -144,3 +144,67 @@ def test_a_converted_checkpoint_exports_to_ctranslate2_and_translates_as_the_ori
     results = ctranslate2.Translator(str(folder / "ct2"), intra_threads=1).translate_batch(
         sources, beam_size=1, max_decoding_length=16, target_prefix=prefix)
     assert [result.hypotheses[0] for result in results] == expected_tokens, family
+
+
+# --- Grafting a method onto a converted checkpoint ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def featured_batch(feature_tokenizer, multi30k_dir):
+    """12 parsed Multi30k sources with their features and German targets as labels."""
+    pairs = load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=12)
+    return feature_tokenizer(list(pairs["source"]), text_target=list(pairs["target"]), padding=True,
+                             return_tensors="pt")
+
+
+def model_inputs(batch, with_labels: bool = False) -> dict:
+    return {name: value for name, value in batch.items() if with_labels or name != "labels"}
+
+
+def logits_of(model, batch) -> torch.Tensor:
+    start = torch.full_like(batch["labels"][:, :1], model.config.decoder_start_token_id)
+    decoder_input_ids = torch.cat([start, batch["labels"][:, :-1].clamp(min=0)], dim=1)
+    with torch.no_grad():
+        return model(**model_inputs(batch), decoder_input_ids=decoder_input_ids).logits
+
+
+GRAFTS = {
+    "deps_san": dict(deps_san_layers=[0, 1]),
+    "relevance_features": dict(source_factors=["lemma", "subword_tag", "pos", "deprel"]),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(GRAFTS))
+def test_a_grafted_method_starts_as_the_pretrained_model_and_then_learns(converted, featured_batch, feature_tokenizer,
+                                                                         model_type):
+    from hf_srcfeat.pretrained_checkpoints import graft
+
+    family, _, model, _ = converted
+    arguments = {**GRAFTS[model_type], **feature_tokenizer.feature_vocabularies.sizes()}
+    grafted = graft(model, model_type, **arguments).eval()
+    assert grafted.config.model_type == model_type and grafted.config.converted_from == family
+    assert (logits_of(grafted, featured_batch) - logits_of(model, featured_batch)).abs().max() <= 1e-5
+    assert torch.equal(grafted.generate(**model_inputs(featured_batch), num_beams=2, max_new_tokens=8),
+                       model.generate(**model_inputs(featured_batch), num_beams=2, max_new_tokens=8))
+
+    grafted.train()
+    optimizer = torch.optim.Adam(grafted.parameters(), lr=1e-2)
+    grafted(**model_inputs(featured_batch, with_labels=True)).loss.backward()
+    optimizer.step()
+    added = grafted.model.encoder.deps_san_gate.values if model_type == "deps_san" else \
+        grafted.model.encoder.embed_source.factor_embeddings["pos"].weight
+    assert added.abs().sum() > 0, "the added parameters receive gradients and move away from the identity"
+    assert (logits_of(grafted.eval(), featured_batch) - logits_of(model, featured_batch)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(("model_type", "arguments", "message"), [
+    ("relevance_features", {"relevance_combine": "concat"}, "only part of d_model"),
+    ("relevance_features", {"relevance_combine": "self_relevance"}, "sigmoid"),
+    ("diverse_input", {}, "cannot be grafted onto a pretrained model yet"),
+])
+def test_forms_that_cannot_start_as_the_pretrained_model_are_refused_with_the_reason(converted, model_type,
+                                                                                    arguments, message):
+    from hf_srcfeat.pretrained_checkpoints import graft
+
+    with pytest.raises(ValueError, match=message):
+        graft(converted[2], model_type, **arguments)
