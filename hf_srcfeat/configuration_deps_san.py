@@ -58,10 +58,6 @@ class DepsSanConfig(SrcFeatTransformerConfig):
             the distance k (D^s itself is a density, k = 6 is no scale). `"farthest"`: one more than the farthest
             word pair of the sentence (the authors' code uses the batch's farthest pair including the `</s>` fill;
             the sentence's keeps a translation independent of its batch). At variance 1 both scales are ~1e-8.
-        deps_san_gate (`bool`, *optional*, defaults to `False`):
-            Not in the paper: for grafting onto a trained model. Each scaled layer uses 1 + g (D^s - 1) (mult) or
-            g D^s (add) with its own learned gate g, initialised to 0 (closed), so the model starts exactly as the
-            one it was grafted onto and learns how much dependency scaling to take.
     """
 
     model_type = "deps_san"
@@ -77,7 +73,6 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         rs_sparse_probability: float = 0.1,
         wink_sparse_window: int = 6,
         sparsed_distance: str | None = None,
-        deps_san_gate: bool = False,
         **kwargs,
     ):
         # A config saved before these arguments existed (it names `deps_san_sigma`, a standard deviation) keeps
@@ -100,7 +95,6 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         self.rs_sparse_probability = rs_sparse_probability
         self.wink_sparse_window = wink_sparse_window
         self.sparsed_distance = sparsed_distance
-        self.deps_san_gate = deps_san_gate
         super().__init__(**kwargs)
 
     @property
@@ -124,8 +118,7 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         check_choice("knowledge_sparse", self.knowledge_sparse, KNOWLEDGE_SPARSE)
         check_probability("rs_sparse_probability", self.rs_sparse_probability)
         check_positive_int("wink_sparse_window", self.wink_sparse_window, allow_zero=True)
-        if not isinstance(self.deps_san_gate, bool):
-            raise ValueError(f"`deps_san_gate` must be true or false, got {self.deps_san_gate!r}.")
+
 
 
 __all__ = ["DepsSanConfig"]

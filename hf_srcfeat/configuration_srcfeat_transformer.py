@@ -93,6 +93,10 @@ class SrcFeatTransformerConfig(PretrainedConfig):
             LayerNorm on the sum of token and position embeddings, before dropout (mBART).
         final_logits_bias (`bool`, *optional*, defaults to `False`):
             Add a bias vector (a buffer, as in Marian and mBART checkpoints) to the output logits.
+        graft_gates (`bool`, *optional*, defaults to `False`):
+            For a method grafted onto a trained model (`hf_srcfeat.pretrained_checkpoints.graft`): every part the
+            method adds mixes in as x + g (f(x) - x) with a learned gate g that starts at 0, so the grafted model
+            starts as the trained one (`hf_srcfeat.closed_gates`). The baseline adds nothing to gate.
         layernorm_position (`str`, *optional*, defaults to `"post"`):
             `"post"`: LayerNorm after each residual addition (the original Transformer); `"pre"`: LayerNorm on
             each sublayer input plus a final LayerNorm on each stack output (more stable for deep models).
@@ -151,6 +155,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         position_offset: int = 0,
         layernorm_embedding: bool = False,
         final_logits_bias: bool = False,
+        graft_gates: bool = False,
         layernorm_position: str = "post",
         scale_embedding: bool = True,
         share_embeddings: bool = True,
@@ -183,6 +188,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         self.position_offset = position_offset
         self.layernorm_embedding = layernorm_embedding
         self.final_logits_bias = final_logits_bias
+        self.graft_gates = graft_gates
         self.layernorm_position = layernorm_position
         self.scale_embedding = scale_embedding
         self.share_embeddings = share_embeddings
@@ -222,7 +228,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_positive_int("position_offset", self.position_offset, allow_zero=True)
-        for name in ("layernorm_embedding", "final_logits_bias", "scale_embedding"):
+        for name in ("layernorm_embedding", "final_logits_bias", "scale_embedding", "graft_gates"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
         if self.init_std is not None:

@@ -13,9 +13,9 @@ import math
 
 import torch
 from torch import nn
-from transformers import initialization as init
 
 from .attention import ScoreModification
+from .closed_gates import ClosedGates
 from .configuration_deps_san import DepsSanConfig
 from .modeling_srcfeat_transformer import (
     EncoderLayerContext,
@@ -62,24 +62,13 @@ def knowledge_sparse(dep_distance: torch.Tensor, mode: str, probability: float, 
     return torch.where(sparsed & (dep_distance >= 0), value, dep_distance)
 
 
-class DepsSanGates(nn.Module):
-    """`deps_san_gate`: one gate per scaled layer, closed (0) at the start, for grafting onto a trained model."""
-
-    def __init__(self, count: int):
-        super().__init__()
-        self.values = nn.Parameter(torch.zeros(count))
-
-    def initialize_parameters(self) -> None:
-        init.zeros_(self.values)
-
-
 class DepsSanEncoder(SrcFeatEncoder):
     """The baseline encoder with dependency-scaled self-attention in `config.scaled_layers`."""
 
     def __init__(self, config: DepsSanConfig, embed_tokens: nn.Embedding, *args, **kwargs):
         super().__init__(config, embed_tokens, *args, **kwargs)
-        if config.deps_san_gate:
-            self.deps_san_gate = DepsSanGates(len(config.scaled_layers))
+        if config.graft_gates:  # grafted: the scaled scores are 1 + g (D^s - 1) (mult) or g D^s (add), g from 0
+            self.deps_san_gates = ClosedGates(len(config.scaled_layers))
 
     def layer_contexts(self, input_ids: torch.Tensor | None, embeddings: torch.Tensor, features: SourceFeatures,
                        attention_mask: torch.Tensor | None) -> list[EncoderLayerContext]:
@@ -95,14 +84,15 @@ class DepsSanEncoder(SrcFeatEncoder):
         matrix = dependency_scaled_matrix(distance, config.deps_san_variance, neutral).to(embeddings.dtype)
         # Eq. (4) (or its additive variant) on the chosen heads; the [B, H, S, S] layout keeps every sentence's
         # matrix on its own heads.
-        if not config.deps_san_gate:
+        if not config.graft_gates:
             modification = ScoreModification.on_heads(matrix, config.encoder_attention_heads, config.deps_san_heads,
                                                        config.deps_san_mode)
             for layer in config.scaled_layers:
                 contexts[layer].score_modification = modification
             return contexts
-        for gate, layer in zip(self.deps_san_gate.values, config.scaled_layers, strict=True):
-            gated = 1 + gate.to(matrix.dtype) * (matrix - 1) if config.deps_san_mode == "mult" else gate * matrix
+        identity = torch.ones_like(matrix) if config.deps_san_mode == "mult" else torch.zeros_like(matrix)
+        for index, layer in enumerate(config.scaled_layers):
+            gated = self.deps_san_gates.mix(index, identity, matrix)
             contexts[layer].score_modification = ScoreModification.on_heads(
                 gated, config.encoder_attention_heads, config.deps_san_heads, config.deps_san_mode)
         return contexts

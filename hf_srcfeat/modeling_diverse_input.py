@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .closed_gates import ClosedGates
 from .configuration_diverse_input import DiverseInputConfig
 from .embeddings import SrcFeatSourceEmbedding, required, sinusoidal_position_encoding, source_positions
 from .modeling_srcfeat_transformer import (
@@ -126,6 +127,8 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
             # Eq. (12): one POS vector p_j per tag, as wide as the group.
             self.pos_embedding = nn.Embedding(config.num_pos_tags, self.group_widths["syntactic"], padding_idx=0)
             self.num_pos_tags = config.num_pos_tags
+        # grafted: the trained model's input representation x, mixed toward F as x + g (F - x), g from 0
+        self.graft_gate = ClosedGates(1) if config.graft_gates else None
 
     def group_representations(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                               attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None
@@ -154,7 +157,13 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
     def forward(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                 attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         groups = self.group_representations(input_ids, features, attention_mask, inputs_embeds)
-        return self.dropout(torch.cat(list(groups.values()), dim=-1))  # Eq. (7)
+        diverse = torch.cat(list(groups.values()), dim=-1)  # Eq. (7)
+        if self.graft_gate is None:
+            return self.dropout(diverse)
+        words = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
+        positions = source_positions(attention_mask, words.shape[0], words.shape[1], words.device)
+        trained = self.with_positions(words, positions)  # the grafted-onto model's representation (with dropout)
+        return self.graft_gate.mix(0, trained, self.dropout(diverse))
 
 
 class DiverseInputEncoder(SrcFeatEncoder):

@@ -18,6 +18,7 @@ from torch import nn
 from transformers import AutoModelForSeq2SeqLM
 from transformers.masking_utils import create_bidirectional_mask
 
+from .closed_gates import ClosedGates
 from .configuration_latent_feedback import LatentFeedbackConfig
 from .modeling_srcfeat_transformer import (
     EncoderLayerContext,
@@ -76,6 +77,8 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
             else:  # joint training: one source embedding for both encoders (Table 1's parameter counts)
                 lfe_embeddings = embed_tokens
             self.lfe = SrcFeatEncoder(config, lfe_embeddings, num_layers=config.latent_encoder_layers)
+        # grafted: feedback enters as g ctx (x + g ctx instead of x + ctx), g from 0 per layer
+        self.feedback_gates = ClosedGates(len(config.layers_with_feedback)) if config.graft_gates else None
         self.lfe_frozen = config.lfe_mode == "frozen"
         if self.lfe_frozen and self.lfe is not None:
             self.lfe.requires_grad_(False)
@@ -108,8 +111,10 @@ class LatentFeedbackEncoder(SrcFeatEncoder):
         contexts = cast(list[FeedbackContext],  # built from this encoder's context_class
                         super().layer_contexts(input_ids, embeddings, features, attention_mask))
         feedback = top_down_feedback(self.latent_states(input_ids, attention_mask), len(self.layers))
-        for layer in self.config.layers_with_feedback:
+        for index, layer in enumerate(self.config.layers_with_feedback):
             contexts[layer].feedback = feedback[layer]
+            if self.feedback_gates is not None and feedback[layer] is not None:
+                contexts[layer].feedback = self.feedback_gates.values[index].to(embeddings.dtype) * feedback[layer]
         return contexts
 
 
@@ -162,8 +167,12 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
             target.layers.load_state_dict(pretrained_encoder.layers.state_dict())
             if target.layer_norm is not None and pretrained_encoder.layer_norm is not None:
                 target.layer_norm.load_state_dict(pretrained_encoder.layer_norm.state_dict())
-            # The LFE's own embeddings, or the NMT source embeddings it reads (shared parameters, Table 8).
+            # The LFE's own embeddings, or the NMT source embeddings it reads (shared parameters, Table 8), with
+            # whatever else the pre-trained input representation holds (learned positions, embedding LayerNorm).
             target.embed_tokens.weight.copy_(pretrained_encoder.embed_tokens.weight)
+            target.embed_source.load_state_dict({name: value for name, value in
+                                                 pretrained_encoder.embed_source.state_dict().items()
+                                                 if not name.startswith("embed_tokens.")}, strict=False)
 
 
 __all__ = ["LatentFeedbackForConditionalGeneration", "LatentFeedbackModel", "top_down_feedback"]

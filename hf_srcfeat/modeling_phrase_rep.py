@@ -25,6 +25,7 @@ from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
 
 from .attention import SrcFeatAttention
+from .closed_gates import ClosedGates
 from .configuration_phrase_rep import PhraseRepConfig
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
@@ -192,6 +193,7 @@ class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
         self.phrase_pooling = AttentivePhrasePooling(config)
         self.phrase_combination = AttentiveCombination(config, config.encoder_attention_heads)
         self.phrase_sublayer = ResidualSublayer(config)
+        self.phrase_gate = ClosedGates(1) if config.graft_gates else None
 
     def before_self_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
                               context: PhraseEncoderLayerContext) -> torch.Tensor:
@@ -202,7 +204,8 @@ class PhraseRepEncoderLayer(SrcFeatEncoderLayer):
             context.phrases, _ = self.phrase_pooling(layer_input, layout)
             return self.phrase_combination(layer_input, context.phrases, layout.phrase_mask)[0]
 
-        return self.phrase_sublayer(hidden_states, attend_to_phrases)[0]
+        output = self.phrase_sublayer(hidden_states, attend_to_phrases)[0]
+        return output if self.phrase_gate is None else self.phrase_gate.mix(0, hidden_states, output)
 
 
 class PhraseRepEncoder(SrcFeatEncoder):
@@ -268,14 +271,16 @@ class PhraseRepDecoderLayer(SrcFeatDecoderLayer):
         self.phrase_combination = AttentiveCombination(config, config.decoder_attention_heads,
                                                        cache_slot=self.phrase_cache_slot)
         self.phrase_sublayer = ResidualSublayer(config)
+        self.phrase_gate = ClosedGates(1) if config.graft_gates else None
 
     def before_cross_attention(self, hidden_states: torch.Tensor, context: PhraseDecoderLayerContext,
                                past_key_values: Cache | None = None) -> torch.Tensor:
         cache = past_key_values if isinstance(past_key_values, EncoderDecoderCache) else None
         if cache is not None:
             reserve_cache_layers(cache.cross_attention_cache, self.phrase_cache_slot + 1)
-        return self.phrase_sublayer(
+        output = self.phrase_sublayer(
             hidden_states, lambda x: self.phrase_combination(x, context.phrases, context.phrase_mask, cache)[0])[0]
+        return output if self.phrase_gate is None else self.phrase_gate.mix(0, hidden_states, output)
 
 
 def reserve_cache_layers(cache: Cache, count: int) -> None:

@@ -17,10 +17,14 @@ model's logits are the pretrained model's, and fine-tuning moves the added parts
 
 | method | graft form |
 |---|---|
-| `deps_san` | Deps-SAN with a gate per scaled layer, 1 + g (D^s - 1), g = 0 at the start (`deps_san_gate`) |
+| `deps_san` | the scaled layers' scores times 1 + g (D^s - 1), a gate g per layer from 0 |
 | `relevance_features` | `relevance_combine="add"`: factor embeddings added to the subword embeddings, zero at the start; `concat` and the relevance masks narrow or reweight the subword embedding, so they cannot start as the pretrained model |
+| `diverse_input` | the pretrained input representation x mixed toward the diverse one F as x + g (F - x), g from 0 |
+| `phrase_rep` | every phrase sublayer (encoder and decoder) as x + g (sublayer(x) - x), a gate per layer from 0 |
+| `latent_feedback` | the LFE starts as a copy of the pretrained encoder (its own embeddings, trained on); feedback enters as x + g ctx, a gate per layer from 0 |
 
-Diverse input, phrase representations and latent feature feedback have no graft form yet.
+A composition (`srcfeat_composed` with `components=[...]`) takes each component's graft form. The gates
+(`graft_gates=True`, `hf_srcfeat.closed_gates`) are learned with the rest; g = 1 is the published method.
 """
 
 from __future__ import annotations
@@ -38,8 +42,12 @@ from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGenera
 
 #: The config arguments that make each method start as the model it is grafted onto.
 GRAFT_FORMS: dict[str, dict[str, Any]] = {
-    "deps_san": {"deps_san_gate": True},
+    "deps_san": {"graft_gates": True},
     "relevance_features": {"relevance_combine": "add"},
+    "diverse_input": {"graft_gates": True},
+    "phrase_rep": {"graft_gates": True},
+    # The pretrained encoder is the pre-trained LFE here (no autoencoder folder): trained on, with its own embeddings.
+    "latent_feedback": {"graft_gates": True, "lfe_mode": "joint", "lfe_own_embeddings": True},
 }
 #: Why a method's published forms cannot be grafted as they are.
 NOT_GRAFTABLE = {
@@ -178,13 +186,16 @@ def graft(model: SrcFeatTransformerForConditionalGeneration, model_type: str,
     (`tokenizer.feature_vocabularies.sizes()`) and `deps_san_layers`."""
     from . import MODEL_CLASSES_BY_TYPE
 
-    if model_type not in GRAFT_FORMS:
-        raise ValueError(f"{model_type!r} cannot be grafted onto a pretrained model yet; graftable: "
-                         f"{sorted(GRAFT_FORMS)}.")
-    arguments = {**GRAFT_FORMS[model_type], **method_arguments}
+    methods = list(method_arguments.get("components", ())) if model_type == "srcfeat_composed" else [model_type]
+    unknown = [method for method in methods if method not in GRAFT_FORMS]
+    if unknown or not methods:
+        raise ValueError(f"{unknown or model_type!r} cannot be grafted onto a pretrained model yet; graftable: "
+                         f"{sorted(GRAFT_FORMS)} and their compositions (srcfeat_composed, components=[...]).")
+    arguments = {key: value for method in methods for key, value in GRAFT_FORMS[method].items()}
+    arguments.update(method_arguments)
     for (method, form), reason in NOT_GRAFTABLE.items():
-        if method == model_type and form in arguments.values():
-            raise ValueError(f"{model_type} with {form!r} cannot start as the pretrained model: {reason}.")
+        if method in methods and form in arguments.values():
+            raise ValueError(f"{method} with {form!r} cannot start as the pretrained model: {reason}.")
     generation_class = MODEL_CLASSES_BY_TYPE[model_type]
     backbone = {key: value for key, value in model.config.to_dict().items() if key not in CONFIG_BOOKKEEPING}
     config = generation_class.config_class(**{**backbone, **arguments})
@@ -193,15 +204,18 @@ def graft(model: SrcFeatTransformerForConditionalGeneration, model_type: str,
     if unexpected:
         raise ValueError(f"the {model_type} model has no place for the weights {sorted(unexpected)[:5]}.")
     with torch.no_grad():
-        start_as_identity(grafted, model_type, set(missing))
+        for method in methods:
+            start_as_identity(grafted, model, method, set(missing))
     grafted.generation_config = copy.deepcopy(model.generation_config)
     grafted.to(next(model.parameters()).dtype)  # type: ignore[arg-type]  # transformers' typing of .to
     return grafted.train(model.training)
 
 
-def start_as_identity(grafted: PreTrainedModel, model_type: str, added: set[str]) -> None:
-    """Give the added parameters the values at which the method changes nothing (the Deps-SAN gates start at 0
-    by their own initialisation)."""
+def start_as_identity(grafted: PreTrainedModel, model: PreTrainedModel, model_type: str, added: set[str]) -> None:
+    """Give the added parameters the values at which the method changes nothing (the gates start at 0 by their own
+    initialisation): zero factor embeddings, an LFE copied from the pretrained encoder."""
+    if model_type == "latent_feedback":
+        grafted.load_lfe_from(model.get_encoder())  # type: ignore[operator]  # nn.Module.__getattr__ typing
     if model_type == "relevance_features":
         for name, parameter in grafted.named_parameters():
             if name in added and ".factor_embeddings." in name:

@@ -171,6 +171,20 @@ def logits_of(model, batch) -> torch.Tensor:
 GRAFTS = {
     "deps_san": dict(deps_san_layers=[0, 1]),
     "relevance_features": dict(source_factors=["lemma", "subword_tag", "pos", "deprel"]),
+    "diverse_input": dict(diverse_variant="fusing_diverse"),
+    "phrase_rep": dict(phrase_segmentation="ngram"),
+    "latent_feedback": {},
+    "srcfeat_composed": dict(components=["relevance_features", "deps_san"], deps_san_layers=[0],
+                             source_factors=["pos", "deprel"]),
+}
+#: The parameters each graft adds that must move away from their starting values.
+ADDED = {
+    "deps_san": lambda model: model.model.encoder.deps_san_gates.values,
+    "relevance_features": lambda model: model.model.encoder.embed_source.factor_embeddings["pos"].weight,
+    "diverse_input": lambda model: model.model.encoder.embed_source.graft_gate.values,
+    "phrase_rep": lambda model: model.model.encoder.layers[0].phrase_gate.values,
+    "latent_feedback": lambda model: model.model.encoder.feedback_gates.values,
+    "srcfeat_composed": lambda model: model.model.encoder.deps_san_gates.values,
 }
 
 
@@ -183,6 +197,8 @@ def test_a_grafted_method_starts_as_the_pretrained_model_and_then_learns(convert
     arguments = {**GRAFTS[model_type], **feature_tokenizer.feature_vocabularies.sizes()}
     grafted = graft(model, model_type, **arguments).eval()
     assert grafted.config.model_type == model_type and grafted.config.converted_from == family
+    if model_type == "latent_feedback":  # the LFE starts as the pretrained encoder
+        assert torch.equal(grafted.model.encoder.lfe.layers[0].ffn.fc1.weight, model.model.encoder.layers[0].ffn.fc1.weight)
     assert (logits_of(grafted, featured_batch) - logits_of(model, featured_batch)).abs().max() <= 1e-5
     assert torch.equal(grafted.generate(**model_inputs(featured_batch), num_beams=2, max_new_tokens=8),
                        model.generate(**model_inputs(featured_batch), num_beams=2, max_new_tokens=8))
@@ -191,8 +207,7 @@ def test_a_grafted_method_starts_as_the_pretrained_model_and_then_learns(convert
     optimizer = torch.optim.Adam(grafted.parameters(), lr=1e-2)
     grafted(**model_inputs(featured_batch, with_labels=True)).loss.backward()
     optimizer.step()
-    added = grafted.model.encoder.deps_san_gate.values if model_type == "deps_san" else \
-        grafted.model.encoder.embed_source.factor_embeddings["pos"].weight
+    added = ADDED[model_type](grafted)
     assert added.abs().sum() > 0, "the added parameters receive gradients and move away from the identity"
     assert (logits_of(grafted.eval(), featured_batch) - logits_of(model, featured_batch)).abs().max() > 1e-3
 
@@ -200,7 +215,7 @@ def test_a_grafted_method_starts_as_the_pretrained_model_and_then_learns(convert
 @pytest.mark.parametrize(("model_type", "arguments", "message"), [
     ("relevance_features", {"relevance_combine": "concat"}, "only part of d_model"),
     ("relevance_features", {"relevance_combine": "self_relevance"}, "sigmoid"),
-    ("diverse_input", {}, "cannot be grafted onto a pretrained model yet"),
+    ("srcfeat_composed", {}, "cannot be grafted onto a pretrained model yet"),
 ])
 def test_forms_that_cannot_start_as_the_pretrained_model_are_refused_with_the_reason(converted, model_type,
                                                                                     arguments, message):
