@@ -29,6 +29,7 @@ from .annotated_sentence import AnnotatedSentence
 from .annotator import Annotator
 from .annotators import annotator_from_settings
 from .feature_vocabulary import FeatureVocabularies
+from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import (
     FEATURE_VOCAB_FILE,
     SourceFeatureTokenizer,
@@ -38,6 +39,10 @@ from .tokenization_source_features import (
 )
 
 SETTINGS_FILE = "source_features_config.json"
+
+
+def is_source_feature(name: str) -> bool:
+    return name in SOURCE_FEATURE_NAMES or is_user_factor_feature(name)
 
 
 class _Encoding:
@@ -183,6 +188,29 @@ class PretrainedSourceFeatureTokenizer:
 
     def annotate(self, texts: Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
         return self.annotator.annotate(list(texts), show_progress=show_progress)
+
+    def required_vocabularies(self) -> FeatureVocabularies:
+        return self.feature_vocabularies
+
+    def pad(self, encoded_inputs, padding=True, max_length: int | None = None, pad_to_multiple_of: int | None = None,
+            padding_side: str | None = None, return_attention_mask: bool | None = None, return_tensors=None,
+            verbose: bool = True) -> BatchEncoding:
+        """The base tokenizer pads the token columns; the features are padded alongside (what collators call)."""
+        rows = [dict(row) for row in encoded_inputs] if isinstance(encoded_inputs, (list, tuple)) else \
+            [dict(zip(encoded_inputs, values, strict=True)) for values in zip(*encoded_inputs.values(), strict=True)]
+        features = [{name: row.pop(name) for name in list(row) if is_source_feature(name)} for row in rows]
+        padded = self.base.pad(rows, padding=padding, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of,
+                               padding_side=padding_side, return_attention_mask=return_attention_mask)
+        left = (padding_side or self.base.padding_side) == "left"
+        data = {name: list(values) for name, values in padded.items()}
+        for index, (row, columns) in enumerate(zip(rows, features, strict=True)):
+            length = len(row["input_ids"])
+            difference = len(data["input_ids"][index]) - length
+            if difference > 0:
+                pad_feature_columns(columns, length, difference, left)
+            for name, values in columns.items():
+                data.setdefault(name, []).append(values)
+        return BatchEncoding(data, tensor_type=return_tensors)
 
     # ---------------------------------------------------------------- encoding
 

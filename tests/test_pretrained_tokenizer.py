@@ -176,3 +176,56 @@ def test_raw_text_is_parsed_by_the_annotator(wrapped, checkpoint_tokenizers, sta
     encoded = tokenizer("A dog's owner runs.")
     assert encoded["input_ids"] == checkpoint_tokenizers["nllb"]("A dog's owner runs.")["input_ids"]
     assert encoded["word_ids"][0] == -1 and encoded["word_ids"][1] == 0  # the language code, then "A"
+
+
+@pytest.mark.slow
+def test_a_grafted_marian_model_fine_tunes_with_seq2seq_trainer_and_reloads(checkpoint_tokenizers, parsed_sources,
+                                                                            stanza_annotator, multi30k_dir, tmp_path):
+    """A Marian checkpoint with its own tokenizer, converted, Deps-SAN grafted on, fine-tuned for 8 steps on parsed
+    Multi30k pairs by `Seq2SeqTrainer` with `SourceFeatureCollator`, saved and loaded back."""
+    import torch
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForSeq2SeqLM,
+        MarianConfig,
+        MarianMTModel,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+    )
+
+    from hf_srcfeat.data.batching import SourceFeatureCollator
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.pretrained_checkpoints import convert_pretrained, graft
+
+    base = checkpoint_tokenizers["marian"]
+    torch.manual_seed(0)
+    MarianMTModel(MarianConfig(vocab_size=len(base), pad_token_id=base.pad_token_id, eos_token_id=base.eos_token_id,
+                               decoder_start_token_id=base.pad_token_id, d_model=32, encoder_layers=2,
+                               decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                               encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)
+                  ).save_pretrained(tmp_path / "opus-mt-tiny")
+    tokenizer = PretrainedSourceFeatureTokenizer.build(base, parsed_sources, annotator=stanza_annotator)
+    model = graft(convert_pretrained(str(tmp_path / "opus-mt-tiny")), "deps_san", deps_san_layers=[0, 1],
+                  **tokenizer.feature_vocabularies.sizes())
+
+    pairs = load_multi30k("val", data_dir=multi30k_dir, limit=64)
+    parses = stanza_annotator.annotate(list(pairs["source"]))
+    encoded = tokenizer(list(pairs["source"]), annotations=parses, text_target=list(pairs["target"]),
+                        truncation=True, max_length=64, return_dep_distance=False)
+    arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "run"), max_steps=8, per_device_train_batch_size=16,
+                                         learning_rate=3e-3, report_to="none", use_cpu=True, save_strategy="no",
+                                         logging_steps=2, remove_unused_columns=False, disable_tqdm=True)
+    trainer = Seq2SeqTrainer(model=model, args=arguments, train_dataset=Dataset.from_dict(dict(encoded)),
+                             data_collator=SourceFeatureCollator(tokenizer, model=model), processing_class=tokenizer)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < losses[0], losses
+    assert model.model.encoder.deps_san_gates.values.abs().sum() > 0
+
+    trainer.save_model(str(tmp_path / "grafted"))
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "grafted").eval()
+    reloaded_tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(tmp_path / "grafted")
+    batch = reloaded_tokenizer(list(pairs["source"][:4]), annotations=parses[:4], padding=True, return_tensors="pt")
+    model.eval()
+    assert torch.equal(loaded.generate(**batch, num_beams=2, max_new_tokens=10),
+                       model.generate(**batch, num_beams=2, max_new_tokens=10))
