@@ -178,7 +178,7 @@ def convert_pretrained(name_or_path: str, **config_overrides: Any) -> SrcFeatTra
     return convert_model(source, **config_overrides)
 
 
-def graft(model: SrcFeatTransformerForConditionalGeneration, model_type: str,
+def graft(model: PreTrainedModel, model_type: str,
           **method_arguments: Any) -> PreTrainedModel:
     """`model` (e.g. a converted checkpoint) with the method `model_type` added in its graft form (GRAFT_FORMS):
     the backbone's weights are kept, and the method's own parameters start where the logits do not change.
@@ -206,6 +206,9 @@ def graft(model: SrcFeatTransformerForConditionalGeneration, model_type: str,
     with torch.no_grad():
         for method in methods:
             start_as_identity(grafted, model, method, set(missing))
+    tied = set(grafted.get_expanded_tied_weights_keys(all_submodels=True))
+    # Recorded in the config, so that a later run can train these apart (--freeze_pretrained, their own rate).
+    grafted.config.grafted_parameters = sorted(set(missing) - tied)
     grafted.generation_config = copy.deepcopy(model.generation_config)
     grafted.to(next(model.parameters()).dtype)  # type: ignore[arg-type]  # transformers' typing of .to
     return grafted.train(model.training)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+from transformers.utils import cached_file, to_py_obj
 
 from .annotated_sentence import AnnotatedSentence
 from .annotator import Annotator
@@ -43,6 +44,14 @@ SETTINGS_FILE = "source_features_config.json"
 
 def is_source_feature(name: str) -> bool:
     return name in SOURCE_FEATURE_NAMES or is_user_factor_feature(name)
+
+
+def load_tokenizer(name_or_path: str | Path, **kwargs: Any):
+    """A model's tokenizer: the wrapped checkpoint tokenizer where one was saved (a model started from a pretrained
+    checkpoint), else `AutoTokenizer`'s (a `SourceFeatureTokenizer` for the zoo's own models)."""
+    if cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False) is not None:
+        return PretrainedSourceFeatureTokenizer.from_pretrained(name_or_path, **kwargs)
+    return AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
 
 
 class _Encoding:
@@ -149,15 +158,16 @@ class PretrainedSourceFeatureTokenizer:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> PretrainedSourceFeatureTokenizer:
-        """The base tokenizer (`AutoTokenizer`) and the feature vocabularies saved beside it."""
-        folder = Path(name_or_path)
-        if not (folder / FEATURE_VOCAB_FILE).exists():
-            raise ValueError(f"{name_or_path} has no {FEATURE_VOCAB_FILE}: not a saved PretrainedSourceFeatureTokenizer "
-                             "(build one with PretrainedSourceFeatureTokenizer.build).")
-        settings = json.loads((folder / SETTINGS_FILE).read_text()) if (folder / SETTINGS_FILE).exists() else {}
-        return cls(AutoTokenizer.from_pretrained(str(name_or_path), **kwargs),
-                   FeatureVocabularies.load(folder / FEATURE_VOCAB_FILE), language=settings.get("language", "en"),
-                   annotator_settings=settings.get("annotator_settings"))
+        """The base tokenizer (`AutoTokenizer`) and the feature vocabularies saved beside it (a folder or Hub id)."""
+        settings_file = cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False)
+        vocabulary_file = cached_file(str(name_or_path), FEATURE_VOCAB_FILE,
+                                      _raise_exceptions_for_missing_entries=False)
+        if settings_file is None or vocabulary_file is None:
+            raise ValueError(f"{name_or_path} has no {SETTINGS_FILE} and {FEATURE_VOCAB_FILE}: not a saved "
+                             "PretrainedSourceFeatureTokenizer (build one with PretrainedSourceFeatureTokenizer.build).")
+        settings = json.loads(Path(settings_file).read_text())
+        return cls(AutoTokenizer.from_pretrained(str(name_or_path), **kwargs), FeatureVocabularies.load(vocabulary_file),
+                   language=settings.get("language", "en"), annotator_settings=settings.get("annotator_settings"))
 
     def save_pretrained(self, save_directory: str | Path) -> tuple[str, ...]:
         folder = Path(save_directory)
@@ -182,9 +192,17 @@ class PretrainedSourceFeatureTokenizer:
 
     @property
     def annotator(self) -> Annotator:
+        """The annotator of raw text: the one given, else re-created from the recorded settings on first use."""
         if self._annotator is None:
             self._annotator = annotator_from_settings(self.annotator_settings)
         return self._annotator
+
+    @annotator.setter
+    def annotator(self, annotator: Annotator) -> None:
+        if annotator.language != self.language:
+            raise ValueError(f"annotator language {annotator.language!r} differs from the tokenizer's "
+                             f"{self.language!r}.")
+        self._annotator = annotator
 
     def annotate(self, texts: Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
         return self.annotator.annotate(list(texts), show_progress=show_progress)
@@ -198,6 +216,7 @@ class PretrainedSourceFeatureTokenizer:
         """The base tokenizer pads the token columns; the features are padded alongside (what collators call)."""
         rows = [dict(row) for row in encoded_inputs] if isinstance(encoded_inputs, (list, tuple)) else \
             [dict(zip(encoded_inputs, values, strict=True)) for values in zip(*encoded_inputs.values(), strict=True)]
+        rows = [{name: to_py_obj(value) for name, value in row.items()} for row in rows]  # tensors from pipelines
         features = [{name: row.pop(name) for name in list(row) if is_source_feature(name)} for row in rows]
         padded = self.base.pad(rows, padding=padding, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of,
                                padding_side=padding_side, return_attention_mask=return_attention_mask)
@@ -255,7 +274,7 @@ class PretrainedSourceFeatureTokenizer:
         data: dict[str, Any] = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
         if text_target is not None:
             data["labels"] = self.base(text_target=text_target, **options)["input_ids"]
-        return BatchEncoding(data, tensor_type=return_tensors)
+        return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)
 
     def encode_sentence(self, text: str, sentence: AnnotatedSentence, add_special_tokens: bool = True,
                         max_length: int | None = None, dep_distance: bool = True) -> dict[str, list]:
@@ -277,4 +296,4 @@ class PretrainedSourceFeatureTokenizer:
         return SourceFeatureTokenizer._align(encoding, features, slice(0, keep), sentence.heads, dep_distance)
 
 
-__all__ = ["PretrainedSourceFeatureTokenizer", "token_spans", "token_words", "word_starts"]
+__all__ = ["PretrainedSourceFeatureTokenizer", "load_tokenizer", "token_spans", "token_words", "word_starts"]

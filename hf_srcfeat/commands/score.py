@@ -84,13 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--output {args.output} is an input file; it would be overwritten.")
     pairs = read_pairs(args)
 
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
 
     import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
     from hf_srcfeat.metrics.forced_decoding import score_targets
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = resolve_device(args.device)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")

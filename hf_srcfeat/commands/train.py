@@ -72,6 +72,22 @@ class ModelArguments:
     tokenizer_name_or_path: str | None = field(default=None, metadata={
         "help": "Use this tokenizer; by default a joint subword tokenizer is trained on the training data."})
     model_type: str = field(default="srcfeat_transformer", metadata={"help": f"One of {list(MODEL_CONFIGS)}."})
+    init_from: str | None = field(default=None, metadata={
+        "help": "Start from a pretrained translation checkpoint (Marian/OPUS-MT, NLLB or M2M100, mBART; Hub id or "
+                "folder): converted into the backbone, its own tokenizer given source features, and --model_type "
+                "grafted onto it so that training starts from the checkpoint's translations (srcfeat_transformer: "
+                "plain fine-tuning). The size arguments are the checkpoint's."})
+    source_lang_code: str | None = field(default=None, metadata={
+        "help": "With --init_from: the checkpoint tokenizer's source language code, e.g. eng_Latn (NLLB) or en_XX "
+                "(mBART-50)."})
+    target_lang_code: str | None = field(default=None, metadata={
+        "help": "With --init_from: the target language code, forced as the first target token, e.g. deu_Latn."})
+    freeze_pretrained: bool = field(default=False, metadata={
+        "help": "With --init_from: train only the parameters the method adds."})
+    added_learning_rate: float | None = field(default=None, metadata={
+        "help": "With --init_from: the learning rate of the added parameters (default --learning_rate)."})
+    unfreeze_after_steps: int | None = field(default=None, metadata={
+        "help": "With --freeze_pretrained: train every parameter from this step on."})
     subword_model: str = field(default="bpe", metadata={
         "help": "bpe, unigram or word (whole words, the --vocab_size most frequent, the rest <unk>) for a new "
                 "tokenizer."})
@@ -228,6 +244,27 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
                "training_args.json", "parameters_rank*.json", "checkpoint-*")
+
+
+def check_pretrained_start(model_args: ModelArguments) -> None:
+    """Refuse, before any work, options of a pretrained start given without one, or with what replaces it."""
+    if not model_args.init_from:
+        given = [name for name in ("source_lang_code", "target_lang_code", "added_learning_rate",
+                                   "unfreeze_after_steps") if getattr(model_args, name) is not None]
+        given += ["freeze_pretrained"] if model_args.freeze_pretrained else []
+        if given:
+            raise SystemExit(f"--{', --'.join(given)} only apply with --init_from (a pretrained checkpoint).")
+        return
+    for name in ("model_name_or_path", "tokenizer_name_or_path"):
+        if getattr(model_args, name):
+            raise SystemExit(f"--init_from and --{name} both say where to start; give one.")
+    if model_args.added_learning_rate is not None and not (math.isfinite(model_args.added_learning_rate)
+                                                           and model_args.added_learning_rate > 0):
+        raise SystemExit(f"--added_learning_rate must be a positive number, got {model_args.added_learning_rate}.")
+    if model_args.unfreeze_after_steps is not None and (not model_args.freeze_pretrained
+                                                        or model_args.unfreeze_after_steps < 1):
+        raise SystemExit("--unfreeze_after_steps needs --freeze_pretrained and a positive step, got "
+                         f"{model_args.unfreeze_after_steps}.")
 
 
 def check_vocabulary_arguments(model_args: ModelArguments) -> None:
@@ -447,30 +484,79 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
             for chunk in data.iter(batch_size=ANNOTATION_CHUNK):
                 annotator.annotate(chunk["source"], show_progress=training_args.local_process_index == 0,
                                    num_proc=data_args.annotation_num_proc)
-        if model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
+        if model_args.init_from:
+            tokenizer = pretrained_tokenizer(model_args, data_args, training_args, train_data, annotator)
+        elif model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
             if not isinstance(tokenizer, hf_srcfeat.SourceFeatureTokenizer):
                 raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
                                  "source features (train a new one by leaving --tokenizer_name_or_path out).")
         else:
-            annotations: Iterable[AnnotatedSentence]
-            if PARSE_COLUMN in train_data.column_names:
-                annotations = map(AnnotatedSentence.from_json, dataset_column(train_data, PARSE_COLUMN))
-            else:  # parsed and cached above: these are cache reads, chunk by chunk
-                assert annotator is not None
-                annotations = (sentence for batch in train_data.iter(batch_size=ANNOTATION_CHUNK)
-                               for sentence in annotator.annotate(batch["source"], show_progress=False))
             tokenizer = train_source_feature_tokenizer(
                 dataset_column(train_data, "source"), dataset_column(train_data, "target"),
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
-                language=data_args.source_lang, source_annotations=annotations, pos_tagset=model_args.pos_tagset,
-                annotator=annotator, max_lemmas=model_args.max_lemmas or None,
+                language=data_args.source_lang, source_annotations=training_annotations(train_data, annotator),
+                pos_tagset=model_args.pos_tagset, annotator=annotator, max_lemmas=model_args.max_lemmas or None,
                 lemma_min_frequency=model_args.lemma_min_frequency)
             tokenizer.save_pretrained(training_args.output_dir)
     if annotator is not None:
         tokenizer.annotator = annotator
     return tokenizer
+
+
+def training_annotations(train_data, annotator) -> Iterable[AnnotatedSentence]:
+    """The parses of the training sources: their parse column, else the annotator's (cached: read chunk by chunk)."""
+    if PARSE_COLUMN in train_data.column_names:
+        return map(AnnotatedSentence.from_json, dataset_column(train_data, PARSE_COLUMN))
+    assert annotator is not None  # build_tokenizer makes one whenever a split has no parses
+    return (sentence for batch in train_data.iter(batch_size=ANNOTATION_CHUNK)
+            for sentence in annotator.annotate(batch["source"], show_progress=False))
+
+
+def pretrained_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
+                         annotator):
+    """The `--init_from` checkpoint's own tokenizer with feature vocabularies from the training sources (or the one
+    an earlier run of this output_dir saved)."""
+    from hf_srcfeat.tokenization_pretrained_source_features import (
+        SETTINGS_FILE,
+        PretrainedSourceFeatureTokenizer,
+    )
+
+    if (Path(training_args.output_dir) / SETTINGS_FILE).exists():
+        return PretrainedSourceFeatureTokenizer.from_pretrained(training_args.output_dir)
+    languages = {name: code for name, code in (("src_lang", model_args.source_lang_code),
+                                               ("tgt_lang", model_args.target_lang_code)) if code}
+    base = AutoTokenizer.from_pretrained(model_args.init_from, **languages)
+    for code in languages.values():
+        if base.convert_tokens_to_ids(code) == base.unk_token_id:
+            raise SystemExit(f"the tokenizer of {model_args.init_from} has no language code {code!r}.")
+    tokenizer = PretrainedSourceFeatureTokenizer.build(
+        base, training_annotations(train_data, annotator), language=data_args.source_lang, annotator=annotator,
+        pos_tagset=model_args.pos_tagset, lemma_min_frequency=model_args.lemma_min_frequency,
+        max_lemmas=model_args.max_lemmas or None)
+    tokenizer.save_pretrained(training_args.output_dir)
+    return tokenizer
+
+
+def pretrained_model(model_args: ModelArguments, tokenizer):
+    """The `--init_from` checkpoint converted into the backbone, with `--model_type` grafted onto it."""
+    from hf_srcfeat.pretrained_checkpoints import convert_pretrained, graft
+
+    assert model_args.init_from  # only called with --init_from
+    model: PreTrainedModel = convert_pretrained(model_args.init_from)
+    if len(tokenizer) > model.config.vocab_size:
+        raise SystemExit(f"the tokenizer of {model_args.init_from} has {len(tokenizer)} tokens, its model "
+                         f"{model.config.vocab_size}.")
+    if model_args.model_type != "srcfeat_transformer":
+        overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+        config_class = MODEL_CONFIGS[model_args.model_type]
+        model = graft(model, model_args.model_type, **feature_vocabulary_arguments(config_class, tokenizer),
+                      **overrides)
+    if model_args.target_lang_code:
+        model.generation_config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(model_args.target_lang_code)
+    model.config.tokenizer_fingerprint = tokenizer.fingerprint()
+    return model
 
 
 def feature_vocabulary_arguments(config_class, tokenizer) -> dict[str, int]:
@@ -512,6 +598,8 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
     # Seeded here, not only at start-up: annotating uncached sentences loads Stanza, whose layers draw from the global
     # RNG when built, so without this the initial weights would depend on what the annotation cache held.
     set_seed(seed)
+    if model_args.init_from:
+        return pretrained_model(model_args, tokenizer)
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
         check_tokenizer_matches(model.config, tokenizer)
@@ -526,6 +614,28 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
     if hasattr(model, "load_pretrained_parts"):
         model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
     return model
+
+
+def adapter_optimizer(model, model_args: ModelArguments, training_args, callbacks: list) -> tuple:
+    """For a grafted model with --freeze_pretrained / --added_learning_rate: AdamW over the pretrained and the
+    added parameters at their own rates (the Trainer's schedule scales both), and the unfreezing callback; else
+    (None, None), the Trainer's own optimizer."""
+    if not (model_args.freeze_pretrained or model_args.added_learning_rate):
+        return None, None
+    from hf_srcfeat.graft_training import UnfreezeCallback, freeze_pretrained, parameter_groups
+
+    if model_args.freeze_pretrained:
+        frozen = freeze_pretrained(model)
+        logger.info("--freeze_pretrained: %d pretrained parameter tensors frozen, %d added ones train", frozen,
+                    len(getattr(model.config, "grafted_parameters", None) or ()))
+    if model_args.unfreeze_after_steps:
+        callbacks.append(UnfreezeCallback(model, model_args.unfreeze_after_steps))
+    groups = parameter_groups(model, training_args.learning_rate, model_args.added_learning_rate,
+                              training_args.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=training_args.learning_rate,
+                                  betas=(training_args.adam_beta1, training_args.adam_beta2),
+                                  eps=training_args.adam_epsilon)
+    return optimizer, None
 
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
@@ -582,6 +692,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
+    check_pretrained_start(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     if training_args.do_train or model_args.tokenizer_only:
@@ -670,6 +781,7 @@ def main(argv: list[str] | None = None) -> dict:
         else []
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+    optimizers = adapter_optimizer(model, model_args, training_args, callbacks)
     compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
     training_args.remove_unused_columns = False
@@ -677,7 +789,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
         compute_metrics=compute_metrics,
-        callbacks=callbacks,
+        callbacks=callbacks, optimizers=optimizers,
     )
     trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
         if data_args.max_tokens_per_batch else Seq2SeqTrainer(**trainer_options)

@@ -298,9 +298,10 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def load_translator(args: argparse.Namespace):
     """The translation pipeline for the model, its tokenizer and the annotator the options ask for (or, with
     `--backend ctranslate2`, the translator of a CTranslate2 export)."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat.pipeline_translation import pipeline
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = resolve_device(args.device)
     if args.backend == "ctranslate2":
@@ -315,7 +316,7 @@ def load_translator(args: argparse.Namespace):
         if translator.reads_parses and args.input_format in ("text", "factored"):
             translator.tokenizer.annotator = command_annotator(translator.tokenizer, args, device)
         return translator
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")

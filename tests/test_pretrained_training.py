@@ -1,0 +1,106 @@
+"""`hf-srcfeat-train --init_from <checkpoint> --model_type <method>`: a tiny Marian checkpoint saved with its own
+tokenizer (as a Hub repository holds them) is converted, its tokenizer given source features, the method grafted
+on, and trained on Multi30k; the adapter options train only the added parameters, at their own rate, and
+unfreeze the rest later."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
+
+from hf_srcfeat.commands import train
+from hf_srcfeat.tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer
+
+from .test_pretrained_tokenizer import checkpoint_tokenizers  # noqa: F401  (a fixture)
+
+RUN = ["--dataset_name", "multi30k", "--source_lang", "en", "--target_lang", "de", "--max_train_samples", "48",
+       "--max_eval_samples", "8", "--max_predict_samples", "8", "--per_device_train_batch_size", "16",
+       "--learning_rate", "3e-3", "--do_train", "--predict_with_generate", "--generation_num_beams", "2",
+       "--generation_max_length", "12", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
+       "--disable_tqdm", "true", "--logging_steps", "1"]
+
+
+@pytest.fixture(scope="module")
+def marian_checkpoint(checkpoint_tokenizers, tmp_path_factory):  # noqa: F811
+    base = checkpoint_tokenizers["marian"]
+    folder = tmp_path_factory.mktemp("opus-mt-tiny")
+    torch.manual_seed(0)
+    MarianMTModel(MarianConfig(vocab_size=len(base), pad_token_id=base.pad_token_id, eos_token_id=base.eos_token_id,
+                               decoder_start_token_id=base.pad_token_id, d_model=32, encoder_layers=2,
+                               decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                               encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)
+                  ).save_pretrained(folder)
+    base.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def grafted_run(marian_checkpoint, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("grafted") / "run"
+    results = train.main(["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
+                          '{"deps_san_layers": [0, 1]}', "--output_dir", str(folder), "--max_steps", "6", *RUN])
+    return folder, results
+
+
+@pytest.mark.slow
+def test_the_train_command_grafts_a_method_onto_a_checkpoint_and_trains_it(grafted_run):
+    folder, results = grafted_run
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    assert results["config"]["model_type"] == "deps_san" and results["config"]["converted_from"] == "marian"
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(folder)
+    assert tokenizer("A dog runs.")["input_ids"] == tokenizer.base("A dog runs.")["input_ids"]
+    assert model.model.encoder.deps_san_gates.values.abs().sum() > 0
+    predictions = list(folder.glob("test_*predictions*.txt"))
+    assert predictions and len(predictions[0].read_text().splitlines()) == 8  # the test slice, translated
+
+
+@pytest.mark.slow
+def test_the_translate_command_runs_a_grafted_model_with_its_checkpoint_tokenizer(grafted_run, test_sentences,
+                                                                                  tmp_path):
+    from hf_srcfeat.commands.translate import main as translate_main
+
+    folder, _ = grafted_run
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences[:5]), encoding="utf-8")
+    assert translate_main(["--model", str(folder), "--input", str(source), "--output", str(tmp_path / "out.de"),
+                           "--num_beams", "2", "--max_new_tokens", "10", "--quiet", "--device", "cpu"]) == 0
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(folder)
+    batch = tokenizer(test_sentences[:5], padding=True, return_tensors="pt")
+    expected = tokenizer.batch_decode(model.generate(**batch, num_beams=2, max_new_tokens=10), skip_special_tokens=True)
+    assert (tmp_path / "out.de").read_text(encoding="utf-8").splitlines() == [text.strip() for text in expected]
+
+
+@pytest.mark.slow
+def test_freeze_pretrained_trains_only_the_added_parameters_until_unfrozen(marian_checkpoint, tmp_path):
+    original = {name: tensor for name, tensor in load_file(marian_checkpoint / "model.safetensors").items()}
+    train.main(["--init_from", str(marian_checkpoint), "--model_type", "relevance_features",
+                "--config_overrides", '{"source_factors": ["pos", "deprel"]}', "--freeze_pretrained",
+                "--added_learning_rate", "1e-2", "--output_dir", str(tmp_path / "frozen"), "--max_steps", "3", *RUN])
+    frozen = load_file(tmp_path / "frozen" / "model.safetensors")
+    assert torch.equal(frozen["model.encoder.layers.0.ffn.fc1.weight"],
+                       original["model.encoder.layers.0.fc1.weight"])  # a pretrained weight, untouched
+    assert frozen["model.encoder.embed_source.factor_embeddings.pos.weight"].abs().sum() > 0  # an added one moved
+
+    train.main(["--init_from", str(marian_checkpoint), "--model_type", "relevance_features",
+                "--config_overrides", '{"source_factors": ["pos", "deprel"]}', "--freeze_pretrained",
+                "--unfreeze_after_steps", "2", "--output_dir", str(tmp_path / "unfrozen"), "--max_steps", "4", *RUN])
+    unfrozen = load_file(tmp_path / "unfrozen" / "model.safetensors")
+    assert not torch.equal(unfrozen["model.encoder.layers.0.ffn.fc1.weight"],
+                           original["model.encoder.layers.0.fc1.weight"])
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--freeze_pretrained"], "only apply with --init_from"),
+    (["--init_from", "x", "--model_name_or_path", "y"], "--init_from and --model_name_or_path"),
+    (["--init_from", "x", "--unfreeze_after_steps", "5"], "needs --freeze_pretrained"),
+    (["--init_from", "x", "--added_learning_rate", "-1"], "positive number"),
+])
+def test_pretrained_start_options_are_checked_before_any_work(arguments, message, tmp_path):
+    with pytest.raises(SystemExit, match=message):
+        train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu"])
+    assert not (tmp_path / "run").exists()
