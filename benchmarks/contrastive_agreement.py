@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data_dir", type=Path, default=None,
                         help=f"the set's folder (default ${DATA_ENV}, else ../shared/data/contrastive_agreement_blind)")
     parser.add_argument("--output_dir", type=Path, default=REPO / "benchmarks" / "results" / "contrastive_agreement")
+    parser.add_argument("--results_dir", type=Path, default=None, help=(
+        "the benchmark results of these runs (<system>_seed<k>.json, e.g. benchmarks/results/benchmark): their test "
+        "scores and code version are recorded with the agreement scores, naming the models scored"))
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
@@ -68,10 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         scores = {name: score_targets(model, tokenizer, parses, targets, batch_size=args.batch_size)
                   for name, targets in candidates.items()}
         stem = f"{system}_{seed}"
+        run_result = args.results_dir / f"{stem}.json" if args.results_dir else None
+        model_record = {}
+        if run_result is not None and run_result.exists():
+            recorded = json.loads(run_result.read_text())
+            model_record = {"run_results": str(run_result), "run_code_version": recorded.get("code_version"),
+                            "run_test_scores": recorded.get("test")}
         (args.output_dir / f"{stem}.tsv").write_text("".join(
             f"{a.total:.4f}\t{b.total:.4f}\n" for a, b in zip(scores["a"], scores["b"], strict=True)))
         (args.output_dir / f"{stem}.json").write_text(json.dumps({
-            "model": str(folder), "items": len(sources), "score": "sum of the candidate's token log-probabilities",
+            "model": str(folder), **model_record, "items": len(sources),
+            "score": "sum of the candidate's token log-probabilities",
             "code_version": code_version(), "seconds": round(time.perf_counter() - start, 1),
             "command": "python -m benchmarks.contrastive_agreement " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:])}, indent=2) + "\n")
