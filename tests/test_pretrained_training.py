@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    M2M100Config,
+    M2M100ForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+    MBartConfig,
+    MBartForConditionalGeneration,
+)
 
 from hf_srcfeat.commands import train
 from hf_srcfeat.tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer
@@ -22,18 +30,48 @@ RUN = ["--dataset_name", "multi30k", "--source_lang", "en", "--target_lang", "de
        "--disable_tqdm", "true", "--logging_steps", "1"]
 
 
-@pytest.fixture(scope="module")
-def marian_checkpoint(checkpoint_tokenizers, tmp_path_factory):  # noqa: F811
-    base = checkpoint_tokenizers["marian"]
-    folder = tmp_path_factory.mktemp("opus-mt-tiny")
+SIZE = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)
+
+
+def tiny_checkpoint(family: str, base, folder):
+    """A random checkpoint of `family` over `base`'s vocabulary, saved with the tokenizer as a Hub repository is."""
     torch.manual_seed(0)
-    MarianMTModel(MarianConfig(vocab_size=len(base), pad_token_id=base.pad_token_id, eos_token_id=base.eos_token_id,
-                               decoder_start_token_id=base.pad_token_id, d_model=32, encoder_layers=2,
-                               decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                               encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)
-                  ).save_pretrained(folder)
+    ids = dict(vocab_size=len(base), pad_token_id=base.pad_token_id, eos_token_id=base.eos_token_id)
+    if family == "marian":
+        model = MarianMTModel(MarianConfig(**ids, decoder_start_token_id=base.pad_token_id, **SIZE))
+    elif family == "nllb":
+        model = M2M100ForConditionalGeneration(M2M100Config(**ids, decoder_start_token_id=base.eos_token_id, **SIZE))
+    else:
+        model = MBartForConditionalGeneration(MBartConfig(**ids, decoder_start_token_id=base.eos_token_id, **SIZE))
+    model.save_pretrained(folder)
     base.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def marian_checkpoint(checkpoint_tokenizers, tmp_path_factory):  # noqa: F811
+    return tiny_checkpoint("marian", checkpoint_tokenizers["marian"], tmp_path_factory.mktemp("opus-mt-tiny"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "model_type", "codes"), [
+    ("nllb", "phrase_rep", ["--source_lang_code", "eng_Latn", "--target_lang_code", "deu_Latn"]),
+    ("mbart50", "latent_feedback", ["--source_lang_code", "en_XX", "--target_lang_code", "de_DE"]),
+])
+def test_nllb_and_mbart_checkpoints_train_with_their_language_codes(family, model_type, codes, checkpoint_tokenizers,  # noqa: F811
+                                                                    tmp_path):
+    checkpoint = tiny_checkpoint(family, checkpoint_tokenizers[family], tmp_path / "checkpoint")
+    results = train.main(["--init_from", str(checkpoint), "--model_type", model_type, *codes,
+                          "--output_dir", str(tmp_path / "run"), "--max_steps", "4", *RUN])
+    assert results["config"]["model_type"] == model_type and results["global_step"] == 4
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run")
+    tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(tmp_path / "run")
+    target_code = tokenizer.convert_tokens_to_ids(codes[-1])
+    assert model.generation_config.forced_bos_token_id == target_code
+    batch = tokenizer(["A dog runs."], return_tensors="pt")
+    assert tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())[0] == codes[1]  # the source code first
+    assert model.generate(**batch, num_beams=2, max_new_tokens=6)[0, 1] == target_code
 
 
 @pytest.fixture(scope="module")
