@@ -142,3 +142,31 @@ def test_pretrained_start_options_are_checked_before_any_work(arguments, message
     with pytest.raises(SystemExit, match=message):
         train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "model_type", "extra"), [
+    ("marian", "srcfeat_transformer", []),
+    ("nllb", "relevance_features", ["--config_overrides", '{"source_factors": ["pos", "deprel"]}',
+                                    "--source_lang_code", "eng_Latn", "--target_lang_code", "deu_Latn"]),
+])
+def test_a_run_from_a_checkpoint_exports_to_ctranslate2_and_translates_as_it_does(family, model_type, extra,
+                                                                                  checkpoint_tokenizers,  # noqa: F811
+                                                                                  test_sentences, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from hf_srcfeat.commands.export_ct2 import main as export_main
+    from hf_srcfeat.commands.translate import main as translate_main
+
+    checkpoint = tiny_checkpoint(family, checkpoint_tokenizers[family], tmp_path / "checkpoint")
+    train.main(["--init_from", str(checkpoint), "--model_type", model_type, *extra, "--output_dir",
+                str(tmp_path / "run"), "--max_steps", "3", *RUN])
+    assert export_main([str(tmp_path / "run"), str(tmp_path / "ct2")]) == 0
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences[:6]), encoding="utf-8")
+    outputs = {}
+    for backend, model in (("transformers", tmp_path / "run"), ("ctranslate2", tmp_path / "ct2")):
+        assert translate_main(["--model", str(model), "--backend", backend, "--input", str(source), "--output",
+                               str(tmp_path / f"{backend}.de"), "--num_beams", "1", "--max_new_tokens", "10",
+                               "--quiet", "--device", "cpu"]) == 0
+        outputs[backend] = (tmp_path / f"{backend}.de").read_text(encoding="utf-8").splitlines()
+    assert outputs["ctranslate2"] == outputs["transformers"] and len(outputs["transformers"]) == 6

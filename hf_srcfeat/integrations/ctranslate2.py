@@ -158,14 +158,16 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 
 def export(model_path: str, output_dir: str, quantization: str | None = None, force: bool = False) -> Path:
     """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     output = Path(output_dir)
     if output.exists() and any(output.iterdir()) and not force:
         raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
     model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=torch.float32).eval()
     check_exportable(model.config)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     spec = model_spec(model)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
     spec.register_source_vocabulary(tokens)
@@ -174,10 +176,12 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
         labels = factor_labels(tokenizer, model.config, factor)
         spec.register_source_vocabulary(labels)
     spec.register_target_vocabulary(tokens)
-    spec.config.bos_token = tokenizer.bos_token
+    decoder_start = tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id)
+    spec.config.bos_token = tokenizer.bos_token or decoder_start  # Marian's tokenizer has none
     spec.config.eos_token = tokenizer.eos_token
     spec.config.unk_token = tokenizer.unk_token
-    spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id)
+    spec.config.decoder_start_token = decoder_start
+    forced = model.generation_config.forced_bos_token_id
     spec.validate()
     spec.optimize(quantization=quantization)
     output.mkdir(parents=True, exist_ok=True)
@@ -185,7 +189,11 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     tokenizer.save_pretrained(output)  # the translator encodes raw text with it (and its annotator)
     (output / CONFIG_FILE).write_text(json.dumps(
         {"exported_from": str(model_path), "model_type": model.config.model_type, "quantization": quantization,
-         "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors}, indent=1))
+         "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors,
+         # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
+         "forced_bos_token": tokenizer.convert_ids_to_tokens(forced) if forced is not None else None,
+         # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
+         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None}, indent=1))
     return output
 
 
@@ -221,14 +229,17 @@ class CTranslate2Translator:
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
                  inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256):
         import ctranslate2
-        from transformers import AutoTokenizer
+
+        from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
         folder = Path(model_dir)
         if not (folder / CONFIG_FILE).exists():
             raise ValueError(f"{folder} is not an hf_srcfeat CTranslate2 export (no {CONFIG_FILE}); write one with "
                              "hf-srcfeat-export-ct2.")
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = load_tokenizer(folder)
         settings = json.loads((folder / CONFIG_FILE).read_text())
+        self.forced_bos_token = settings.get("forced_bos_token")
+        self.forced_eos_at_max_length = settings.get("forced_eos_at_max_length", False)
         self.max_length = settings["max_position_embeddings"]
         self.factors = settings.get("source_factors", [])
         # A model without source features needs no parse: the translate command then hands over raw text.
@@ -267,13 +278,17 @@ class CTranslate2Translator:
                   num_return_sequences: int = 1, return_scores: bool = False) -> list:
         """Translations of `texts` (a list per text with `num_return_sequences` > 1; (text, score) pairs with
         `return_scores`)."""
+        sources = self.source_tokens(texts)
+        prefix = [[self.forced_bos_token]] * len(sources) if self.forced_bos_token else None
         results = self.translator.translate_batch(
-            self.source_tokens(texts), max_batch_size=batch_size, beam_size=num_beams,
+            sources, target_prefix=prefix, max_batch_size=batch_size, beam_size=num_beams,
             num_hypotheses=num_return_sequences, max_decoding_length=max_new_tokens, return_scores=return_scores)
         outputs = []
         for result in results:
             hypotheses = []
             for index, tokens in enumerate(result.hypotheses):
+                if self.forced_eos_at_max_length and len(tokens) >= max_new_tokens:
+                    tokens = tokens[:max_new_tokens - 1]  # Transformers' last step at the limit is the forced </s>
                 text = cast(str, self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens),
                                                        skip_special_tokens=True))
                 hypotheses.append((text.strip(), result.scores[index]) if return_scores else text.strip())
