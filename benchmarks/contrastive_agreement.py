@@ -33,7 +33,9 @@ def read_lines(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", required=True, help="runs as system/seedK, under --runs_dir")
+    parser.add_argument("--runs", nargs="+", default=[], help="runs as system/seedK, under --runs_dir")
+    parser.add_argument("--index_only", action="store_true", help=(
+        "only rewrite OUTPUT_DIR/README.md, the table of the scores there and the models they come from"))
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     parser.add_argument("--data_dir", type=Path, default=None,
                         help=f"the set's folder (default ${DATA_ENV}, else ../shared/data/contrastive_agreement_blind)")
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
+    if args.index_only:
+        write_index(args.output_dir)
+        return 0
+    if not args.runs:
+        parser.error("give --runs (or --index_only)")
     torch.set_num_threads(args.threads)
     data_dir = args.data_dir or Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data" /
                                                     "contrastive_agreement_blind"))
@@ -86,7 +93,26 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python -m benchmarks.contrastive_agreement " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:])}, indent=2) + "\n")
         print(f"{run}: {len(sources)} items scored into {args.output_dir / (stem + '.tsv')}", file=sys.stderr)
+    write_index(args.output_dir)
     return 0
+
+
+def write_index(output_dir: Path) -> None:
+    """README.md of the scores folder: one row per scored run, with the model's own test scores where recorded."""
+    rows = []
+    for record_file in sorted(output_dir.glob("*.json")):
+        record = json.loads(record_file.read_text())
+        scores = record.get("run_test_scores") or {}
+        rows.append(f"| `{record_file.stem}.tsv` | `{record['model']}` | {scores.get('bleu', '')} | "
+                    f"{scores.get('chrf', '')} | {record.get('run_code_version') or ''} | {record['code_version']} |")
+    (output_dir / "README.md").write_text(
+        "# Blind subject-verb agreement scores\n\n"
+        "Both German candidates of each item of `../shared/data/contrastive_agreement_blind/`, scored by forced "
+        "decoding with a benchmark model: one line per item, `score_a<TAB>score_b`, the summed log-probability of "
+        "each candidate. Which candidate is correct is not known here; accuracy is computed elsewhere. Written by "
+        "`python -m benchmarks.contrastive_agreement` (its command is in each `.json`).\n\n"
+        "| scores | model | its test BLEU | chrF | model's code version | scoring code version |\n"
+        "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

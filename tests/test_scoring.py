@@ -140,3 +140,5 @@ def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_fol
         assert [float(row[column]) for row in rows] == pytest.approx([score.total for score in expected], abs=1e-3)
     record = json.loads((tmp_path / "out" / "baseline_seed1.json").read_text())
     assert record["items"] == 6 and record["code_version"]
+    index = (tmp_path / "out" / "README.md").read_text()
+    assert "| `baseline_seed1.tsv` |" in index and "Which candidate is correct is not known here" in index
