@@ -170,3 +170,27 @@ def test_a_run_from_a_checkpoint_exports_to_ctranslate2_and_translates_as_it_doe
                                "--quiet", "--device", "cpu"]) == 0
         outputs[backend] = (tmp_path / f"{backend}.de").read_text(encoding="utf-8").splitlines()
     assert outputs["ctranslate2"] == outputs["transformers"] and len(outputs["transformers"]) == 6
+
+
+@pytest.mark.slow
+def test_torchrun_grafts_and_trains_one_shared_model_with_token_batches(marian_checkpoint, multi30k_dir, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import REPO
+
+    output_dir = tmp_path / "ddp"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_SRCFEAT_MULTI30K_DIR": str(multi30k_dir)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
+               "-m", "hf_srcfeat.commands.train", "--init_from", str(marian_checkpoint), "--model_type", "deps_san",
+               "--output_dir", str(output_dir), "--max_steps", "4", "--max_tokens_per_batch", "400",
+               "--ddp_backend", "gloo", *[argument for argument in RUN if argument != "--predict_with_generate"],
+               "--do_predict_test", "false"]
+    completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    fingerprints = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["fingerprint"]
+                    for rank in (0, 1)]
+    assert fingerprints[0] == fingerprints[1]
+    assert json.loads((output_dir / "results.json").read_text())["config"]["converted_from"] == "marian"
