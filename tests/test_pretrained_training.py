@@ -194,3 +194,23 @@ def test_torchrun_grafts_and_trains_one_shared_model_with_token_batches(marian_c
                     for rank in (0, 1)]
     assert fingerprints[0] == fingerprints[1]
     assert json.loads((output_dir / "results.json").read_text())["config"]["converted_from"] == "marian"
+
+
+@pytest.mark.slow
+def test_the_score_command_scores_given_targets_with_a_grafted_model(grafted_run, multi30k_dir, tmp_path):
+    from hf_srcfeat.commands.score import main as score_main
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.metrics.forced_decoding import score_targets
+
+    folder, _ = grafted_run
+    pairs = load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=4)
+    (tmp_path / "src.en").write_text("".join(line + "\n" for line in pairs["source"]), encoding="utf-8")
+    (tmp_path / "tgt.de").write_text("".join(line + "\n" for line in pairs["target"]), encoding="utf-8")
+    assert score_main(["--model", str(folder), "--source", str(tmp_path / "src.en"), "--target",
+                       str(tmp_path / "tgt.de"), "--output", str(tmp_path / "scores.tsv"), "--device", "cpu"]) == 0
+    lines = (tmp_path / "scores.tsv").read_text().splitlines()
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    expected = score_targets(model, PretrainedSourceFeatureTokenizer.from_pretrained(folder), list(pairs["source"]),
+                             list(pairs["target"]))
+    assert len(lines) == 4
+    assert [float(line.split("\t")[0]) for line in lines] == pytest.approx([s.total for s in expected], abs=1e-3)
