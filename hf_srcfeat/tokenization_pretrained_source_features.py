@@ -40,6 +40,10 @@ from .tokenization_source_features import (
 )
 
 SETTINGS_FILE = "source_features_config.json"
+#: The checkpoint tokenizer's own files go into this subfolder, so that its tokenizer_config.json stays its own.
+BASE_FOLDER = "checkpoint_tokenizer"
+#: `from_pretrained` options handed on to the checkpoint tokenizer's loading (AutoTokenizer adds others).
+LOADING_OPTIONS = ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
 
 
 def is_source_feature(name: str) -> bool:
@@ -139,6 +143,8 @@ class PretrainedSourceFeatureTokenizer:
     special tokens, `src_lang` / `tgt_lang`) is the base tokenizer's.
     """
 
+    _auto_class: str | None = None
+
     def __init__(self, base: PreTrainedTokenizerBase, feature_vocabularies: FeatureVocabularies,
                  language: str = "en", annotator: Annotator | None = None, annotator_settings: dict | None = None):
         self.base = base
@@ -157,6 +163,11 @@ class PretrainedSourceFeatureTokenizer:
         return cls(base, vocabularies, language=language, annotator=annotator)
 
     @classmethod
+    def register_for_auto_class(cls, auto_class: str = "AutoTokenizer") -> None:
+        """What `AutoTokenizer` calls on a class it loaded as remote code (as on Transformers' own tokenizers)."""
+        cls._auto_class = auto_class
+
+    @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> PretrainedSourceFeatureTokenizer:
         """The base tokenizer (`AutoTokenizer`) and the feature vocabularies saved beside it (a folder or Hub id)."""
         settings_file = cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False)
@@ -166,12 +177,16 @@ class PretrainedSourceFeatureTokenizer:
             raise ValueError(f"{name_or_path} has no {SETTINGS_FILE} and {FEATURE_VOCAB_FILE}: not a saved "
                              "PretrainedSourceFeatureTokenizer (build one with PretrainedSourceFeatureTokenizer.build).")
         settings = json.loads(Path(settings_file).read_text())
-        return cls(AutoTokenizer.from_pretrained(str(name_or_path), **kwargs), FeatureVocabularies.load(vocabulary_file),
-                   language=settings.get("language", "en"), annotator_settings=settings.get("annotator_settings"))
+        options = {name: value for name, value in kwargs.items() if name in LOADING_OPTIONS}
+        base = AutoTokenizer.from_pretrained(str(name_or_path), subfolder=BASE_FOLDER, **options)
+        return cls(base, FeatureVocabularies.load(vocabulary_file), language=settings.get("language", "en"),
+                   annotator_settings=settings.get("annotator_settings"))
 
-    def save_pretrained(self, save_directory: str | Path) -> tuple[str, ...]:
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> tuple[str, ...]:
+        """The checkpoint tokenizer's files in `checkpoint_tokenizer/`, the feature vocabularies and settings beside."""
         folder = Path(save_directory)
-        files = tuple(self.base.save_pretrained(str(folder)))
+        folder.mkdir(parents=True, exist_ok=True)
+        files = tuple(self.base.save_pretrained(str(folder / BASE_FOLDER)))
         self.feature_vocabularies.save(folder / FEATURE_VOCAB_FILE)
         (folder / SETTINGS_FILE).write_text(json.dumps(
             {"language": self.language, "annotator_settings": self.annotator_settings}, indent=2) + "\n")

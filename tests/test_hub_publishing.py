@@ -314,9 +314,10 @@ BACKBONE = ["attention.py", "embeddings.py", "modeling_srcfeat_transformer.py"]
 #: What each model type ships besides: its own configuration and modeling files on top of the backbone.
 SHIPPED_PER_MODEL_TYPE = {
     "srcfeat_transformer": BACKBONE,
-    **{model_type: [*BACKBONE, f"configuration_{model_type}.py", f"modeling_{model_type}.py"]
+    **{model_type: [*BACKBONE, f"configuration_{model_type}.py", f"modeling_{model_type}.py",
+                    *(["closed_gates.py"] if model_type != "relevance_features" else [])]  # the graft gates
        for model_type in ("deps_san", "relevance_features", "diverse_input", "phrase_rep", "latent_feedback")},
-    "srcfeat_composed": [*BACKBONE, "configuration_composed.py", "modeling_composed.py",
+    "srcfeat_composed": [*BACKBONE, "configuration_composed.py", "modeling_composed.py", "closed_gates.py",
                          *(f"{kind}_{method}.py" for kind in ("configuration", "modeling") for method in
                            ("deps_san", "relevance_features", "diverse_input", "phrase_rep", "latent_feedback"))],
 }

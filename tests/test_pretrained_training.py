@@ -214,3 +214,34 @@ def test_the_score_command_scores_given_targets_with_a_grafted_model(grafted_run
                              list(pairs["target"]))
     assert len(lines) == 4
     assert [float(line.split("\t")[0]) for line in lines] == pytest.approx([s.total for s in expected], abs=1e-3)
+
+
+@pytest.mark.slow
+def test_a_grafted_run_publishes_and_loads_through_remote_code_alone(grafted_run, test_sentences, tmp_path):
+    """The repository folder ships the wrapped tokenizer's code; a fresh interpreter without hf_srcfeat loads model
+    and tokenizer with trust_remote_code=True and translates as the run does."""
+    import json
+    import subprocess
+    import sys
+
+    from hf_srcfeat.commands import publish
+
+    from .test_hub_publishing import REMOTE_CODE_LOADER
+
+    folder, _ = grafted_run
+    repository = publish.main([str(folder), "--repo_id", "test/opus-mt-tiny-deps-san", "--output",
+                               str(tmp_path / "repository"), "--dry-run"])
+    assert (repository / "checkpoint_tokenizer" / "source.spm").exists()
+    assert (repository / "tokenization_pretrained_source_features.py").exists()
+    assert "Started from a pretrained marian checkpoint" in (repository / "README.md").read_text()
+    sentences = test_sentences[:2]
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        expected = model.generate(**tokenizer(sentences, padding=True, return_tensors="pt"), num_beams=4,
+                                  min_new_tokens=8, max_new_tokens=8).tolist()
+    completed = subprocess.run([sys.executable, "-c", REMOTE_CODE_LOADER],
+                               input=json.dumps([{"deps_san": str(repository)}, sentences]), capture_output=True,
+                               text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == {"deps_san": expected}

@@ -28,10 +28,14 @@ import sys
 from pathlib import Path
 
 import yaml
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM
 
 import hf_srcfeat  # registers the model classes and the translation pipeline
 from hf_srcfeat.commands import run_as_script, train
+from hf_srcfeat.tokenization_pretrained_source_features import (
+    PretrainedSourceFeatureTokenizer,
+    load_tokenizer,
+)
 
 #: The source checkout this module runs from (the benchmark's results live there; a wheel install has none).
 REPO = Path(__file__).resolve().parents[2]
@@ -125,23 +129,45 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
     if output.exists() and any(output.iterdir()):
         raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)
-    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    tokenizer = load_tokenizer(run_dir)
     # auto_map entries + code files, so that the repository loads with trust_remote_code=True alone.
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModelForSeq2SeqLM")
-    type(tokenizer).register_for_auto_class("AutoTokenizer")
+    wrapped = isinstance(tokenizer, PretrainedSourceFeatureTokenizer)  # a run started from a pretrained checkpoint
+    if not wrapped:
+        type(tokenizer).register_for_auto_class("AutoTokenizer")
     # The translation pipeline ships too (`custom_pipelines` in config.json and its module), so that
     # `transformers.pipeline(model=repo_id, trust_remote_code=True)` translates without hf_srcfeat installed; saving
     # the pipeline saves the model and the tokenizer.
     hf_srcfeat.pipeline("translation", model=model, tokenizer=tokenizer).save_pretrained(output)
-    # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
-    (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
+    if wrapped:
+        ship_wrapped_tokenizer(tokenizer, output)
+    else:
+        # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
+        (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
     template = CARD_TEMPLATES / f"{model.config.model_type}.md"
     if not template.exists():
         raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
     card = render_card(template.read_text(), repo_id, results)
+    if getattr(model.config, "converted_from", None):
+        card = card.replace("\n## ", f"\nStarted from a pretrained {model.config.converted_from} checkpoint, converted into the "
+                            "zoo's backbone, with this method grafted on (the documentation's guide \"Pretrained "
+                            "checkpoints\"); its own tokenizer is in `checkpoint_tokenizer/`.\n\n## ", 1)
     (output / "README.md").write_text(card, encoding="utf-8")
     return output
+
+
+def ship_wrapped_tokenizer(tokenizer: PretrainedSourceFeatureTokenizer, output: Path) -> None:
+    """The code of a wrapped checkpoint tokenizer and a tokenizer_config.json whose auto_map names it, so that
+    `AutoTokenizer.from_pretrained(repo, trust_remote_code=True)` loads it (the checkpoint's own files are in
+    `checkpoint_tokenizer/`)."""
+    from transformers.dynamic_module_utils import custom_object_save
+
+    custom_object_save(tokenizer, output)  # the module and the flat siblings it imports
+    module = type(tokenizer).__module__.rsplit(".", 1)[-1]
+    (output / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": type(tokenizer).__name__,
+        "auto_map": {"AutoTokenizer": [f"{module}.{type(tokenizer).__name__}", None]}}, indent=2) + "\n")
 
 
 #: Optional files transformers probes for when loading. For a file missing from a local mirror olah answers 401

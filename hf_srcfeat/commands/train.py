@@ -53,6 +53,10 @@ from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2Seq
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.tokenization_pretrained_source_features import (
+    PretrainedSourceFeatureTokenizer,
+    load_tokenizer,
+)
 from hf_srcfeat.tokenization_source_features import (
     check_tokenizer_matches,
     storage_features,
@@ -487,9 +491,9 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
         if model_args.init_from:
             tokenizer = pretrained_tokenizer(model_args, data_args, training_args, train_data, annotator)
         elif model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists():
-            tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer = load_tokenizer(
                 model_args.tokenizer_name_or_path or model_args.model_name_or_path or training_args.output_dir)
-            if not isinstance(tokenizer, hf_srcfeat.SourceFeatureTokenizer):
+            if not isinstance(tokenizer, (hf_srcfeat.SourceFeatureTokenizer, PretrainedSourceFeatureTokenizer)):
                 raise ValueError(f"{type(tokenizer).__name__} is not a SourceFeatureTokenizer; train.py needs the "
                                  "source features (train a new one by leaving --tokenizer_name_or_path out).")
         else:
