@@ -229,3 +229,21 @@ def test_a_grafted_marian_model_fine_tunes_with_seq2seq_trainer_and_reloads(chec
     model.eval()
     assert torch.equal(loaded.generate(**batch, num_beams=2, max_new_tokens=10),
                        model.generate(**batch, num_beams=2, max_new_tokens=10))
+
+
+def test_user_factors_are_aligned_to_the_checkpoint_tokenizers_subwords(checkpoint_tokenizers, parsed_sources):
+    """A factor no parser gives (here: whether a word is capitalised) travels with its word's subwords."""
+    from hf_srcfeat.data.user_factors import attach_factors
+
+    def capitalised(sentence):
+        return attach_factors(sentence, {"case": ["cap" if word.text[:1].isupper() else "low"
+                                                  for word in sentence.words]})
+
+    sentences = [capitalised(sentence) for sentence in parsed_sources[:40]]
+    tokenizer = PretrainedSourceFeatureTokenizer.build(checkpoint_tokenizers["mbart50"], sentences)
+    encoded = tokenizer([s.text for s in sentences], annotations=sentences)
+    labels = tokenizer.feature_vocabularies.extra["case"].labels
+    for sentence, words, values in zip(sentences, encoded["word_ids"], encoded["factor_case_ids"], strict=True):
+        for word, value in zip(words, values, strict=True):
+            if word >= 0:
+                assert labels[value] == sentence.words[word].factor("case")
