@@ -245,3 +245,30 @@ def test_a_grafted_run_publishes_and_loads_through_remote_code_alone(grafted_run
                                text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == {"deps_san": expected}
+
+
+@pytest.mark.slow
+def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversion_and_runs_the_arms(
+        multi30k_dir, tmp_path):
+    """benchmarks/pretrained_grafts.py at a smoke-test size: the stand-in is a real MarianMTModel with a real
+    MarianTokenizer, its conversion translates exactly as it does, and each arm writes a result naming its set-up."""
+    import json
+
+    from benchmarks import pretrained_grafts
+
+    folders = ["--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results")]
+    tiny = json.dumps({"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 64,
+                       "decoder_ffn_dim": 64, "encoder_attention_heads": 2, "decoder_attention_heads": 2})
+    pretrained_grafts.main(["pretrain", *folders, "--size", tiny, "--pretrain_max_steps", "12", "--eval_steps", "6",
+                            "--max_train_samples", "200", "--max_eval_samples", "16", "--max_test_samples", "12",
+                            "--vocab_size", "400"])
+    pretrained = json.loads((tmp_path / "results" / "pretrained.json").read_text())
+    assert pretrained["conversion_check"] == {"sentences": 12, "identical_beam4_translations": 12}
+    assert pretrained["marian_config"]["model_type"] == "marian" and pretrained["vocab_size"] <= 402
+    budget = json.dumps({"max_steps": 2, "max_train_samples": 32, "max_predict_samples": 6,
+                         "per_device_train_batch_size": 16, "generation_max_length": 8})
+    pretrained_grafts.main(["run", *folders, "--seeds", "1", "--arms", "continued", "deps_san_frozen",
+                            "--overrides", budget, "--blind_dir", ""])
+    frozen = json.loads((tmp_path / "results" / "deps_san_frozen_seed1.json").read_text())
+    assert frozen["freeze_pretrained"] and frozen["model_type"] == "deps_san" and frozen["code_version"]
+    assert "test_bleu" in frozen["test_metrics"] and "p_value" in frozen["significance_vs_continued"]

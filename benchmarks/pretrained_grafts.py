@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""Does syntax still help a trained model? Methods grafted onto a pretrained Marian model, against continued
+training of that model.
+
+    python -m benchmarks.pretrained_grafts pretrain     # the stand-in checkpoint: MarianMTModel on Multi30k en->de
+    python -m benchmarks.pretrained_grafts run --seeds 1 2
+
+No pretrained checkpoint can be downloaded here, so the stand-in is made the way a user's was: Transformers' own
+`MarianMTModel` and `MarianTokenizer` (a joint SentencePiece model of the benchmark's 8,000-token budget), the
+benchmark's size, trained with `Seq2SeqTrainer` on Multi30k en->de until the validation loss stops improving
+(or `--pretrain_max_steps`). `pretrain` also checks that its conversion into the zoo's backbone translates the test
+set exactly as the Marian model does. `run` fine-tunes it, each arm for the benchmark's number of steps with
+`hf-srcfeat-train --init_from`: (a) continued training without features, (b) relevance features, (c) Deps-SAN,
+(d) the fusing diverse input representation, and (b), (c) again with `--freeze_pretrained`; every arm is scored on
+test_2016_flickr (paired bootstrap against (a) of its seed) and translates the blind sets. Results:
+`benchmarks/results/pretrained_grafts/` (each with its config, data and code version); run folders under
+`runs/pretrained_grafts/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The stand-in's size: the benchmark's (d_model 256, 3+3 layers, 4 heads, FFN 1024), Marian's post-LayerNorm,
+#: swish and scaled, shared and tied embeddings (as OPUS-MT models are).
+MARIAN_SIZE = dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1,
+                   activation_function="swish", max_position_embeddings=256, scale_embedding=True)
+
+#: Arm -> (model type, config overrides, freeze the pretrained parameters).
+ARMS: dict[str, tuple[str, dict, bool]] = {
+    "continued": ("srcfeat_transformer", {}, False),
+    "relevance": ("relevance_features", {}, False),
+    "deps_san": ("deps_san", {"deps_san_layers": [0]}, False),
+    "fusing_diverse": ("diverse_input", {"diverse_variant": "fusing_diverse"}, False),
+    "relevance_frozen": ("relevance_features", {}, True),
+    "deps_san_frozen": ("deps_san", {"deps_san_layers": [0]}, True),
+}
+
+#: Fine-tuning set-up: the benchmark's optimiser and budget; sizes come from the checkpoint. No evaluation during
+#: training (nothing is selected), the test set decoded once at the end with beam 4.
+FINE_TUNING = {
+    "source_lang": "en", "target_lang": "de", "max_steps": 1200, "per_device_train_batch_size": 64,
+    "per_device_eval_batch_size": 64, "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt",
+    "warmup_steps": 400, "adam_beta2": 0.98, "weight_decay": 0.0001, "eval_strategy": "no", "save_strategy": "no",
+    "logging_steps": 50, "generation_num_beams": 4, "generation_max_length": 64, "predict_with_generate": True,
+    "do_train": True, "do_eval": False, "use_cpu": True, "report_to": "none", "disable_tqdm": True,
+}
+
+
+def train_sentencepiece_tokenizer(folder: Path, sources: list[str], targets: list[str], vocab_size: int):
+    """A `MarianTokenizer` over one joint SentencePiece unigram model (as source.spm and target.spm)."""
+    import sentencepiece
+    from transformers import MarianTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.txt").write_text("\n".join(sources + targets), encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(folder / "corpus.txt"), model_prefix=str(folder / "joint"), vocab_size=vocab_size,
+        model_type="unigram", character_coverage=1.0, pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2)
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "joint.model"))
+    vocabulary = {processor.id_to_piece(index): index for index in range(processor.get_piece_size())}
+    for token in ("</s>", "<pad>"):
+        vocabulary.setdefault(token, len(vocabulary))
+    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False))
+    (folder / "corpus.txt").unlink()
+    return MarianTokenizer(source_spm=str(folder / "joint.model"), target_spm=str(folder / "joint.model"),
+                           vocab=str(folder / "vocab.json"), source_lang="en", target_lang="de")
+
+
+def pretrain(args: argparse.Namespace) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import (
+        DataCollatorForSeq2Seq,
+        EarlyStoppingCallback,
+        MarianConfig,
+        MarianMTModel,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+        set_seed,
+    )
+
+    from hf_srcfeat.commands.train import code_version
+    from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+    from hf_srcfeat.pretrained_checkpoints import convert_pretrained
+
+    torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+    folder = args.runs_dir / "marian_multi30k"
+    train_pairs = load_multi30k("train", "en", "de", args.data_dir, args.max_train_samples)
+    validation = load_multi30k("val", "en", "de", args.data_dir, args.max_eval_samples)
+    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir, args.max_test_samples)
+    tokenizer = train_sentencepiece_tokenizer(folder / "tokenizer_work", list(train_pairs["source"]),
+                                              list(train_pairs["target"]), args.vocab_size)
+    size = {**MARIAN_SIZE, **(json.loads(args.size) if args.size else {})}
+    config = MarianConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                          eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id, **size)
+    model = MarianMTModel(config)
+
+    def encode(data):
+        return Dataset.from_dict(dict(tokenizer(list(data["source"]), text_target=list(data["target"]),
+                                                truncation=True, max_length=128)))
+
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(folder / "training"), max_steps=args.pretrain_max_steps, per_device_train_batch_size=64,
+        per_device_eval_batch_size=64, learning_rate=1e-3, lr_scheduler_type="inverse_sqrt", warmup_steps=400,
+        adam_beta2=0.98, weight_decay=1e-4, label_smoothing_factor=0.1, eval_strategy="steps",
+        eval_steps=args.eval_steps, save_strategy="steps", save_steps=args.eval_steps, save_total_limit=2,
+        load_best_model_at_end=True, metric_for_best_model="eval_loss", logging_steps=50, seed=args.seed,
+        use_cpu=True, report_to="none", disable_tqdm=True)
+    trainer = Seq2SeqTrainer(model=model, args=arguments, train_dataset=encode(train_pairs),
+                             eval_dataset=encode(validation), processing_class=tokenizer,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                             callbacks=[EarlyStoppingCallback(early_stopping_patience=args.patience)])
+    trainer.train()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    # The conversion must translate as the Marian model does.
+    model.eval()
+    converted = convert_pretrained(str(folder))
+    sources = list(test["source"])
+    identical = 0
+    for start in range(0, len(sources), 50):
+        batch = tokenizer(sources[start:start + 50], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            expected = model.generate(**batch, num_beams=4, max_new_tokens=64)
+            got = converted.generate(**batch, num_beams=4, max_new_tokens=64)
+        identical += sum(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    result = {"code_version": code_version(), "seed": args.seed, "marian_config": config.to_dict(),
+              "data_files": [str(multi30k_file(split, lang, args.data_dir)) for split in ("train", "val")
+                             for lang in ("en", "de")],
+              "vocab_size": len(tokenizer), "global_step": trainer.state.global_step,
+              "best_eval_loss": trainer.state.best_metric, "best_checkpoint": trainer.state.best_model_checkpoint,
+              "stopped_early": trainer.state.global_step < args.pretrain_max_steps,
+              "log_history": trainer.state.log_history,
+              "conversion_check": {"sentences": len(sources), "identical_beam4_translations": identical}}
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "pretrained.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if identical != len(sources):
+        raise SystemExit(f"the converted model translates {len(sources) - identical} test sentences differently.")
+    return result
+
+
+def run_arms(args: argparse.Namespace) -> None:
+    from benchmarks.benchmark import as_argv
+    from hf_srcfeat.commands import train
+    from hf_srcfeat.commands.translate import main as translate
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.metrics.translation_scores import paired_bootstrap
+
+    checkpoint = args.runs_dir / "marian_multi30k"
+    if not (checkpoint / "config.json").exists():
+        raise SystemExit(f"no stand-in checkpoint in {checkpoint}: run `python -m benchmarks.pretrained_grafts "
+                         "pretrain` first.")
+    overrides = json.loads(args.overrides) if args.overrides else {}
+    for seed in args.seeds:
+        for arm in args.arms:
+            result_file = args.results_dir / f"{arm}_seed{seed}.json"
+            if result_file.exists():
+                continue
+            model_type, config_overrides, frozen = ARMS[arm]
+            output_dir = args.runs_dir / arm / f"seed{seed}"
+            arguments = {**FINE_TUNING, **overrides, "seed": seed, "output_dir": str(output_dir),
+                         "overwrite_output_dir": True, "init_from": str(checkpoint), "model_type": model_type}
+            if config_overrides:
+                arguments["config_overrides"] = config_overrides
+            if args.data_dir:
+                arguments["data_dir"] = str(args.data_dir)
+            results = train.main(as_argv(arguments) + (["--freeze_pretrained"] if frozen else []))
+            predictions = (output_dir / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
+            result = {"arm": arm, "seed": seed, "model_type": model_type, "config_overrides": config_overrides,
+                      "freeze_pretrained": frozen, "checkpoint": str(checkpoint), "arguments": arguments,
+                      "code_version": results["code_version"], "num_parameters": results["num_parameters"],
+                      "train_seconds": results.get("train_seconds"), "test_metrics": results.get("test_metrics")}
+            baseline_file = args.runs_dir / "continued" / f"seed{seed}" / "test_predictions.txt"
+            if arm != "continued" and baseline_file.exists():
+                references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir,
+                                                arguments.get("max_predict_samples"))["target"])
+                result["significance_vs_continued"] = paired_bootstrap(
+                    baseline_file.read_text(encoding="utf-8").splitlines(), predictions, references)
+            blind = args.results_dir / "blind" / f"{arm}_seed{seed}"
+            blind.mkdir(parents=True, exist_ok=True)
+            for source in sorted(Path(args.blind_dir).glob("*.en.gz")) if args.blind_dir else []:
+                translate(["--model", str(output_dir), "--input", str(source), "--output",
+                           str(blind / source.name.replace(".en.gz", ".de")), "--quiet", "--device", "cpu"])
+            args.results_dir.mkdir(parents=True, exist_ok=True)
+            result_file.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            print(f"{arm} seed {seed}: {result['test_metrics']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["pretrain", "run"])
+    parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "pretrained_grafts")
+    parser.add_argument("--results_dir", type=Path, default=REPO / "benchmarks" / "results" / "pretrained_grafts")
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    parser.add_argument("--blind_dir", default=os.environ.get("HF_SRCFEAT_MULTI30K_BLIND_DIR"),
+                        help="folder of the blind sources *.en.gz (default: $HF_SRCFEAT_MULTI30K_BLIND_DIR)")
+    parser.add_argument("--seed", type=int, default=1, help="pretrain: the stand-in's seed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2], help="run: fine-tuning seeds")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--vocab_size", type=int, default=8000, help="the SentencePiece budget (the benchmark's)")
+    parser.add_argument("--pretrain_max_steps", type=int, default=20000)
+    parser.add_argument("--eval_steps", type=int, default=400)
+    parser.add_argument("--patience", type=int, default=3, help="evaluations without a lower validation loss")
+    parser.add_argument("--size", default=None, help="JSON overrides of MARIAN_SIZE (a smoke test's tiny model)")
+    parser.add_argument("--overrides", default=None, help="JSON overrides of FINE_TUNING (a smoke test's budget)")
+    parser.add_argument("--max_train_samples", type=int, default=None)
+    parser.add_argument("--max_eval_samples", type=int, default=200)
+    parser.add_argument("--max_test_samples", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.command == "pretrain":
+        pretrain(args)
+    else:
+        run_arms(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
