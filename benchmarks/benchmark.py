@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +38,7 @@ from filelock import FileLock
 
 from hf_srcfeat.commands import train
 from hf_srcfeat.metrics.translation_scores import corpus_scores, paired_bootstrap
+from hf_srcfeat.safe_writing import write_json_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -161,7 +160,7 @@ def continue_shorter_run(args, system: str, seed: int, folder: Path, tokenizer_d
         raise SystemExit(f"--continue_from: {source} was trained with a different set-up (recorded, now): {different}")
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copytree(checkpoint, folder / checkpoint.name)
-    (folder / CONTINUED_FROM).write_text(json.dumps({"checkpoint": str(checkpoint)}))
+    write_json_atomically(folder / CONTINUED_FROM, {"checkpoint": str(checkpoint)})
 
 
 def shared_arguments(args) -> dict:
@@ -492,12 +491,7 @@ def write_blind_translations(args, system: str, seed: int) -> list[Path]:
 
 def write_json(path: Path, data: dict) -> None:
     """Write `data` to `path` atomically: a reader sees the old file or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A name of its own per writer, so that two processes writing one file never share a partial file.
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".partial",
-                                     delete=False) as partial:
-        partial.write(json.dumps(data, indent=2, default=str))
-    os.replace(partial.name, path)
+    write_json_atomically(path, data, default=str)
 
 
 def update_json(path: Path, update: Callable[[dict], None], initial: Callable[[], dict]) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.conllu import read_conllu, write_conllu
+from hf_srcfeat.safe_writing import output_path, write_json_atomically
 
 
 def read_sentences(path: str) -> list[str]:
@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if shards > 1 and shard == 0:
         merge_shards(args.output, shards, args.merge_timeout)
     if args.report_json:
-        Path(args.report_json).write_text(json.dumps({
+        write_json_atomically(args.report_json, {
             "input": args.input, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
             "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
-            "sentences_per_second": round(count / max(seconds, 1e-9), 1)}, indent=2))
+            "sentences_per_second": round(count / max(seconds, 1e-9), 1)})
     return 0
 
 
@@ -100,12 +100,9 @@ def shard_path(output: str, shard: int, shards: int) -> str:
 
 
 def write_atomically(parses, target: str) -> int:
-    """Write under a temporary name and rename when complete, so a file that exists is whole."""
-    partial = Path(target).with_name(Path(target).name + ".partial")
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    count = write_conllu(parses, partial, compress=target.endswith(".gz"))
-    os.replace(partial, target)
-    return count
+    """Write whole or not at all (hf_srcfeat.safe_writing), so a file that exists is complete."""
+    with output_path(target) as writable:
+        return write_conllu(parses, writable, compress=target.endswith(".gz"))
 
 
 def merge_shards(output: str, shards: int, timeout: float) -> None:

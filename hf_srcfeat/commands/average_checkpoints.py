@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from hf_srcfeat.safe_writing import write_json_atomically
+
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 #: Files copied from the newest checkpoint: everything but the weights and the trainer's own state.
 TRAINER_STATE_FILES = {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin",
@@ -125,9 +127,8 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
             shutil.copy2(path, output / path.name)
     save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, output / "model.safetensors",
               metadata={"format": "pt"})
-    (output / "averaged_from.json").write_text(json.dumps(
-        {"checkpoints": [str(checkpoint) for checkpoint in checkpoints], "method": "mean of the weights"},
-        indent=2) + "\n")
+    write_json_atomically(output / "averaged_from.json", {
+        "checkpoints": [str(checkpoint) for checkpoint in checkpoints], "method": "mean of the weights"})
     return output
 
 

@@ -27,7 +27,6 @@ the last `--max_eval_samples` training sentences are held out for it.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import sys
@@ -44,6 +43,7 @@ from hf_srcfeat.commands import run_as_script, train
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.safe_writing import write_json_atomically
 
 logger = logging.getLogger("hf_srcfeat.pretrain_dae")
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["reconstruction_data_file"] = validation_origin
     logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])
     Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-    Path(training_args.output_dir, "dae_results.json").write_text(json.dumps(results, indent=2, default=str))
+    write_json_atomically(Path(training_args.output_dir, "dae_results.json"), results, default=str)
     return results
 
 

@@ -32,6 +32,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 import hf_srcfeat  # registers the model classes and the translation pipeline
 from hf_srcfeat.commands import run_as_script, train
+from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     PretrainedSourceFeatureTokenizer,
     load_tokenizer,
@@ -144,7 +145,7 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
         ship_wrapped_tokenizer(tokenizer, output)
     else:
         # Transformers 5 no longer writes it, but loaders still ask for it; the same tokens as tokenizer_config.json.
-        (output / "special_tokens_map.json").write_text(json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
+        write_json_atomically(output / "special_tokens_map.json", tokenizer.special_tokens_map)
     template = CARD_TEMPLATES / f"{model.config.model_type}.md"
     if not template.exists():
         raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
@@ -165,9 +166,9 @@ def ship_wrapped_tokenizer(tokenizer: PretrainedSourceFeatureTokenizer, output: 
 
     custom_object_save(tokenizer, output)  # the module and the flat siblings it imports
     module = type(tokenizer).__module__.rsplit(".", 1)[-1]
-    (output / "tokenizer_config.json").write_text(json.dumps({
+    write_json_atomically(output / "tokenizer_config.json", {
         "tokenizer_class": type(tokenizer).__name__,
-        "auto_map": {"AutoTokenizer": [f"{module}.{type(tokenizer).__name__}", None]}}, indent=2) + "\n")
+        "auto_map": {"AutoTokenizer": [f"{module}.{type(tokenizer).__name__}", None]}})
 
 
 #: Optional files transformers probes for when loading. For a file missing from a local mirror olah answers 401
@@ -243,10 +244,7 @@ def record_publication(registry: Path, entry: dict) -> None:
     """Add (or replace, by repo id) the entry in the registry the documentation's model zoo table is made from."""
     entries = json.loads(registry.read_text()) if registry.exists() else []
     entries = [old for old in entries if old["repo_id"] != entry["repo_id"]] + [entry]
-    registry.parent.mkdir(parents=True, exist_ok=True)
-    temporary = registry.with_suffix(".tmp")
-    temporary.write_text(json.dumps(sorted(entries, key=lambda e: e["repo_id"]), indent=2, ensure_ascii=False) + "\n")
-    temporary.replace(registry)
+    write_json_atomically(registry, sorted(entries, key=lambda e: e["repo_id"]), ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> Path:

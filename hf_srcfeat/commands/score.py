@@ -26,6 +26,7 @@ from hf_srcfeat.commands.translate import (
     read_raw_lines,
     resolve_device,
 )
+from hf_srcfeat.safe_writing import write_text_atomically
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,11 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        # Written whole under a temporary name, then renamed: an existing file is replaced only by a complete one.
-        partial = Path(args.output).with_name(Path(args.output).name + ".partial")
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(args.output)
+        # Written whole or not at all: an existing file is replaced only by a complete one.
+        write_text_atomically(args.output, text)
     return 0
 
 

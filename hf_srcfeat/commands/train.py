@@ -53,6 +53,7 @@ from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2Seq
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     PretrainedSourceFeatureTokenizer,
     load_tokenizer,
@@ -856,15 +857,15 @@ def main(argv: list[str] | None = None) -> dict:
             prefix = "" if training_args.do_train else "eval_"
             names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])
             for file_name in names:
-                Path(training_args.output_dir, file_name).write_text(text + "\n", encoding="utf-8")
+                write_text_atomically(Path(training_args.output_dir, file_name), text + "\n")
     if trainer.is_world_process_zero():
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         if training_args.do_train:
-            Path(training_args.output_dir, "results.json").write_text(json.dumps(results, indent=2, default=str))
+            write_json_atomically(Path(training_args.output_dir, "results.json"), results, default=str)
         else:  # an evaluation of an existing run is added to its evaluations; its training results stay
             evaluations = Path(training_args.output_dir, "eval_results.json")
             earlier = json.loads(evaluations.read_text()) if evaluations.exists() else []
-            evaluations.write_text(json.dumps([*earlier, results], indent=2, default=str))
+            write_json_atomically(evaluations, [*earlier, results], default=str)
     return results
 
 

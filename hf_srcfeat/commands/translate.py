@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -40,6 +38,7 @@ import torch
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.safe_writing import replaced_atomically, write_json_atomically
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -422,18 +421,15 @@ def main(argv: list[str] | None = None) -> int:
                                      parse=not args.no_parse)
     total = count_lines(args.input, args.input_format)
     reader = read_conllu_sentences if args.input_format == "conllu" else read_raw_lines
-    # Written under a temporary name and renamed when complete: an interrupted run never leaves a short file that
-    # looks finished, and an existing output is replaced only by a whole new one.
-    partial = None if args.output == "-" else Path(args.output).with_name(Path(args.output).name + ".partial")
-    if partial is not None:
-        partial.parent.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
 
     progress = tqdm(total=total, unit="sent", file=sys.stderr, disable=args.quiet or args.input == "-",
                     desc="translating")
     index = 0
+    # Written whole or not at all (hf_srcfeat.safe_writing): an interrupted run never leaves a short file that looks
+    # finished, and an existing output is replaced only by a complete new one.
     with open_binary_input(args.input) as source, \
-            (open(partial, "w", encoding="utf-8") if partial else _stdout()) as target:
+            (replaced_atomically(args.output) if args.output != "-" else _stdout()) as target:
         for chunk in chunks(reader(source), buffer_size):
             for item, translations in zip(chunk, file_translator.translate_chunk(chunk), strict=True):
                 if item.error is not None:
@@ -447,14 +443,12 @@ def main(argv: list[str] | None = None) -> int:
             target.flush()
             progress.update(len(chunk))
     progress.close()
-    if partial is not None:
-        os.replace(partial, args.output)
     statistics = file_translator.statistics
     statistics.total_seconds = time.perf_counter() - started
     if not args.quiet:
         print(f"hf-srcfeat-translate: {statistics.summary()}", file=sys.stderr)
     if args.report_json:
-        Path(args.report_json).write_text(json.dumps({"arguments": vars(args), **asdict(statistics)}, indent=2))
+        write_json_atomically(args.report_json, {"arguments": vars(args), **asdict(statistics)})
     return 0
 
 

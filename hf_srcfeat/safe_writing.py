@@ -1,0 +1,79 @@
+"""Writing a file safely: what a command writes appears whole or not at all.
+
+New content goes to a unique temporary file in the target's folder and is renamed over the target only when it is
+complete, so an interrupted or failed write (a full disk, a file size limit) leaves the old file as it was, and
+two processes writing the same output never mix their lines: the file is one of theirs, whole. A symlink is
+followed (the link stays, the file it points to is replaced); a device, FIFO or socket (`/dev/null`, `/dev/stdout`,
+a process substitution) is written through, as a shell redirection would, and never replaced by a regular file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+def is_special_file(path: Path) -> bool:
+    """Whether `path` exists and is not a regular file or a folder (a device, FIFO or socket)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+@contextmanager
+def output_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A path to write the new content of `path` to: a unique temporary file beside it, renamed over it when the
+    block ends without an error (removed when it raises); for a device or FIFO, the path itself."""
+    if is_special_file(Path(path)):  # stat follows links: /dev/stdout, a process substitution's /dev/fd/63
+        yield Path(path)
+        return
+    target = Path(os.path.realpath(path))  # through a symlink: the link stays, its file is replaced
+    if target.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; name a file to write.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        if target.exists():  # keep the old file's permissions, as an in-place write would
+            os.chmod(temporary, stat.S_IMODE(target.stat().st_mode))
+        else:
+            os.chmod(temporary, 0o666 & ~current_umask())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def replaced_atomically(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """`open(path, mode)` through `output_path`: the file is replaced only by complete content."""
+    with output_path(path) as writable, open(writable, mode, encoding=None if "b" in mode else encoding) as handle:
+        yield handle
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    with replaced_atomically(path, "w", encoding=encoding) as handle:
+        handle.write(text)
+
+
+def write_json_atomically(path: str | os.PathLike, data: Any, **dumps_options: Any) -> None:
+    """JSON (indent 2 unless given, a final newline) replacing `path` whole."""
+    write_text_atomically(path, json.dumps(data, **{"indent": 2, **dumps_options}) + "\n")
+
+
+__all__ = ["output_path", "replaced_atomically", "write_json_atomically", "write_text_atomically"]

@@ -1,0 +1,139 @@
+"""Every file the project writes goes through `hf_srcfeat.safe_writing`: a complete new file or the old one, never a
+mix; a device or FIFO is written through, a symlink followed, never replaced by a regular file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hf_srcfeat.safe_writing import replaced_atomically, write_json_atomically, write_text_atomically
+
+from .helpers import REPO
+
+
+def test_a_file_is_replaced_whole_and_keeps_its_permissions(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    write_text_atomically(target, "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt"]  # no temporary file left
+
+
+def test_an_error_while_writing_keeps_the_old_file_and_leaves_no_temporary_file(tmp_path):
+    target = tmp_path / "results.json"
+    write_json_atomically(target, {"bleu": 30.3})
+    with pytest.raises(RuntimeError), replaced_atomically(target) as handle:
+        handle.write('{"bleu": ')
+        raise RuntimeError("the disk filled up")
+    assert json.loads(target.read_text()) == {"bleu": 30.3}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_a_file_size_limit_mid_write_keeps_the_old_file(tmp_path):
+    """As `ulimit -f` (with SIGXFSZ ignored, as a shell's `ulimit` run leaves it: the write fails with EFBIG)."""
+    target = tmp_path / "eval_results.json"
+    write_json_atomically(target, [{"old": True}])
+    script = ("import resource, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+              "from hf_srcfeat.safe_writing import write_json_atomically\n"
+              f"write_json_atomically({str(target)!r}, [{{'row': 'x' * 100}}] * 1000)\n")
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert completed.returncode != 0 and "File too large" in completed.stderr
+    assert json.loads(target.read_text()) == [{"old": True}]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["eval_results.json"]
+
+
+def test_a_device_is_written_through_not_replaced():
+    with replaced_atomically("/dev/null") as handle:
+        handle.write("discarded\n")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([sys.executable, "-c", f"print(open({str(fifo)!r}).read(), end='')"],
+                              stdout=subprocess.PIPE, text=True)
+    write_text_atomically(fifo, "through the pipe\n")
+    assert reader.communicate(timeout=30)[0] == "through the pipe\n"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_process_substitution_is_written_through(tmp_path):
+    script = "import sys; from hf_srcfeat.safe_writing import write_text_atomically; " \
+             "write_text_atomically(sys.argv[1], 'via bash\\n')"
+    command = f"{sys.executable} -c \"{script}\" >(cat > {tmp_path / 'copy.txt'}); wait"
+    subprocess.run(["bash", "-c", command], check=True, cwd=REPO, timeout=60)
+    for _ in range(50):  # the substituted process may finish just after bash
+        if (tmp_path / "copy.txt").exists() and (tmp_path / "copy.txt").read_text():
+            break
+        time.sleep(0.1)
+    assert (tmp_path / "copy.txt").read_text() == "via bash\n"
+
+
+def test_a_symlink_is_followed_and_stays_a_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "translations.de"
+    real.write_text("old\n")
+    link = tmp_path / "latest.de"
+    link.symlink_to(real)
+    write_text_atomically(link, "new\n")
+    assert link.is_symlink() and link.resolve() == real.resolve() and real.read_text() == "new\n"
+
+
+def test_a_folder_is_refused_naming_it(tmp_path):
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory"):
+        write_text_atomically(tmp_path, "x")
+
+
+def test_two_writers_of_one_file_never_mix_their_lines(tmp_path):
+    """Each writer streams 2,000 lines of its own; the file that remains is one writer's, whole."""
+    target = tmp_path / "out.txt"
+    script = ("import sys, time\n"
+              "from hf_srcfeat.safe_writing import replaced_atomically\n"
+              "with replaced_atomically(sys.argv[1]) as handle:\n"
+              "    for index in range(2000):\n"
+              "        handle.write(f'{sys.argv[2]} {index}\\n')\n"
+              "        if index % 200 == 0:\n"
+              "            handle.flush(); time.sleep(0.01)\n")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(target), name], cwd=REPO) for name in "ab"]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    lines = target.read_text().splitlines()
+    assert len(lines) == 2000 and len({line.split()[0] for line in lines}) == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_the_translate_command_writes_through_a_device_and_a_symlink(model_folder, test_sentences, tmp_path):
+    from hf_srcfeat.commands.translate import main
+
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences[:3]), encoding="utf-8")
+    options = ["--model", str(model_folder), "--input", str(source), "--num_beams", "1", "--max_new_tokens", "8",
+               "--quiet", "--device", "cpu"]
+    assert main([*options, "--output", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    real = tmp_path / "real.de"
+    link = tmp_path / "link.de"
+    link.symlink_to(real)
+    assert main([*options, "--output", str(link)]) == 0
+    assert link.is_symlink() and len(real.read_text(encoding="utf-8").splitlines()) == 3
+    assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.partial"))
+
+
+def test_every_project_writer_uses_the_shared_helper():
+    """No command or benchmark rewrites a file with a bare write_text of JSON or a `.partial` rename of its own."""
+    offenders = []
+    for path in [*(REPO / "hf_srcfeat" / "commands").glob("*.py"), REPO / "benchmarks" / "benchmark.py"]:
+        text = path.read_text()
+        if '+ ".partial"' in text or "write_text(json.dumps" in text:
+            offenders.append(str(Path(path).relative_to(REPO)))
+    assert offenders == []
