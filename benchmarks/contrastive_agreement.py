@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_ENV = "HF_SRCFEAT_CONTRASTIVE_DIR"
 
@@ -84,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
             recorded = json.loads(run_result.read_text())
             model_record = {"run_results": str(run_result), "run_code_version": recorded.get("code_version"),
                             "run_test_scores": recorded.get("test")}
-        (args.output_dir / f"{stem}.tsv").write_text("".join(
+        write_text_atomically(args.output_dir / f"{stem}.tsv", "".join(
             f"{a.total:.4f}\t{b.total:.4f}\n" for a, b in zip(scores["a"], scores["b"], strict=True)))
-        (args.output_dir / f"{stem}.json").write_text(json.dumps({
+        write_json_atomically(args.output_dir / f"{stem}.json", {
             "model": str(folder), **model_record, "items": len(sources),
             "score": "sum of the candidate's token log-probabilities",
             "code_version": code_version(), "seconds": round(time.perf_counter() - start, 1),
             "command": "python -m benchmarks.contrastive_agreement " + " ".join(argv if argv is not None
-                                                                                 else sys.argv[1:])}, indent=2) + "\n")
+                                                                                 else sys.argv[1:])})
         print(f"{run}: {len(sources)} items scored into {args.output_dir / (stem + '.tsv')}", file=sys.stderr)
     write_index(args.output_dir)
     return 0
@@ -105,14 +107,14 @@ def write_index(output_dir: Path) -> None:
         scores = record.get("run_test_scores") or {}
         rows.append(f"| `{record_file.stem}.tsv` | `{record['model']}` | {scores.get('bleu', '')} | "
                     f"{scores.get('chrf', '')} | {record.get('run_code_version') or ''} | {record['code_version']} |")
-    (output_dir / "README.md").write_text(
+    write_text_atomically(output_dir / "README.md",
         "# Blind subject-verb agreement scores\n\n"
         "Both German candidates of each item of `../shared/data/contrastive_agreement_blind/`, scored by forced "
         "decoding with a benchmark model: one line per item, `score_a<TAB>score_b`, the summed log-probability of "
         "each candidate. Which candidate is correct is not known here; accuracy is computed elsewhere. Written by "
         "`python -m benchmarks.contrastive_agreement` (its command is in each `.json`).\n\n"
         "| scores | model | its test BLEU | chrF | model's code version | scoring code version |\n"
-        "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":

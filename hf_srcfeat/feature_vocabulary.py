@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .annotated_sentence import AnnotatedSentence
+from .safe_writing import write_json_atomically
 
 PAD_LABEL, UNK_LABEL, SPECIAL_LABEL = "<pad>", "<unk>", "<special>"
 RESERVED_LABELS = (PAD_LABEL, UNK_LABEL, SPECIAL_LABEL)
@@ -168,8 +169,7 @@ class FeatureVocabularies:
                    extra={name: FeatureVocabulary(labels) for name, labels in data.get("extra_factors", {}).items()})
 
     def save(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, ensure_ascii=False, indent=1)
+        write_json_atomically(path, self.to_dict(), ensure_ascii=False, indent=1)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FeatureVocabularies:

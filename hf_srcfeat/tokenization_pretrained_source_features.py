@@ -30,6 +30,7 @@ from .annotated_sentence import AnnotatedSentence
 from .annotator import Annotator
 from .annotators import annotator_from_settings
 from .feature_vocabulary import FeatureVocabularies
+from .safe_writing import write_json_atomically
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import (
     FEATURE_VOCAB_FILE,
@@ -188,8 +189,8 @@ class PretrainedSourceFeatureTokenizer:
         folder.mkdir(parents=True, exist_ok=True)
         files = tuple(self.base.save_pretrained(str(folder / BASE_FOLDER)))
         self.feature_vocabularies.save(folder / FEATURE_VOCAB_FILE)
-        (folder / SETTINGS_FILE).write_text(json.dumps(
-            {"language": self.language, "annotator_settings": self.annotator_settings}, indent=2) + "\n")
+        write_json_atomically(folder / SETTINGS_FILE,
+                              {"language": self.language, "annotator_settings": self.annotator_settings})
         return (*files, str(folder / FEATURE_VOCAB_FILE), str(folder / SETTINGS_FILE))
 
     def __getattr__(self, name: str):

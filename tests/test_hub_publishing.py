@@ -308,7 +308,7 @@ print(json.dumps(generated))
 SHIPPED_WITH_EVERY_MODEL = [
     "annotated_sentence.py", "annotation_cache.py", "annotator.py", "annotator_spacy.py", "annotator_stanza.py",
     "annotators.py", "configuration_srcfeat_transformer.py", "dependency_tree.py", "feature_dropout.py",
-    "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "source_features.py",
+    "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
     "subword_training.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "embeddings.py", "modeling_srcfeat_transformer.py"]
 #: What each model type ships besides: its own configuration and modeling files on top of the backbone.

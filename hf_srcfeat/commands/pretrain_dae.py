@@ -43,7 +43,7 @@ from hf_srcfeat.commands import run_as_script, train
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
-from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 
 logger = logging.getLogger("hf_srcfeat.pretrain_dae")
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["log_history"] = trainer.state.log_history
         trainer.save_model()
         Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
-        Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
+        write_text_atomically(Path(training_args.output_dir, "training_args.json"), training_args.to_json_string())
     results["reconstruction"] = reconstruction_bleu(model, tokenizer, validation, collator)
     results["reconstruction_data_file"] = validation_origin
     logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])

@@ -829,12 +829,12 @@ def main(argv: list[str] | None = None) -> dict:
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.
             Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
-            Path(training_args.output_dir, "training_args.json").write_text(training_args.to_json_string())
+            write_text_atomically(Path(training_args.output_dir, "training_args.json"), training_args.to_json_string())
         if training_args.world_size > 1:
             fingerprint = {"rank": training_args.process_index, "fingerprint": parameter_fingerprint(model),
                            "tokenized_cache_files": results["tokenized_cache_files"]}
-            Path(training_args.output_dir, f"parameters_rank{training_args.process_index}.json").write_text(
-                json.dumps(fingerprint))
+            write_json_atomically(Path(training_args.output_dir, f"parameters_rank{training_args.process_index}.json"),
+                                  fingerprint)
     if training_args.do_eval:
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
     for index, (name, test_set) in enumerate(test_sets.items()):

@@ -27,6 +27,8 @@ from typing import cast
 
 import torch
 
+from hf_srcfeat.safe_writing import write_json_atomically
+
 #: Model types CTranslate2 cannot run, with the reason.
 UNSUPPORTED = {
     "deps_san": "Deps-SAN multiplies the encoder's attention scores by a per-sentence matrix from the parse; "
@@ -187,13 +189,13 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     output.mkdir(parents=True, exist_ok=True)
     spec.save(str(output))
     tokenizer.save_pretrained(output)  # the translator encodes raw text with it (and its annotator)
-    (output / CONFIG_FILE).write_text(json.dumps(
+    write_json_atomically(output / CONFIG_FILE,
         {"exported_from": str(model_path), "model_type": model.config.model_type, "quantization": quantization,
          "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors,
          # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
          "forced_bos_token": tokenizer.convert_ids_to_tokens(forced) if forced is not None else None,
          # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
-         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None}, indent=1))
+         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None}, indent=1)
     return output
 
 
