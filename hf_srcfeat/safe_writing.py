@@ -76,4 +76,22 @@ def write_json_atomically(path: str | os.PathLike, data: Any, **dumps_options: A
     write_text_atomically(path, json.dumps(data, **{"indent": 2, **dumps_options}) + "\n")
 
 
-__all__ = ["output_path", "replaced_atomically", "write_json_atomically", "write_text_atomically"]
+def overwritten_input(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> str | None:
+    """The error to give when an output (`--name` -> path) is one of the inputs or another output (so that a writer
+    never destroys what it reads), else None. "-" (stdout/stdin) and None are no files."""
+    def same(first: str, second: str) -> bool:
+        return Path(first).resolve() == Path(second).resolve()
+
+    files = [(name, path) for name, path in outputs.items() if path not in (None, "-")]
+    for name, path in files:
+        for input_name, input_path in inputs.items():
+            if input_path not in (None, "-") and same(path, input_path):
+                return f"{name} {path} is the {input_name} file; it would be overwritten."
+    for index, (name, path) in enumerate(files):
+        for other_name, other_path in files[index + 1:]:
+            if same(path, other_path):
+                return f"{name} and {other_name} are the same file ({path}); one would overwrite the other."
+    return None
+
+
+__all__ = ["output_path", "overwritten_input", "replaced_atomically", "write_json_atomically", "write_text_atomically"]

@@ -137,3 +137,45 @@ def test_every_project_writer_uses_the_shared_helper():
         if '+ ".partial"' in text or "write_text(json.dumps" in text:
             offenders.append(str(Path(path).relative_to(REPO)))
     assert offenders == []
+
+
+# --- No writer destroys what it reads ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "arguments", "message"), [
+    ("translate", ["--input", "{src}", "--output", "{out}", "--report_json", "{src}"],
+     "--report_json {src} is the input file"),
+    ("translate", ["--input", "{src}", "--output", "{out}", "--report_json", "{out}"],
+     "--output and --report_json are the same file"),
+    ("annotate", ["--input", "{src}", "--output", "{out}", "--report_json", "{src}"],
+     "--report_json {src} is the input file"),
+    ("annotate", ["--input", "{src}", "--output", "{out}", "--batch_size", "0"], "--batch_size must be at least 1"),
+    ("annotate", ["--input", "{src}", "--output", "{out}", "--num_proc", "0"], "--num_proc must be at least 1"),
+])
+def test_outputs_that_are_inputs_and_zero_sizes_are_refused_before_any_work(command, arguments, message, tmp_path,
+                                                                            capsys):
+    from hf_srcfeat.commands import annotate, translate
+
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n")
+    paths = {"src": str(source), "out": str(tmp_path / "out.txt")}
+    argv = [argument.format(**paths) for argument in arguments]
+    main = translate.main if command == "translate" else annotate.main
+    with pytest.raises(SystemExit):
+        main([*(["--model", str(tmp_path / "no_model")] if command == "translate" else []), *argv])
+    assert message.format(**paths) in capsys.readouterr().err
+    assert source.read_text() == "A dog runs.\n" and not (tmp_path / "out.txt").exists()
+
+
+def test_the_ctranslate2_export_refuses_to_write_over_its_model_or_into_a_file(model_folder, tmp_path, capsys):
+    from hf_srcfeat.commands.export_ct2 import main
+
+    config = (model_folder / "config.json").read_text()
+    with pytest.raises(SystemExit):
+        main([str(model_folder), str(model_folder), "--force"])
+    assert "is the model folder" in capsys.readouterr().err
+    assert (model_folder / "config.json").read_text() == config
+    (tmp_path / "somefile").write_text("mine\n")
+    with pytest.raises(SystemExit):
+        main([str(model_folder), str(tmp_path / "somefile")])
+    assert "is a file; name a folder" in capsys.readouterr().err and (tmp_path / "somefile").read_text() == "mine\n"

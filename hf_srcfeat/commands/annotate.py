@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.conllu import read_conllu, write_conllu
-from hf_srcfeat.safe_writing import output_path, write_json_atomically
+from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
 
 
 def read_sentences(path: str) -> list[str]:
@@ -67,8 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     shards = args.num_shards if args.num_shards is not None else int(os.environ.get("WORLD_SIZE", 1))
     if not 0 <= shard < shards:
         parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
-    if Path(args.output).resolve() == Path(args.input).resolve():
-        parser.error(f"--output {args.output} is the input file; it would be overwritten.")
+    for name in ("batch_size", "num_proc"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be at least 1, got {value}.")
+    problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
+                                {"input": args.input, "--annotation_cache": args.annotation_cache})
+    if problem:
+        parser.error(problem)
     sentences = read_sentences(args.input)[shard::shards]
     model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from hf_srcfeat.integrations.ctranslate2 import export
 
@@ -23,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="weight type of the export (default: the model's float32)")
     parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     args = parser.parse_args(argv)
+    output, model = Path(args.output), Path(args.model)
+    if output.exists() and not output.is_dir():
+        parser.error(f"output {args.output} is a file; name a folder for the CTranslate2 model.")
+    if model.exists() and output.resolve() == model.resolve():
+        parser.error(f"output {args.output} is the model folder {args.model}: the export would overwrite the "
+                     "model's files (its config.json); name another folder.")
     try:
         import ctranslate2  # noqa: F401
     except ImportError:

@@ -38,7 +38,7 @@ import torch
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.conllu import read_conllu
-from hf_srcfeat.safe_writing import replaced_atomically, write_json_atomically
+from hf_srcfeat.safe_writing import overwritten_input, replaced_atomically, write_json_atomically
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -387,8 +387,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.num_return_sequences > args.num_beams:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
                      f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
-    if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
-        parser.error(f"--output {args.output} is the input file; it would be overwritten.")
+    problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
+                                {"input": args.input})
+    if problem:
+        parser.error(problem)
     if (args.input_format == "factored") != bool(args.factor_names):
         parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
     if args.output != "-" and Path(args.output).is_dir():
