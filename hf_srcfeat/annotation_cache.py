@@ -99,6 +99,20 @@ class AnnotationCache:
         return self.connection.execute("SELECT COUNT(*) FROM annotations").fetchone()[0]
 
 
+def check_cache_path(path: str | os.PathLike | None) -> None:
+    """Refuse, naming it, a cache path that cannot become a file: a folder, or a path under a file."""
+    if path is None:
+        return
+    given = Path(path)
+    if given.is_dir():
+        raise ValueError(f"annotation cache {given} is a folder; name a file, e.g. {given / 'annotations.sqlite'}.")
+    for parent in given.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"annotation cache {given} is under {parent}, which is a file, not a folder.")
+            return
+
+
 def default_cache_path() -> Path:
     """`$HF_SRCFEAT_ANNOTATION_CACHE`, else `annotations.sqlite` in the user's cache folder."""
     if os.environ.get(ANNOTATION_CACHE_ENV):

@@ -179,3 +179,22 @@ def test_the_ctranslate2_export_refuses_to_write_over_its_model_or_into_a_file(m
     with pytest.raises(SystemExit):
         main([str(model_folder), str(tmp_path / "somefile")])
     assert "is a file; name a folder" in capsys.readouterr().err and (tmp_path / "somefile").read_text() == "mine\n"
+
+
+def test_a_run_folder_or_a_cache_that_cannot_be_made_is_refused_at_start_naming_it(tmp_path, capsys):
+    from hf_srcfeat.commands import annotate, train
+
+    somefile = tmp_path / "somefile"
+    somefile.write_text("mine\n")
+    with pytest.raises(SystemExit, match=f"--output_dir {somefile} is a file"):
+        train.main(["--output_dir", str(somefile), "--do_train", "--use_cpu"])
+    with pytest.raises(SystemExit, match=f"annotation cache {somefile / 'cache.sqlite'} is under {somefile}"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu", "--annotation_cache",
+                    str(somefile / "cache.sqlite")])
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n")
+    with pytest.raises(SystemExit):
+        annotate.main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--annotation_cache",
+                       str(somefile / "cache.sqlite")])
+    assert f"is under {somefile}, which is a file" in capsys.readouterr().err
+    assert somefile.read_text() == "mine\n" and not (tmp_path / "run").exists()

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                                 {"input": args.input, "--annotation_cache": args.annotation_cache})
     if problem:
         parser.error(problem)
+    if Path(args.output).is_dir():
+        parser.error(f"--output {args.output} is a folder; name a file.")
+    try:
+        check_cache_path(args.annotation_cache)
+    except ValueError as error:
+        parser.error(f"--annotation_cache: {error}")
     sentences = read_sentences(args.input)[shard::shards]
     model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
     try:

@@ -45,6 +45,7 @@ from transformers import (
 
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import run_as_script
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
@@ -328,6 +329,12 @@ def load_checkpoint_average(model: PreTrainedModel, output_dir: Path, count: int
 
 def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
     output_dir = Path(str(training_args.output_dir))
+    if output_dir.exists() and not output_dir.is_dir():
+        raise SystemExit(f"--output_dir {output_dir} is a file; name a folder for the run.")
+    try:
+        check_cache_path(getattr(data_args, "annotation_cache", None))
+    except ValueError as error:
+        raise SystemExit(f"--annotation_cache: {error}") from None
     if (output_dir.is_dir() and any(output_dir.iterdir()) and not data_args.overwrite_output_dir
             and not training_args.resume_from_checkpoint):
         raise SystemExit(

@@ -36,6 +36,7 @@ from typing import IO, cast
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.safe_writing import overwritten_input, replaced_atomically, write_json_atomically
@@ -395,6 +396,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
+    try:
+        check_cache_path(args.annotation_cache)
+    except ValueError as error:
+        parser.error(f"--annotation_cache: {error}")
     if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
         parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
                      f"got --input_format {args.input_format} --backend {args.backend}.")
