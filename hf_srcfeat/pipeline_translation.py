@@ -25,6 +25,21 @@ TASK = "source-feature-translation"
 MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
 
 
+
+#: Generation and batching options that count something: at least 1.
+COUNTS = ("num_beams", "max_new_tokens", "num_return_sequences", "batch_size", "min_new_tokens")
+
+
+def check_generation_options(options: dict) -> None:
+    """Refuse, naming the option, a count below 1 (num_beams=0 would divide by zero inside generate)."""
+    for name in COUNTS:
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_new_tokens" else 1):
+            raise ValueError(f"`{name}` must be an integer of at least {0 if name == 'min_new_tokens' else 1}, "
+                             f"got {value!r}.")
+
 class SourceFeatureTranslationPipeline(Pipeline):
     """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.
 
@@ -53,12 +68,14 @@ class SourceFeatureTranslationPipeline(Pipeline):
     def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
                              truncation: bool | None = None, parse: bool | None = None, **generate_kwargs):
         postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
+        check_generation_options(generate_kwargs)
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
         preprocess = {} if truncation is None else {"truncation": truncation}
         return preprocess, generate_kwargs, postprocess
 
     def __call__(self, inputs: str | AnnotatedSentence | list | tuple, **kwargs):
+        check_generation_options({**getattr(self, "_generate_kwargs", {}), **kwargs})  # before any parsing
         single = isinstance(inputs, (str, AnnotatedSentence))
         if not single and not isinstance(inputs, (list, tuple)):
             check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
@@ -163,4 +180,5 @@ def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, 
     source-feature translation pipeline; every other task goes to Transformers unchanged."""
     if task is not None and (task == "translation" or task.startswith("translation_")):
         task = TASK
+        check_generation_options(kwargs)
     return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)  # type: ignore[arg-type]  # its overloads name the tasks

@@ -79,8 +79,8 @@ def write_json_atomically(path: str | os.PathLike, data: Any, **dumps_options: A
 def overwritten_input(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> str | None:
     """The error to give when an output (`--name` -> path) is one of the inputs or another output (so that a writer
     never destroys what it reads), else None. "-" (stdout/stdin) and None are no files."""
-    def same(first: str, second: str) -> bool:
-        return Path(first).resolve() == Path(second).resolve()
+    def same(first: str, second: str) -> bool:  # a device or FIFO (/dev/null both ways) loses nothing
+        return not is_special_file(Path(first)) and Path(first).resolve() == Path(second).resolve()
 
     files = [(name, path) for name, path in outputs.items() if path not in (None, "-")]
     for name, path in files:
@@ -94,4 +94,4 @@ def overwritten_input(outputs: dict[str, str | None], inputs: dict[str, str | No
     return None
 
 
-__all__ = ["output_path", "overwritten_input", "replaced_atomically", "write_json_atomically", "write_text_atomically"]
+__all__ = ["is_special_file", "output_path", "overwritten_input", "replaced_atomically", "write_json_atomically", "write_text_atomically"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 def run_as_script(main: Callable[[list[str] | None], object]) -> int:
@@ -14,3 +15,20 @@ def run_as_script(main: Callable[[list[str] | None], object]) -> int:
     through `SystemExit`."""
     main(sys.argv[1:])
     return 0
+
+
+def check_model_source(name: str, option: str = "--model") -> None:
+    """Refuse, naming it, a model that is neither a local folder nor a Hub id (org/name), instead of the Hub
+    client's "Repo id must be in the form ..." for a mistyped path."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if Path(name).is_dir():
+        return
+    if Path(name).exists():
+        raise SystemExit(f"{option} {name} is a file; give the model's folder or a Hub id.")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise SystemExit(f"{option}: no model folder or Hub id {name!r}.") from None
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not org/name
+        raise SystemExit(f"{option}: no model folder or Hub id {name!r}.")

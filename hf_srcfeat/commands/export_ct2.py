@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hf_srcfeat.commands import check_model_source
 from hf_srcfeat.integrations.ctranslate2 import export
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="weight type of the export (default: the model's float32)")
     parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     args = parser.parse_args(argv)
+    check_model_source(args.model, "model")
     output, model = Path(args.output), Path(args.model)
     if output.exists() and not output.is_dir():
         parser.error(f"output {args.output} is a file; name a folder for the CTranslate2 model.")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.commands import check_model_source
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f"--batch_size must be at least 1, got {args.batch_size}.")
+    check_model_source(args.model)
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
     if args.output != "-" and any(Path(args.output).resolve() == Path(path).resolve()

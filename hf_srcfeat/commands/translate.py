@@ -26,6 +26,7 @@ import argparse
 import gzip
 import io
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -38,8 +39,14 @@ import torch
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import annotator_from_settings
+from hf_srcfeat.commands import check_model_source
 from hf_srcfeat.conllu import read_conllu
-from hf_srcfeat.safe_writing import overwritten_input, replaced_atomically, write_json_atomically
+from hf_srcfeat.safe_writing import (
+    is_special_file,
+    overwritten_input,
+    replaced_atomically,
+    write_json_atomically,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -93,7 +100,9 @@ class TranslationStatistics:
 def open_binary_input(path: str) -> IO[bytes]:
     if path == "-":
         return sys.stdin.buffer
-    if not Path(path).is_file():
+    if Path(path).is_dir():
+        raise SystemExit(f"--input {path} is a directory; give a file.")
+    if not Path(path).exists():
         raise SystemExit(f"--input {path}: no such file.")
     return cast(IO[bytes], gzip.open(path, "rb")) if path.endswith(".gz") else open(path, "rb")
 
@@ -278,6 +287,9 @@ def format_output(index: int, translations: list[dict], num_return_sequences: in
 
 
 def resolve_device(name: str) -> str:
+    """`--device`: cpu, cuda, cuda:N or auto (cuda when there is one)."""
+    if not (name in ("cpu", "cuda", "auto") or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise SystemExit(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}.")
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -396,6 +408,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--input_format factored and --factor_names go together (the names of the word￨value factors).")
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
+    check_model_source(args.model)
     try:
         check_cache_path(args.annotation_cache)
     except ValueError as error:
@@ -406,13 +419,23 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def count_lines(path: str, input_format: str) -> int | None:
-    if path == "-" or input_format not in ("text", "factored"):
+    """The input's lines, for the progress bar; None for stdin, a FIFO or a process substitution (read once)."""
+    if path == "-" or input_format not in ("text", "factored") or is_special_file(Path(path)):
         return None
     with open_binary_input(path) as stream:
         return sum(1 for _ in stream)
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return translate_files(argv)
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): stop quietly, and keep the interpreter's final flush from failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def translate_files(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_arguments(parser, args)

@@ -1,0 +1,74 @@
+"""Arguments are checked when they are given, with a message naming them: devices, model locations, the
+pipeline's counts; and a reader that goes away (`| head -1`) ends the translate command quietly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import REPO
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--device", "tpu"], "--device must be cpu, cuda, cuda:N or auto, got 'tpu'"),
+    (["--model", "/no/such/model"], "--model: no model folder or Hub id '/no/such/model'"),
+    (["--model", "./typo_folder"], "--model: no model folder or Hub id './typo_folder'"),
+])
+def test_the_translate_command_names_a_bad_device_or_model_location(arguments, message, model_folder, tmp_path,
+                                                                    capsys):
+    from hf_srcfeat.commands.translate import main
+
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n")
+    options = {"--model": str(model_folder), "--input": str(source), "--output": str(tmp_path / "out.de"),
+               "--quiet": None, **dict(zip(arguments[::2], arguments[1::2], strict=True))}
+    argv = [item for name, value in options.items() for item in ([name] if value is None else [name, value])]
+    with pytest.raises(SystemExit, match=message.replace("(", r"\(")):
+        main(argv)
+    assert not (tmp_path / "out.de").exists()
+
+
+def test_a_fifo_or_process_substitution_is_read_and_a_directory_named(model_folder, tmp_path, capsys):
+    from hf_srcfeat.commands.translate import main
+
+    command = (f"{sys.executable} -m hf_srcfeat.commands.translate --model {model_folder} "
+               f"-i <(printf 'A dog runs.\\nA cat sleeps.\\n') -o {tmp_path / 'out.de'} --num_beams 1 --quiet "
+               "--device cpu")
+    subprocess.run(["bash", "-c", command], check=True, cwd=REPO, timeout=600)
+    assert len((tmp_path / "out.de").read_text(encoding="utf-8").splitlines()) == 2
+    with pytest.raises(SystemExit, match=f"--input {tmp_path} is a directory"):
+        main(["--model", str(model_folder), "--input", str(tmp_path), "--quiet", "--device", "cpu"])
+
+
+def test_a_device_may_be_both_input_and_output(model_folder):
+    from hf_srcfeat.commands.translate import main
+
+    assert main(["--model", str(model_folder), "--input", "/dev/null", "--output", "/dev/null", "--quiet",
+                 "--device", "cpu"]) == 0
+
+
+@pytest.mark.parametrize("options", [{"num_beams": 0}, {"max_new_tokens": -1}, {"batch_size": 0},
+                                     {"num_return_sequences": 0}])
+def test_the_pipeline_refuses_counts_below_one_naming_them(options, model_folder):
+    import hf_srcfeat
+
+    translator = hf_srcfeat.pipeline("translation", model=str(model_folder))
+    with pytest.raises(ValueError, match=f"`{next(iter(options))}` must be an integer of at least 1"):
+        translator(["A dog runs."], **options)
+    with pytest.raises(ValueError, match="`num_beams` must be an integer of at least 1"):
+        hf_srcfeat.pipeline("translation", model=str(model_folder), num_beams=0)
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_the_translate_command_quietly(model_folder, test_sentences, tmp_path):
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences * 5), encoding="utf-8")
+    command = (f"{sys.executable} -m hf_srcfeat.commands.translate --model {model_folder} -i {source} "
+               "--batch_size 1 --buffer_size 1 --num_beams 1 --quiet --device cpu | head -1; "
+               "echo status=${PIPESTATUS[0]}")
+    completed = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=REPO, timeout=600)
+    lines = completed.stdout.splitlines()
+    assert len(lines) == 2 and lines[-1] == "status=0"
+    assert "Traceback" not in completed.stderr and "BrokenPipeError" not in completed.stderr
