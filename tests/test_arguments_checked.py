@@ -72,3 +72,37 @@ def test_a_closed_pipe_ends_the_translate_command_quietly(model_folder, test_sen
     lines = completed.stdout.splitlines()
     assert len(lines) == 2 and lines[-1] == "status=0"
     assert "Traceback" not in completed.stderr and "BrokenPipeError" not in completed.stderr
+
+
+# --- Every reader names the file and line ------------------------------------------------------------------------
+
+
+def test_annotate_refuses_a_carriage_return_inside_a_line_naming_it(tmp_path, capsys):
+    from hf_srcfeat.commands import annotate
+
+    source = tmp_path / "input.en"
+    source.write_bytes(b"A dog runs.\nA cat\rsleeps.\n")
+    with pytest.raises(SystemExit, match=r"input.en line 2 holds a carriage return"):
+        annotate.main(["--input", str(source), "--output", str(tmp_path / "out.conllu")])
+    assert not (tmp_path / "out.conllu").exists()
+
+
+def test_a_truncated_gzip_corpus_is_named(tmp_path):
+    import gzip
+
+    from hf_srcfeat.data.corpora import load_file
+
+    for side, text in (("en", "A dog runs.\n" * 2000), ("de", "Ein Hund rennt.\n" * 2000)):
+        data = gzip.compress(text.encode())
+        (tmp_path / f"corpus.{side}.gz").write_bytes(data[:len(data) // 2] if side == "de" else data)
+    with pytest.raises(ValueError, match=r"corpus.de.gz is a truncated or damaged gzip file"):
+        load_file(str(tmp_path / "corpus"), "en", "de")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_source(tmp_path):
+    from hf_srcfeat.data.corpora import load_file
+
+    (tmp_path / "pair.en").write_bytes("\ufeffA dog runs.\nA cat sleeps.\n".encode())
+    (tmp_path / "pair.de").write_text("Ein Hund rennt.\nEine Katze schläft.\n", encoding="utf-8")
+    corpus = load_file(str(tmp_path / "pair"), "en", "de")
+    assert corpus.data[0]["source"] == "A dog runs." and corpus.data[1]["target"] == "Eine Katze schläft."

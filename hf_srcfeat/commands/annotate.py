@@ -19,7 +19,6 @@ killed run, started again, parses only what is still missing; the output file ap
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import sys
 import time
@@ -28,13 +27,18 @@ from pathlib import Path
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.conllu import read_conllu, write_conllu
+from hf_srcfeat.data.corpora import _lines, _one_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
 
 
 def read_sentences(path: str) -> list[str]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        lines = [line.rstrip("\r\n") for line in handle]
+    """The input's lines, split at line feeds only: a carriage return inside a line would otherwise start a new
+    sentence and shift every later parse (an error naming the line); UTF-8, truncated gzip and a byte-order mark
+    handled as for corpora."""
+    try:
+        lines = [_one_line(line, Path(path), number) for number, line in _lines(Path(path))]
+    except ValueError as error:
+        raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
     if empty:
         raise SystemExit(f"{path} line {empty[0]} is empty ({len(empty)} empty lines): a parse needs a sentence.")

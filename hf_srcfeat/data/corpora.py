@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +70,20 @@ def _existing(path: Path) -> Path | None:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file, streamed (a corpus is never held whole), UTF-8 checked."""
+    """(line number, line) of a text file, streamed (a corpus is never held whole), UTF-8 checked; a byte-order mark
+    at the start is dropped, and a truncated or damaged gzip file is an error naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    raise ValueError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
+                yield number, line.removeprefix("\ufeff") if number == 1 else line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ValueError(f"{path} is a truncated or damaged gzip file (after line {number}: {error}).") from None
 
 
 def _check_sentence(text: object, side: str, origin: str, number: int) -> None:
@@ -157,7 +164,8 @@ def read_tsv(path: Path) -> Dataset:
 
 def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
     check_text_pair(source_file, target_file)
-    sides = [load_dataset("text", data_files=str(path), split="train").rename_column("text", side)
+    # utf-8-sig: a byte-order mark at the start of a file is not part of its first sentence.
+    sides = [load_dataset("text", data_files=str(path), split="train", encoding="utf-8-sig").rename_column("text", side)
              for path, side in ((source_file, "source"), (target_file, "target"))]
     return concatenate_datasets(sides, axis=1)
 
