@@ -9,6 +9,8 @@ from transformers import PretrainedConfig
 from .feature_dropout import check_feature_dropout
 
 LAYERNORM_POSITIONS = ("post", "pre")
+#: Sizes beyond this many parameters (400 GB in float32) are refused as a mistake before anything is allocated.
+MAX_PARAMETERS = 10**11
 ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 #: How positions enter the embeddings: Vaswani et al.'s interleaved sin/cos (this project's own models), the
 #: sin | cos halves of Marian (OPUS-MT) and of fairseq (M2M100, NLLB), or a learned table (mBART).
@@ -233,12 +235,38 @@ class SrcFeatTransformerConfig(PretrainedConfig):
                 raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
         if self.init_std is not None:
             check_positive_number("init_std", self.init_std)
+        self.check_size()
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None:
                 check_positive_int(name, value, allow_zero=True)
                 if value >= self.vocab_size:
                     raise ValueError(f"`{name}` ({value}) must be smaller than `vocab_size` ({self.vocab_size}).")
+
+
+    def estimated_parameters(self) -> dict[str, int]:
+        """The backbone's parameters by the argument that sets them (embeddings, encoder and decoder layers),
+        counted from the sizes alone, before anything is allocated."""
+        width, vocabulary = self.d_model, self.vocab_size
+        tables = 1 if self.share_embeddings else 2
+        return {
+            "vocab_size": vocabulary * width * (tables + (0 if self.tie_word_embeddings else 1)),
+            "encoder_layers": self.encoder_layers * (4 * width * width + 2 * width * self.encoder_ffn_dim),
+            "decoder_layers": self.decoder_layers * (8 * width * width + 2 * width * self.decoder_ffn_dim),
+        }
+
+    def check_size(self) -> None:
+        """Refuse, naming the argument, sizes no machine holds (which would otherwise run for minutes before the
+        allocator fails, or take the machine's memory)."""
+        parts = self.estimated_parameters()
+        total = sum(parts.values())
+        if total > MAX_PARAMETERS:
+            # Every part grows with d_model squared or more: a width past any real model's is the culprit.
+            culprit = "d_model" if self.d_model > 65536 else max(parts, key=lambda name: parts[name])
+            raise ValueError(
+                f"`{culprit}`={getattr(self, culprit)} makes about {total:.2g} parameters ({4 * total / 1e12:.2g} TB "
+                f"in float32; d_model {self.d_model}, {self.encoder_layers}+{self.decoder_layers} layers, vocabulary "
+                f"{self.vocab_size}), more than the {MAX_PARAMETERS:.0e} allowed: check the size arguments.")
 
 
 __all__ = ["SrcFeatTransformerConfig"]

@@ -63,3 +63,14 @@ def test_import_registers_the_baseline_with_the_auto_classes():
     assert isinstance(AutoConfig.for_model("srcfeat_transformer"), SrcFeatTransformerConfig)
     assert type(AutoModel.from_config(config)) is hf_srcfeat.SrcFeatTransformerModel
     assert type(AutoModelForSeq2SeqLM.from_config(config)) is hf_srcfeat.SrcFeatTransformerForConditionalGeneration
+
+
+@pytest.mark.parametrize(("sizes", "named"), [
+    ({"encoder_layers": 10**6}, "`encoder_layers`=1000000"),
+    ({"d_model": 10**7, "encoder_attention_heads": 1, "decoder_attention_heads": 1}, "`d_model`=10000000"),
+    ({"vocab_size": 10**9, "share_embeddings": False, "tie_word_embeddings": False}, "`vocab_size`=1000000000"),
+])
+def test_sizes_no_machine_holds_are_refused_by_the_config_naming_the_argument(sizes, named):
+    """Refused from the sizes alone, before a model allocates anything (encoder_layers 10^6 used to run minutes)."""
+    with pytest.raises(ValueError, match=f"{named} makes about"):
+        SrcFeatTransformerConfig(**sizes)
