@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,57 @@ def test_a_byte_order_mark_is_not_part_of_the_first_source(tmp_path):
     (tmp_path / "pair.de").write_text("Ein Hund rennt.\nEine Katze schläft.\n", encoding="utf-8")
     corpus = load_file(str(tmp_path / "pair"), "en", "de")
     assert corpus.data[0]["source"] == "A dog runs." and corpus.data[1]["target"] == "Eine Katze schläft."
+
+
+# --- Waits and removals say what they do ------------------------------------------------------------------------
+
+
+def test_a_sharded_annotate_run_says_which_shards_it_waits_for_and_gives_up_naming_them(tmp_path, capsys):
+    from hf_srcfeat.commands.annotate import DEFAULT_MERGE_TIMEOUT, merge_shards, shard_path
+
+    output = str(tmp_path / "train.en.conllu")
+    Path(shard_path(output, 0, 2)).write_text("")
+    with pytest.raises(SystemExit, match=r"shards \[.*shard-1-of-2.*\] did not appear within 0 s"):
+        merge_shards(output, 2, timeout=0.2)
+    assert "waiting for 1 of 2 shards" in capsys.readouterr().err
+    assert DEFAULT_MERGE_TIMEOUT <= 2 * 3600  # not a day of silence
+
+
+def test_overwrite_output_dir_unlinks_symlinked_run_files_without_following_them(tmp_path):
+    from hf_srcfeat.commands.train import clear_previous_run
+
+    kept = tmp_path / "elsewhere"
+    (kept / "checkpoint-9").mkdir(parents=True)
+    (kept / "checkpoint-9" / "model.safetensors").write_text("someone else's")
+    (kept / "results.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint-1").symlink_to(kept / "checkpoint-9")
+    (run / "results.json").symlink_to(kept / "results.json")
+    (run / "config.json").write_text("{}")
+    removed = clear_previous_run(run)
+    assert {"checkpoint-1", "results.json", "config.json"} <= set(removed)
+    assert (kept / "checkpoint-9" / "model.safetensors").exists() and (kept / "results.json").exists()
+    assert not any(run.iterdir())
+
+
+def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_them(tmp_path):
+    import subprocess as git_process
+
+    from hf_srcfeat.commands.publish import commit_to_mirror
+
+    kept = tmp_path / "elsewhere"
+    kept.mkdir()
+    (kept / "weights.bin").write_text("someone else's")
+    repository = tmp_path / "mirror" / "models" / "org" / "name"
+    repository.mkdir(parents=True)
+    git_process.run(["git", "init", "-q", "-b", "main"], cwd=repository, check=True)
+    (repository / "old_folder").symlink_to(kept)
+    (repository / "old_file").symlink_to(kept / "weights.bin")
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    commit_to_mirror(folder, tmp_path / "mirror", "org/name")
+    assert (kept / "weights.bin").read_text() == "someone else's"
+    assert not (repository / "old_folder").exists() and not (repository / "old_file").exists()
+    assert (repository / "config.json").exists()

@@ -30,6 +30,10 @@ from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.corpora import _lines, _one_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
 
+#: Seconds shard 0 waits for the others before giving up, and between its messages about the wait.
+DEFAULT_MERGE_TIMEOUT = 2 * 3600
+WAIT_MESSAGE_EVERY = 60.0
+
 
 def read_sentences(path: str) -> list[str]:
     """The input's lines, split at line feeds only: a carriage return inside a line would otherwise start a new
@@ -64,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_proc", type=int, default=1, help="worker processes on this machine (default 1)")
     parser.add_argument("--shard_index", type=int, default=None, help="this shard (default: $RANK, else 0)")
     parser.add_argument("--num_shards", type=int, default=None, help="shards in all (default: $WORLD_SIZE, else 1)")
-    parser.add_argument("--merge_timeout", type=float, default=24 * 3600,
-                        help="seconds shard 0 waits for the other shards before giving up (default one day)")
+    parser.add_argument("--merge_timeout", type=float, default=DEFAULT_MERGE_TIMEOUT,
+                        help="seconds shard 0 waits for the other shards before giving up (default two hours)")
     parser.add_argument("--report_json", default=None, help="write the counts and the time to this JSON file")
     args = parser.parse_args(argv)
     shard = args.shard_index if args.shard_index is not None else int(os.environ.get("RANK", 0))
@@ -126,12 +130,19 @@ def merge_shards(output: str, shards: int, timeout: float) -> None:
     """Wait for every shard file, then write them interleaved back into the input's order (shard k holds lines
     k, k + shards, ...), and remove the shards."""
     paths = [shard_path(output, shard, shards) for shard in range(shards)]
-    deadline = time.monotonic() + timeout
-    while not all(Path(path).exists() for path in paths):
-        if time.monotonic() > deadline:
-            missing = [path for path in paths if not Path(path).exists()]
-            raise SystemExit(f"annotate: shards {missing} did not appear within {timeout:.0f} s; not merging.")
-        time.sleep(2)
+    started = time.monotonic()
+    last_said = -WAIT_MESSAGE_EVERY
+    while missing := [path for path in paths if not Path(path).exists()]:
+        waited = time.monotonic() - started
+        if waited > timeout:
+            raise SystemExit(f"annotate: shards {missing} did not appear within {timeout:.0f} s; not merging "
+                             "(are the other ranks running? a stray WORLD_SIZE in the environment starts a sharded "
+                             "run; --num_shards 1 parses everything here).")
+        if waited - last_said >= WAIT_MESSAGE_EVERY:  # say what the wait is for, now and then
+            print(f"annotate: waiting for {len(missing)} of {shards} shards ({', '.join(missing)}); giving up after "
+                  f"{timeout:.0f} s (--merge_timeout).", file=sys.stderr, flush=True)
+            last_said = waited
+        time.sleep(min(2.0, max(timeout - waited, 0.05)))
     parts = [list(read_conllu(path)) for path in paths]
     merged = [parts[index % shards][index // shards] for index in range(sum(len(part) for part in parts))]
     write_atomically(merged, output)

@@ -219,8 +219,8 @@ def commit_to_mirror(folder: Path, mirror: Path, repo_id: str) -> Path:
     if not (repository / ".git").exists():
         subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repository, check=True)
     for entry in repository.iterdir():  # the new commit holds exactly the published files
-        if entry.name != ".git":
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if entry.name != ".git":  # a symlinked entry is unlinked, never followed
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     shutil.copytree(folder, repository, dirs_exist_ok=True)
     add_mirror_placeholders(repository)
     subprocess.run(git + ["add", "-A"], cwd=repository, check=True)

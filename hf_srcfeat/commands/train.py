@@ -350,7 +350,8 @@ def clear_previous_run(output_dir: Path) -> list[str]:
     removed = []
     for pattern in RUN_OUTPUTS:
         for path in sorted(output_dir.glob(pattern)):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            # A symlinked entry is unlinked, never followed: what it points to belongs to someone else.
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(path.name)
     return removed
 
