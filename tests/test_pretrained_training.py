@@ -135,8 +135,9 @@ def test_freeze_pretrained_trains_only_the_added_parameters_until_unfrozen(maria
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--freeze_pretrained"], "only apply with --init_from"),
     (["--init_from", "x", "--model_name_or_path", "y"], "--init_from and --model_name_or_path"),
-    (["--init_from", "x", "--unfreeze_after_steps", "5"], "needs --freeze_pretrained"),
-    (["--init_from", "x", "--added_learning_rate", "-1"], "positive number"),
+    (["--init_from", "x", "--model_type", "deps_san", "--unfreeze_after_steps", "5"], "needs --freeze_pretrained"),
+    (["--init_from", "x", "--model_type", "deps_san", "--added_learning_rate", "-1"], "positive number"),
+    (["--init_from", "x", "--freeze_pretrained"], "srcfeat_transformer adds nothing"),
 ])
 def test_pretrained_start_options_are_checked_before_any_work(arguments, message, tmp_path):
     with pytest.raises(SystemExit, match=message):
@@ -272,3 +273,17 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     frozen = json.loads((tmp_path / "results" / "deps_san_frozen_seed1.json").read_text())
     assert frozen["freeze_pretrained"] and frozen["model_type"] == "deps_san" and frozen["code_version"]
     assert "test_bleu" in frozen["test_metrics"] and "p_value" in frozen["significance_vs_continued"]
+
+
+def test_overwrite_output_dir_removes_a_wrapped_tokenizer_so_a_new_start_builds_its_own(tmp_path):
+    """Left behind, the earlier run's settings would make the new --init_from run reuse its tokenizer."""
+    from hf_srcfeat.tokenization_pretrained_source_features import BASE_FOLDER, SETTINGS_FILE
+
+    run = tmp_path / "run"
+    (run / BASE_FOLDER).mkdir(parents=True)
+    (run / BASE_FOLDER / "vocab.json").write_text("{}")
+    for name in (SETTINGS_FILE, "feature_vocab.json", "notes.txt"):
+        (run / name).write_text("{}")
+    removed = train.clear_previous_run(run)
+    assert {SETTINGS_FILE, BASE_FOLDER, "feature_vocab.json"} <= set(removed)
+    assert sorted(path.name for path in run.iterdir()) == ["notes.txt"]

@@ -249,7 +249,9 @@ def parameter_fingerprint(model: torch.nn.Module) -> str:
 RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "feature_vocab.json",
                "config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
-               "training_args.json", "parameters_rank*.json", "checkpoint-*")
+               "training_args.json", "parameters_rank*.json", "checkpoint-*",
+               # a tokenizer wrapping a pretrained checkpoint's (--init_from): its settings and the checkpoint's files
+               "source_features_config.json", "checkpoint_tokenizer")
 
 
 def check_pretrained_start(model_args: ModelArguments) -> None:
@@ -264,6 +266,11 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
     for name in ("model_name_or_path", "tokenizer_name_or_path"):
         if getattr(model_args, name):
             raise SystemExit(f"--init_from and --{name} both say where to start; give one.")
+    if model_args.model_type == "srcfeat_transformer" and (model_args.freeze_pretrained
+                                                           or model_args.added_learning_rate is not None):
+        raise SystemExit("--freeze_pretrained and --added_learning_rate concern what a method adds; --model_type "
+                         "srcfeat_transformer adds nothing to the checkpoint (with --freeze_pretrained nothing would "
+                         "train).")
     if model_args.added_learning_rate is not None and not (math.isfinite(model_args.added_learning_rate)
                                                            and model_args.added_learning_rate > 0):
         raise SystemExit(f"--added_learning_rate must be a positive number, got {model_args.added_learning_rate}.")
