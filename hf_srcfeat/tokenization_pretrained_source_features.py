@@ -16,7 +16,6 @@ checkpoint tokenizer's own, untouched.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from .tokenization_source_features import (
     SourceFeatureTokenizer,
     check_same_text,
     pad_feature_columns,
+    vocabulary_fingerprint,
     word_features,
 )
 
@@ -203,8 +203,7 @@ class PretrainedSourceFeatureTokenizer:
 
     def fingerprint(self) -> str:
         """SHA-256 (16 hex digits) of the subword and feature vocabularies, as `SourceFeatureTokenizer`'s."""
-        content = {"subwords": sorted(self.base.get_vocab().items()), "features": self.feature_vocabularies.to_dict()}
-        return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+        return vocabulary_fingerprint(self.base.get_vocab(), self.feature_vocabularies)
 
     @property
     def annotator(self) -> Annotator:
@@ -276,18 +275,13 @@ class PretrainedSourceFeatureTokenizer:
             else None
         rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, return_dep_distance)
                 for one, sentence in zip(texts, sentences, strict=True)]
+        data: dict[str, Any]
         if padding not in (False, None, "do_not_pad"):
-            longest = max(len(row["input_ids"]) for row in rows)
-            target = max_length if padding == "max_length" and max_length else longest
-            left = self.base.padding_side == "left"
-            for row in rows:
-                difference = target - len(row["input_ids"])
-                if difference > 0:
-                    length = len(row["input_ids"])
-                    for name, fill in (("input_ids", self.base.pad_token_id), ("attention_mask", 0)):
-                        row[name] = [fill] * difference + row[name] if left else row[name] + [fill] * difference
-                    pad_feature_columns(row, length, difference, left)
-        data: dict[str, Any] = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
+            # Truncation is done: max_length is a padding length only with padding="max_length".
+            data = dict(self.pad(rows, padding=padding, max_length=max_length if padding == "max_length" else None))
+            data = data if batched else {name: values[0] for name, values in data.items()}
+        else:
+            data = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
         if text_target is not None:
             data["labels"] = self.base(text_target=text_target, **options)["input_ids"]
         return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)

@@ -120,9 +120,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
     def fingerprint(self) -> str:
         """SHA-256 (16 hex digits) of the subword vocabulary and the feature vocabularies: what a model trained with
         this tokenizer records (`tokenizer_fingerprint` in its config), so a different tokenizer is noticed."""
-        content = {"subwords": sorted(self.get_vocab().items()),
-                   "features": self.feature_vocabularies.to_dict() if self.feature_vocabularies else None}
-        return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+        return vocabulary_fingerprint(self.get_vocab(), self.feature_vocabularies)
 
     # ---------------------------------------------------------------- annotation
 
@@ -353,6 +351,13 @@ def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left
         rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
         blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
         encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+
+
+def vocabulary_fingerprint(subwords: dict[str, int], feature_vocabularies: FeatureVocabularies | None) -> str:
+    """SHA-256 (16 hex digits) of a subword vocabulary and the feature vocabularies."""
+    content = {"subwords": sorted(subwords.items()),
+               "features": feature_vocabularies.to_dict() if feature_vocabularies else None}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def word_features(vocabularies: FeatureVocabularies, sentence: AnnotatedSentence,

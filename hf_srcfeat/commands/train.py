@@ -56,6 +56,7 @@ from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
+    SETTINGS_FILE,
     PretrainedSourceFeatureTokenizer,
     load_tokenizer,
 )
@@ -538,11 +539,6 @@ def pretrained_tokenizer(model_args: ModelArguments, data_args: DataArguments, t
                          annotator):
     """The `--init_from` checkpoint's own tokenizer with feature vocabularies from the training sources (or the one
     an earlier run of this output_dir saved)."""
-    from hf_srcfeat.tokenization_pretrained_source_features import (
-        SETTINGS_FILE,
-        PretrainedSourceFeatureTokenizer,
-    )
-
     if (Path(training_args.output_dir) / SETTINGS_FILE).exists():
         return PretrainedSourceFeatureTokenizer.from_pretrained(training_args.output_dir)
     languages = {name: code for name, code in (("src_lang", model_args.source_lang_code),
