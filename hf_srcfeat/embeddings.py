@@ -37,17 +37,17 @@ def sinusoidal_halves_encoding(positions: torch.Tensor, d_model: int, fairseq: b
     """[sin | cos] halves instead of interleaved columns. Marian (`fairseq=False`) uses Vaswani's angles
     pos / 10000^(2i/d); fairseq (M2M100, NLLB) uses pos / 10000^(i / (d/2 - 1)). An odd `d_model` leaves Marian's
     extra sine column and fairseq's zero column last, as those implementations do."""
+    if not fairseq:  # Vaswani's sinusoids, the sine columns first
+        interleaved = sinusoidal_position_encoding(positions, d_model)
+        return torch.cat([interleaved[..., 0::2], interleaved[..., 1::2]], dim=-1)
     half = d_model // 2
-    if fairseq:
-        exponent = torch.arange(half, device=positions.device, dtype=torch.float32) / max(half - 1, 1)
-    else:
-        exponent = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32) / d_model
+    exponent = torch.arange(half, device=positions.device, dtype=torch.float32) / max(half - 1, 1)
     inverse_frequency = torch.exp(exponent * -math.log(10000.0))
     angles = positions.to(torch.float32)[..., None] * inverse_frequency
     sines = torch.sin(angles)
     cosines = torch.cos(angles[..., :half])
     encoding = torch.cat([sines, cosines], dim=-1)
-    if encoding.shape[-1] < d_model:  # fairseq's odd width: a zero column
+    if encoding.shape[-1] < d_model:  # an odd width: a zero column
         encoding = torch.nn.functional.pad(encoding, (0, d_model - encoding.shape[-1]))
     return encoding
 

@@ -156,11 +156,11 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
 
     def forward(self, input_ids: torch.Tensor | None, features: SourceFeatures,
                 attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        groups = self.group_representations(input_ids, features, attention_mask, inputs_embeds)
+        words = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
+        groups = self.group_representations(input_ids, features, attention_mask, inputs_embeds=words)
         diverse = torch.cat(list(groups.values()), dim=-1)  # Eq. (7)
         if self.graft_gate is None:
             return self.dropout(diverse)
-        words = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         positions = source_positions(attention_mask, words.shape[0], words.shape[1], words.device)
         trained = self.with_positions(words, positions)  # the grafted-onto model's representation (with dropout)
         return self.graft_gate.mix(0, trained, self.dropout(diverse))

@@ -26,19 +26,16 @@ MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
 
 
 
-#: Generation and batching options that count something: at least 1.
-COUNTS = ("num_beams", "max_new_tokens", "num_return_sequences", "batch_size", "min_new_tokens")
+#: Generation and batching options that count something, and their smallest value.
+COUNTS = {"num_beams": 1, "max_new_tokens": 1, "num_return_sequences": 1, "batch_size": 1, "min_new_tokens": 0}
 
 
 def check_generation_options(options: dict) -> None:
-    """Refuse, naming the option, a count below 1 (num_beams=0 would divide by zero inside generate)."""
-    for name in COUNTS:
+    """Refuse, naming the option, a count below its minimum (num_beams=0 would divide by zero inside generate)."""
+    for name, smallest in COUNTS.items():
         value = options.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_new_tokens" else 1):
-            raise ValueError(f"`{name}` must be an integer of at least {0 if name == 'min_new_tokens' else 1}, "
-                             f"got {value!r}.")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
+            raise ValueError(f"`{name}` must be an integer of at least {smallest}, got {value!r}.")
 
 class SourceFeatureTranslationPipeline(Pipeline):
     """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.
@@ -68,7 +65,6 @@ class SourceFeatureTranslationPipeline(Pipeline):
     def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
                              truncation: bool | None = None, parse: bool | None = None, **generate_kwargs):
         postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
-        check_generation_options(generate_kwargs)
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
         preprocess = {} if truncation is None else {"truncation": truncation}

@@ -4,8 +4,9 @@ module's `main(argv)` is one command."""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -32,3 +33,11 @@ def check_model_source(name: str, option: str = "--model") -> None:
         raise SystemExit(f"{option}: no model folder or Hub id {name!r}.") from None
     if name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not org/name
         raise SystemExit(f"{option}: no model folder or Hub id {name!r}.")
+
+
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Refuse, naming it, a count option (batch size, beams, processes, ...) below 1, before any work."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be at least 1, got {value}.")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
+from hf_srcfeat.commands import check_counts
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.corpora import _lines, _one_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
@@ -76,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     shards = args.num_shards if args.num_shards is not None else int(os.environ.get("WORLD_SIZE", 1))
     if not 0 <= shard < shards:
         parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
-    for name in ("batch_size", "num_proc"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}.")
+    check_counts(parser, args, ("batch_size", "num_proc"))
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
                                 {"input": args.input, "--annotation_cache": args.annotation_cache})
     if problem:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.commands import check_model_source
+from hf_srcfeat.commands import check_counts, check_model_source
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
@@ -77,8 +77,7 @@ def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSente
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch_size must be at least 1, got {args.batch_size}.")
+    check_counts(parser, args, ("batch_size",))
     check_model_source(args.model)
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")

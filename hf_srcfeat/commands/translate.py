@@ -39,7 +39,7 @@ import torch
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import annotator_from_settings
-from hf_srcfeat.commands import check_model_source
+from hf_srcfeat.commands import check_counts, check_model_source
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.safe_writing import (
     is_special_file,
@@ -391,10 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}.")
+    check_counts(parser, args, ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size"))
     if args.length_penalty is not None and not math.isfinite(args.length_penalty):
         parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}.")
     if args.num_return_sequences > args.num_beams:
