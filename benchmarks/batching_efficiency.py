@@ -15,7 +15,6 @@ machine's float32 matmul peak on the same threads (a large square product timed 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 
 from benchmarks import benchmark
 from hf_srcfeat.commands import train
+from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def matmul_peak(size: int = 1024, repeats: int = 20) -> float:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             "useful_fraction_of_peak": round(total["useful_flops"] / total["seconds"] / peak, 3)}
         print(kind, result[kind], flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    write_json_atomically(args.output, result)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from filelock import FileLock
 
 from hf_srcfeat.commands import train
 from hf_srcfeat.metrics.translation_scores import corpus_scores, paired_bootstrap
-from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -340,7 +340,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         sources = list(read_conllu(source_parse_file(args, "test_2016_flickr")))[:len(sources)]
     beam_hypotheses, beam_seconds = translate(model, tokenizer, sources, num_beams=TEST_NUM_BEAMS)
     _, greedy_seconds = translate(model, tokenizer, sources, num_beams=1)
-    (folder / "test_predictions.beam4.txt").write_text("\n".join(beam_hypotheses) + "\n", encoding="utf-8")
+    write_text_atomically(folder / "test_predictions.beam4.txt", "\n".join(beam_hypotheses) + "\n")
 
     train_pairs = load_multi30k("train", *language_pair(args), args.data_dir)
     tokens_per_sentence = mean_target_tokens(tokenizer, list(train_pairs["target"]))

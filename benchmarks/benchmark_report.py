@@ -19,6 +19,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from hf_srcfeat.safe_writing import write_text_atomically
+
 REPO = Path(__file__).resolve().parents[1]
 README_START, README_END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
 #: The documentation page whose results section `--update_docs` rewrites.
@@ -432,7 +434,7 @@ def replace_readme_section(readme: Path, text: str, start: str = README_START, e
         raise SystemExit(f"{readme} has no {start} ... {end} section to replace.")
     before, rest = content.split(start, 1)
     _, after = rest.split(end, 1)
-    readme.write_text(f"{before}{start}\n{text}\n{end}{after}")
+    write_text_atomically(readme, f"{before}{start}\n{text}\n{end}{after}")
 
 
 def plot_link(plot: Path, page: Path) -> str:
@@ -467,7 +469,7 @@ def main(argv: list[str] | None = None) -> str:
     plot_validation_loss(by_system, plot)
     options = {"longer_baselines": longer_baselines, "planned_systems": args.systems, "results_dir": args.results_dir}
     text = report(by_system, plot.name, args.seeds, speed_file, **options)
-    args.output.write_text(text + "\n")
+    write_text_atomically(args.output, text + "\n")
     if args.update_docs:
         replace_readme_section(args.docs_page, report(by_system, plot_link(plot, args.docs_page), args.seeds,
                                                       speed_file, **options))

@@ -32,6 +32,7 @@ import hf_srcfeat
 from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.commands.train import MODEL_CONFIGS, code_version, feature_vocabulary_arguments
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
                     entry[key + "_sentences_per_second"] / reference[key + "_sentences_per_second"], 3)
         results["rounds_done"] = round_index + 1
         partial = Path(args.output + ".partial")  # replaced in one step: readers never see half a file
-        partial.write_text(json.dumps(results, indent=2))
+        write_json_atomically(partial, results)
         os.replace(partial, args.output)
     print(json.dumps({label: {k: v for k, v in entry.items() if k != "config"}
                       for label, entry in results["models"].items()}, indent=2))

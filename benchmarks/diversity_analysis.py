@@ -21,8 +21,6 @@ undefined (n/a). `--include_same_head` restores the literal sum. "Average" is th
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -30,6 +28,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import hf_srcfeat  # noqa: F401  (registers the model classes)
 from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def head_groups(config) -> dict[str, list[int]]:
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
               "groups": head_groups(model.config), "include_same_head": args.include_same_head, "similarity": matrix,
               "average": average_similarity(matrix), "code_version": code_version()}
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=2))
+        write_json_atomically(args.output, result)
     return result
 
 

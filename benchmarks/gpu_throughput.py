@@ -27,6 +27,7 @@ import torch
 
 from benchmarks import benchmark
 from hf_srcfeat.commands import train
+from hf_srcfeat.safe_writing import write_json_atomically
 
 #: Model sizes: the CPU benchmark's, and Transformer-base (Vaswani et al. 2017) as the papers use it.
 SIZES = {
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         del trainees
         torch.cuda.empty_cache()
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2))
+        write_json_atomically(args.output, result)
 
 if __name__ == "__main__":
     main()

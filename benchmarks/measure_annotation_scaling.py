@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hf_srcfeat.safe_writing import write_json_atomically
+
 
 def main(argv: list[str] | None = None) -> None:
     import torch
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
               "command": "python -m benchmarks.measure_annotation_scaling " + " ".join(argv if argv is not None
                                                                                      else sys.argv[1:]),
               "runs": runs}
-    args.output.write_text(json.dumps(result, indent=2))
+    write_json_atomically(args.output, result)
 
 
 if __name__ == "__main__":

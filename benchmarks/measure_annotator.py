@@ -23,6 +23,7 @@ from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.multi30k import load_multi30k
 from hf_srcfeat.metrics.parse_accuracy import annotation_scores
+from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def accuracy(ewt_file: Path, model_dir: str | None) -> dict:
@@ -65,7 +66,7 @@ def main() -> None:
         "ewt_test": accuracy(Path(args.ewt_dir) / "en_ewt-ud-test.conllu.gz", args.model_dir),
         f"multi30k_{args.multi30k_split}": throughput(texts, args.model_dir),
     }
-    Path(args.output).write_text(json.dumps(results, indent=2))
+    write_json_atomically(args.output, results)
     print(json.dumps(results, indent=2))
 
 

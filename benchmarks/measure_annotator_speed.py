@@ -12,15 +12,14 @@ Both run on one thread without the cache; after loading both pipelines (timed ap
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
 from hf_srcfeat import SpacyAnnotator, StanzaAnnotator
 from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
                        for name, (annotator, _) in annotators.items()},
         "code_version": code_version(),
     }
-    Path(args.output).write_text(json.dumps(result, indent=1))
+    write_json_atomically(args.output, result, indent=1)
     for name, row in result["annotators"].items():
         print(f"{name}: {row['sentences_per_second']} sentences/s, {row['words_per_second']} words/s")
     return result

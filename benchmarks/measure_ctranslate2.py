@@ -14,7 +14,6 @@ each on one thread. The source tokens are prepared once, outside the timings: on
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import hf_srcfeat  # noqa: F401  (registers the model classes)
 from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
+from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def pytorch_decode(model, tokenizer, sources: list[str], batch_size: int, num_beams: int, max_new_tokens: int
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
               "threads": 1, "greedy_float32_identical": identical, "timings": table,
               "torch": torch.__version__, "ctranslate2": __import__("ctranslate2").__version__,
               "code_version": code_version()}
-    Path(args.output).write_text(json.dumps(result, indent=1))
+    write_json_atomically(args.output, result, indent=1)
     for key, row in table.items():
         print(f"{key}: {row['sentences_per_second']} sent/s, {row['speedup_over_pytorch']}x")
     return result

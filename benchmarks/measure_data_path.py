@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hf_srcfeat.safe_writing import write_json_atomically
+
 
 def measure(pairs: int, tokenizer_dir: str, source_conllu: str, with_matrix: bool) -> dict:
     """Run in a fresh process: preprocess `pairs` pairs, return bytes per example and peak RSS."""
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     smallest, largest = result["heads_stored"][0], result["heads_stored"][-1]
     result["peak_rss_ratio_largest_to_smallest"] = round(largest["peak_rss_mib"] / smallest["peak_rss_mib"], 3)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    write_json_atomically(args.output, result)
     print(json.dumps(result, indent=2))
 
 

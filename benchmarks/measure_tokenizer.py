@@ -24,6 +24,7 @@ import torch
 from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
 
@@ -48,7 +49,7 @@ def main() -> None:
                      "data_files": [str(multi30k_file("train", lang)) for lang in ("en", "de")]}
 
     def save() -> None:
-        output.write_text(json.dumps(results, indent=2))
+        write_json_atomically(output, results)
 
     pairs = load_multi30k("train", limit=args.limit)
     sources, targets = list(pairs["source"]), list(pairs["target"])

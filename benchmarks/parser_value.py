@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.benchmark_report import replace_readme_section, run_label, run_order
+from hf_srcfeat.safe_writing import write_json_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 README_START, README_END = "<!-- parser-value:start -->", "<!-- parser-value:end -->"
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
               "command": " ".join(["python -m benchmarks.parser_value", *(argv if argv is not None else sys.argv[1:])]),
               "runs": values}
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_json_atomically(args.output, result)
     if args.update_docs:
         replace_readme_section(args.docs_page, table(values), README_START, README_END)
     print(table(values))

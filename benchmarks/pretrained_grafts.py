@@ -3,6 +3,8 @@
 training of that model.
 
     python -m benchmarks.pretrained_grafts pretrain     # the stand-in checkpoint: MarianMTModel on Multi30k en->de
+    python -m benchmarks.pretrained_grafts check        # its conversion again (part of `pretrain`)
+    python -m benchmarks.pretrained_grafts adopt        # a pretraining stopped early: its best checkpoint
     python -m benchmarks.pretrained_grafts run --seeds 1 2
 
 No pretrained checkpoint can be downloaded here, so the stand-in is made the way a user's was: Transformers' own
@@ -88,14 +90,12 @@ def pretrain(args: argparse.Namespace) -> dict:
 
     from hf_srcfeat.commands.train import code_version
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
-    from hf_srcfeat.pretrained_checkpoints import convert_pretrained
 
     torch.set_num_threads(args.threads)
     set_seed(args.seed)
     folder = args.runs_dir / "marian_multi30k"
     train_pairs = load_multi30k("train", "en", "de", args.data_dir, args.max_train_samples)
     validation = load_multi30k("val", "en", "de", args.data_dir, args.max_eval_samples)
-    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir, args.max_test_samples)
     tokenizer = train_sentencepiece_tokenizer(folder / "tokenizer_work", list(train_pairs["source"]),
                                               list(train_pairs["target"]), args.vocab_size)
     size = {**MARIAN_SIZE, **(json.loads(args.size) if args.size else {})}
@@ -121,11 +121,64 @@ def pretrain(args: argparse.Namespace) -> dict:
     trainer.train()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    result = {"code_version": code_version(), "seed": args.seed, "marian_config": config.to_dict(),
+              "data_files": [str(multi30k_file(split, lang, args.data_dir)) for split in ("train", "val")
+                             for lang in ("en", "de")],
+              "vocab_size": len(tokenizer), "pretrain_max_steps": args.pretrain_max_steps,
+              "global_step": trainer.state.global_step, "best_eval_loss": trainer.state.best_metric,
+              "best_checkpoint": trainer.state.best_model_checkpoint,
+              "stopped_early": trainer.state.global_step < args.pretrain_max_steps,
+              "log_history": trainer.state.log_history}
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(args.results_dir / "pretrained.json", result)
+    return check_conversion(args)
 
-    # The conversion must translate as the Marian model does.
-    model.eval()
+
+def adopt_best_checkpoint(args: argparse.Namespace) -> dict:
+    """A pretraining stopped before its end (the time a session had): its best saved checkpoint by validation loss
+    becomes the stand-in, and pretrained.json records the steps it had and that it was stopped."""
+    import shutil
+
+    from hf_srcfeat.commands.train import code_version
+
+    folder = args.runs_dir / "marian_multi30k"
+    checkpoints = sorted((folder / "training").glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    if not checkpoints:
+        raise SystemExit(f"no checkpoint in {folder / 'training'} to adopt.")
+    state = json.loads((checkpoints[-1] / "trainer_state.json").read_text())
+    best = Path(state.get("best_model_checkpoint") or checkpoints[-1])
+    for file in best.iterdir():
+        if file.is_file() and not file.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state",
+                                                         "training_args")):
+            shutil.copy2(file, folder / file.name)
+    config = json.loads((folder / "config.json").read_text())
+    result = {"code_version": code_version(), "seed": args.seed, "marian_config": config,
+              "vocab_size": config["vocab_size"], "pretrain_max_steps": args.pretrain_max_steps,
+              "global_step": state["global_step"], "best_eval_loss": state.get("best_metric"),
+              "best_checkpoint": str(best), "stopped_early": False,
+              "stopped_by_hand": f"at step {state['global_step']} of at most {args.pretrain_max_steps}: the time "
+                                 "this machine had; the best checkpoint by validation loss is the stand-in",
+              "log_history": state["log_history"]}
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(args.results_dir / "pretrained.json", result)
+    return check_conversion(args)
+
+
+def check_conversion(args: argparse.Namespace) -> dict:
+    """The stand-in's conversion into the zoo's backbone must translate test_2016_flickr as the Marian model
+    does (beam 4); the count of identical translations goes into pretrained.json."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.pretrained_checkpoints import convert_pretrained
+
+    torch.set_num_threads(args.threads)
+    folder = args.runs_dir / "marian_multi30k"
+    model = MarianMTModel.from_pretrained(folder).eval()
+    tokenizer = MarianTokenizer.from_pretrained(folder)
     converted = convert_pretrained(str(folder))
-    sources = list(test["source"])
+    sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, args.max_test_samples)["source"])
     identical = 0
     for start in range(0, len(sources), 50):
         batch = tokenizer(sources[start:start + 50], padding=True, return_tensors="pt")
@@ -133,19 +186,18 @@ def pretrain(args: argparse.Namespace) -> dict:
             expected = model.generate(**batch, num_beams=4, max_new_tokens=64)
             got = converted.generate(**batch, num_beams=4, max_new_tokens=64)
         identical += sum(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
-    result = {"code_version": code_version(), "seed": args.seed, "marian_config": config.to_dict(),
-              "data_files": [str(multi30k_file(split, lang, args.data_dir)) for split in ("train", "val")
-                             for lang in ("en", "de")],
-              "vocab_size": len(tokenizer), "global_step": trainer.state.global_step,
-              "best_eval_loss": trainer.state.best_metric, "best_checkpoint": trainer.state.best_model_checkpoint,
-              "stopped_early": trainer.state.global_step < args.pretrain_max_steps,
-              "log_history": trainer.state.log_history,
-              "conversion_check": {"sentences": len(sources), "identical_beam4_translations": identical}}
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "pretrained.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    result = json.loads((args.results_dir / "pretrained.json").read_text())
+    result["conversion_check"] = {"sentences": len(sources), "identical_beam4_translations": identical}
+    write_json(args.results_dir / "pretrained.json", result)
     if identical != len(sources):
         raise SystemExit(f"the converted model translates {len(sources) - identical} test sentences differently.")
     return result
+
+
+def write_json(path: Path, data: dict) -> None:
+    from hf_srcfeat.safe_writing import write_json_atomically
+
+    write_json_atomically(path, data, default=str)
 
 
 def run_arms(args: argparse.Namespace) -> None:
@@ -191,7 +243,7 @@ def run_arms(args: argparse.Namespace) -> None:
                 translate(["--model", str(output_dir), "--input", str(source), "--output",
                            str(blind / source.name.replace(".en.gz", ".de")), "--quiet", "--device", "cpu"])
             args.results_dir.mkdir(parents=True, exist_ok=True)
-            result_file.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            write_json(result_file, result)
             print(f"{arm} seed {seed}: {result['test_metrics']}", flush=True)
 
 
@@ -199,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["pretrain", "run"])
+    parser.add_argument("command", choices=["pretrain", "adopt", "check", "run"])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "pretrained_grafts")
     parser.add_argument("--results_dir", type=Path, default=REPO / "benchmarks" / "results" / "pretrained_grafts")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
@@ -221,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "pretrain":
         pretrain(args)
+    elif args.command == "adopt":
+        adopt_best_checkpoint(args)
+    elif args.command == "check":
+        check_conversion(args)
     else:
         run_arms(args)
     return 0

@@ -38,7 +38,10 @@ class AnnotationCache:
     def connection(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # no such folder can be made: the same as a file that cannot be opened
+                raise sqlite3.OperationalError(f"cannot create {self.path.parent}: {error.strerror}") from error
             connection = sqlite3.connect(self.path, timeout=self.lock_timeout)
             connection.execute("CREATE TABLE IF NOT EXISTS annotations (key TEXT PRIMARY KEY, value TEXT)")
             self._local.connection = connection
@@ -79,7 +82,12 @@ class AnnotationCache:
                 rows = self.connection.execute(
                     f"SELECT key, value FROM annotations WHERE key IN ({','.join('?' * len(chunk))})", chunk)
                 for key, value in rows:
-                    found[keys[key]] = AnnotatedSentence.from_json(value)
+                    try:
+                        sentence = AnnotatedSentence.from_json(value)
+                        sentence.check()
+                    except (ValueError, TypeError, KeyError, IndexError):
+                        continue  # a damaged row is a miss: the text is parsed again and its row replaced
+                    found[keys[key]] = sentence
         except sqlite3.DatabaseError as error:
             self._unusable(error)
         return found

@@ -17,6 +17,10 @@ from .annotation_cache import AnnotationCache, default_cache_path
 ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
 
 
+class AnnotatorLoadError(RuntimeError):
+    """The parser's models cannot be loaded: nothing can be parsed, a failure of the whole run, not of one text."""
+
+
 class Annotator:
     """What every annotator shares: one text = one tree, validation of the texts, the on-disk cache, batching,
     the progress bar, worker processes and thread safety. A backend (Stanza, spaCy, ...) subclasses it and
@@ -93,7 +97,13 @@ class Annotator:
     @property
     def pipeline(self):
         if self._pipeline is None:
-            self._pipeline = self.load()
+            try:
+                self._pipeline = self.load()
+            except AnnotatorLoadError:
+                raise
+            except Exception as error:  # noqa: BLE001 - whatever the backend raises, the parser is unavailable
+                raise AnnotatorLoadError(f"the {self.backend} annotator ({self.language}) cannot load: "
+                                         f"{type(error).__name__}: {error}") from error
         return self._pipeline
 
     @property
@@ -156,6 +166,37 @@ def join_sentence_roots(words: list[AnnotatedWord], roots: list[int]) -> list[An
     first one kept) attaches to the first sentence's root, with the relation it had."""
     first = roots[0]
     return [replace(word, head=first) if index + 1 in roots[1:] else word for index, word in enumerate(words)]
+
+
+def split_long_text(text: str, max_characters: int) -> list[str]:
+    """`text` in pieces of at most `max_characters`, cut at whitespace (hard only inside a longer run without
+    any): what a parser can take of a line too long to parse whole."""
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > max_characters:
+        cut = text.rfind(" ", start + 1, start + max_characters + 1)
+        cut = cut if cut > start else start + max_characters
+        pieces.append(text[start:cut])
+        start = cut
+        while start < len(text) and text[start].isspace():
+            start += 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+def join_pieces(text: str, pieces: Sequence[AnnotatedSentence]) -> AnnotatedSentence:
+    """One tree over the parses of `split_long_text`'s pieces: every later piece's root attaches to the first
+    piece's root (as `join_sentence_roots` joins the sentences of one text)."""
+    words: list[AnnotatedWord] = []
+    roots: list[int] = []
+    for piece in pieces:
+        offset = len(words)
+        if words:  # the pieces were cut at whitespace
+            words[-1] = replace(words[-1], space_after=True)
+        words.extend(replace(word, head=word.head + offset if word.head else 0) for word in piece.words)
+        roots.extend(offset + index + 1 for index, word in enumerate(piece.words) if word.head == 0)
+    return AnnotatedSentence(join_sentence_roots(words, roots), text=text)
 
 
 def _parse_chunk(annotator: Annotator, texts: list[str], show_progress: bool) -> list[str]:

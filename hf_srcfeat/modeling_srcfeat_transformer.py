@@ -39,6 +39,7 @@ from transformers.modeling_outputs import (
 
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .damaged_files import named_weights_error
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
 from .source_features import (
@@ -319,8 +320,8 @@ class SrcFeatDecoder(nn.Module):
 
         self_cache = (past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
                       else past_key_values)
-        self_mask = create_causal_mask(config=self.config, inputs_embeds=hidden_states,
-                                       attention_mask=attention_mask, past_key_values=self_cache)
+        # The cache by position: Transformers renamed the argument (past_key_values -> cache) within 5.x.
+        self_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache)
         cross_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                                attention_mask=encoder_attention_mask,
                                                encoder_hidden_states=encoder_hidden_states)
@@ -377,6 +378,16 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _no_split_modules = ["SrcFeatEncoderLayer", "SrcFeatDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`; a truncated or damaged weights file is an error naming it."""
+        from safetensors import SafetensorError
+
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as error:
+            raise named_weights_error(pretrained_model_name_or_path, error) from None
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, then remove the weight files of an earlier save into the same folder

@@ -68,6 +68,8 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
         preprocess = {} if truncation is None else {"truncation": truncation}
+        if parse is not None:  # kept with the pipeline's own options, so that parse=False given at creation holds
+            preprocess["parse"] = parse
         return preprocess, generate_kwargs, postprocess
 
     def __call__(self, inputs: str | AnnotatedSentence | list | tuple, **kwargs):
@@ -82,7 +84,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
             check_input(index, item)
         texts = [item for item in items if isinstance(item, str)]
         # parse=False: raw sentences go in as subwords alone, the model's features take their defaults (a warning).
-        if texts and kwargs.get("parse", True):  # one annotator call for all raw sentences: faster on batches
+        if texts and kwargs.get("parse", self._preprocess_params.get("parse", True)):  # one annotator call for all raw sentences: faster on batches
             parsed = iter(self.tokenizer.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
         results = super().__call__(items, **kwargs)
@@ -90,27 +92,36 @@ class SourceFeatureTranslationPipeline(Pipeline):
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
 
-    def preprocess(self, sentence: AnnotatedSentence | str, truncation: bool = True) -> dict[str, torch.Tensor]:
+    def preprocess(self, sentence: AnnotatedSentence | str, truncation: bool = True, parse: bool = True
+                   ) -> dict[str, torch.Tensor]:
         """The sentence's encoding (a raw `str` only with `parse=False`: subwords without features). Longer than the
         tokenizer's `model_max_length`, it is cut there with a warning (`truncation=True`, the default); with
         `truncation=False` it is kept whole up to the model's `max_position_embeddings`, beyond which it is an error
-        naming the sentence."""
+        naming the sentence. Parsed or not, the same rule."""
         if isinstance(sentence, str):
-            return dict(self.tokenizer(sentence, source_features=False, truncation=truncation, return_tensors="pt"))
-        encoded = self.tokenizer(annotations=sentence, return_tensors="pt")
+            name = repr(sentence[:60])
+
+            def encode(**options):
+                return self.tokenizer(sentence, source_features=False, return_tensors="pt", **options)
+        else:
+            name = sentence.name
+
+            def encode(**options):
+                return self.tokenizer(annotations=sentence, return_tensors="pt", **options)
+        encoded = encode()
         length = encoded["input_ids"].shape[-1]
         positions = getattr(self.model.config, "max_position_embeddings", None)
         limit = self.tokenizer.model_max_length if truncation else positions
         if limit is None or length <= limit:
             return dict(encoded)
         if not truncation:
-            raise ValueError(f"sentence {sentence.name} has {length} tokens, more than the model's "
+            raise ValueError(f"sentence {name} has {length} tokens, more than the model's "
                              f"max_position_embeddings ({positions}); split it, or translate it cut with "
                              "truncation=True.")
-        warnings.warn(f"sentence {sentence.name} has {length} tokens; only its first {limit} (the tokenizer's "
+        warnings.warn(f"sentence {name} has {length} tokens; only its first {limit} (the tokenizer's "
                       f"model_max_length) are translated. Split it, or pass truncation=False to keep up to "
                       f"{positions} tokens.", stacklevel=2)
-        return dict(self.tokenizer(annotations=sentence, truncation=True, max_length=limit, return_tensors="pt"))
+        return dict(encode(truncation=True, max_length=limit))
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], return_scores: bool = False, **generate_kwargs
                  ) -> dict[str, torch.Tensor]:

@@ -38,6 +38,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .damaged_files import named_weights_error
 from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
 
 #: The config arguments that make each method start as the model it is grafted onto.
@@ -174,7 +175,12 @@ def convert_model(source: PreTrainedModel, **config_overrides: Any) -> SrcFeatTr
 
 def convert_pretrained(name_or_path: str, **config_overrides: Any) -> SrcFeatTransformerForConditionalGeneration:
     """`convert_model` of a Hub id or local folder, loaded with its own Transformers class."""
-    source = AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
+    from safetensors import SafetensorError
+
+    try:
+        source = AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
+    except SafetensorError as error:
+        raise named_weights_error(name_or_path, error) from None
     return convert_model(source, **config_overrides)
 
 

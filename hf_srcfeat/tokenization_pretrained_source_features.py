@@ -28,6 +28,7 @@ from transformers.utils import cached_file, to_py_obj
 from .annotated_sentence import AnnotatedSentence
 from .annotator import Annotator
 from .annotators import annotator_from_settings
+from .damaged_files import check_json_files
 from .feature_vocabulary import FeatureVocabularies
 from .safe_writing import write_json_atomically
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
@@ -54,6 +55,8 @@ def is_source_feature(name: str) -> bool:
 def load_tokenizer(name_or_path: str | Path, **kwargs: Any):
     """A model's tokenizer: the wrapped checkpoint tokenizer where one was saved (a model started from a pretrained
     checkpoint), else `AutoTokenizer`'s (a `SourceFeatureTokenizer` for the zoo's own models)."""
+    if Path(name_or_path).is_dir():
+        check_json_files(name_or_path)  # a cut-off tokenizer.json would otherwise fail without its name
     if cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False) is not None:
         return PretrainedSourceFeatureTokenizer.from_pretrained(name_or_path, **kwargs)
     return AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)

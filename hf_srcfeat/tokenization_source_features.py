@@ -44,6 +44,7 @@ from .annotators import annotator_from_settings
 from .dependency_tree import token_distance_matrix
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
+from .safe_writing import write_json_atomically
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature, user_factor_feature
 from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
 
@@ -110,7 +111,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
                 state = json.loads(Path(name).read_text(encoding="utf-8"))
                 if state.get("truncation") or state.get("padding"):
                     state["truncation"], state["padding"] = None, None
-                    Path(name).write_text(json.dumps(state, ensure_ascii=False, indent=2), encoding="utf-8")
+                    write_json_atomically(name, state, ensure_ascii=False)
         if self.feature_vocabularies is None:
             return file_names
         path = Path(save_directory, (filename_prefix + "-" if filename_prefix else "") + FEATURE_VOCAB_FILE)

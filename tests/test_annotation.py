@@ -3,7 +3,9 @@ and errors that name the bad sentence."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import sqlite3
 
 import pytest
 
@@ -117,6 +119,36 @@ def test_a_second_annotator_reads_the_cache_instead_of_parsing_again(stanza_anno
     assert other.identity != second.identity, "a different annotator must not reuse these annotations"
 
 
+def test_a_damaged_cache_row_is_parsed_again_and_replaced(stanza_annotator, test_sentences, tmp_path):
+    path = tmp_path / "cache.sqlite"
+    expected = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=path).annotate(
+        test_sentences[:3], show_progress=False)
+    with sqlite3.connect(path) as connection:  # rows cut short, as a crash mid-write could leave them
+        connection.execute("UPDATE annotations SET value = substr(value, 1, 40)")
+    again = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=path)
+    assert again.annotate(test_sentences[:3], show_progress=False) == expected
+    assert again._pipeline is not None, "the damaged rows were parsed again"
+    third = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=path)
+    assert third.annotate(test_sentences[:3], show_progress=False) == expected
+    assert third._pipeline is None, "and their rows replaced"
+
+
+def test_a_cache_folder_that_cannot_be_made_is_a_warning_and_parsing_goes_on(stanza_annotator, test_sentences):
+    annotator = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path="/proc/self/no/cache.sqlite")
+    with pytest.warns(UserWarning, match=r"annotation cache /proc/self/no/cache.sqlite cannot be used"):
+        sentences = annotator.annotate(test_sentences[:2], show_progress=False)
+    assert [sentence.text for sentence in sentences] == test_sentences[:2]
+
+
+def test_a_parser_that_cannot_load_is_an_error_naming_it(stanza_annotator, test_sentences, tmp_path, monkeypatch):
+    from hf_srcfeat.annotator import AnnotatorLoadError
+
+    annotator = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cache.sqlite")
+    monkeypatch.setattr(StanzaAnnotator, "load", lambda self: (_ for _ in ()).throw(OSError("depparse.pt damaged")))
+    with pytest.raises(AnnotatorLoadError, match=r"the stanza annotator \(en\) cannot load: OSError: depparse.pt"):
+        annotator.annotate(test_sentences[:1], show_progress=False)
+
+
 def test_the_cache_follows_the_model_files_content_not_their_folder_or_dates(stanza_annotator, tmp_path):
     copied = tmp_path / "copied_models"
     shutil.copytree(stanza_annotator.model_dir, copied)  # new folder, new modification times
@@ -171,3 +203,26 @@ def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator
     whole = list(read_conllu(tmp_path / "whole.conllu.gz"))
     assert list(read_conllu(tmp_path / "sharded.conllu.gz")) == whole and len(whole) == lines
     assert not list(tmp_path.glob("*.shard-*")), "the shards are merged and removed"
+
+
+def test_a_line_too_long_to_parse_at_once_is_parsed_in_pieces_and_the_rest_stays_aligned(
+        stanza_annotator, test_sentences, tmp_path, capsys):
+    from hf_srcfeat.commands.annotate import main
+
+    long = " ".join(test_sentences[2:12])
+    lines = [test_sentences[0], long, test_sentences[1]]
+    (tmp_path / "input.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = tmp_path / "report.json"
+    assert main(["--input", str(tmp_path / "input.en"), "--output", str(tmp_path / "out.conllu"),
+                 "--stanza_dir", str(stanza_annotator.model_dir), "--annotation_cache", str(stanza_annotator.cache.path),
+                 "--max_characters", "300", "--report_json", str(report)]) == 0
+    parses = list(read_conllu(tmp_path / "out.conllu"))
+    assert [parse.text for parse in parses] == lines, "one sentence per input line, in order"
+    assert parses[0] == stanza_annotator.annotate(lines[:1], show_progress=False)[0]
+    assert len(parses[1].words) >= len(long.split()), "every word of the long line is parsed"
+    assert sum(word.head == 0 for word in parses[1].words) == 1, "the pieces form one tree"
+    pieces = (len(long) + 299) // 300
+    message = capsys.readouterr().err
+    assert f"input.en line 2 has {len(long):,} characters, more than the parser takes at once (300)" in message
+    assert json.loads(report.read_text())["long_lines"][0]["line"] == 2
+    assert json.loads(report.read_text())["long_lines"][0]["pieces"] >= pieces

@@ -161,3 +161,29 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     assert (kept / "weights.bin").read_text() == "someone else's"
     assert not (repository / "old_folder").exists() and not (repository / "old_file").exists()
     assert (repository / "config.json").exists()
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--per_device_train_batch_size", "0", "--per_device_train_batch_size must be 1 or more, got 0"),
+    ("--max_source_length", "1", "--max_source_length must be 2 or more, got 1"),
+    ("--dropout", "1.5", "--dropout must be at least 0 and below 1, got 1.5"),
+    ("--generation_num_beams", "0", "--generation_num_beams must be 1 or more, got 0"),
+    ("--max_tokens_per_batch", "-5", "--max_tokens_per_batch must be 1 or more, got -5"),
+    ("--learning_rate", "nan", "--learning_rate must be 0 or more, got nan"),
+])
+def test_the_training_command_refuses_a_numeric_option_out_of_range_before_any_work(option, value, message, tmp_path):
+    from hf_srcfeat.commands import train
+
+    with pytest.raises(SystemExit, match=message):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--dataset_name", "multi30k",
+                    "--max_steps", "1", option, value])
+    assert not (tmp_path / "run").exists(), "refused before anything was written"
+
+
+def test_averaging_checkpoints_refuses_a_count_below_two(tmp_path, capsys):
+    from hf_srcfeat.commands.average_checkpoints import main
+
+    (tmp_path / "checkpoint-1").mkdir()
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--last", "0", "--output", str(tmp_path / "averaged")])
+    assert "--last must be an integer of at least 2 with a run folder, got 0" in capsys.readouterr().err

@@ -269,6 +269,30 @@ def test_a_sentence_cut_to_model_max_length_is_warned_about_and_can_be_kept_whol
         short_translator.model.config.max_position_embeddings = before
 
 
+def test_a_sentence_translated_without_a_parse_is_cut_with_the_same_warning(short_translator, test_sentences):
+    long = " ".join(test_sentences[:3])
+    with pytest.warns(UserWarning, match=r"has \d+ tokens; only its first 16 .* truncation=False"):
+        short_translator(long, parse=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*tokens; only its first")
+        assert short_translator(long, parse=False, truncation=False)[0]["translation_text"]
+
+
+def test_parse_false_given_when_the_pipeline_is_created_holds_for_every_call(trained_baseline, feature_tokenizer,
+                                                                            test_sentences, monkeypatch):
+    model, _ = trained_baseline
+    unparsed = pipeline("translation", model=model, tokenizer=feature_tokenizer, max_new_tokens=8, parse=False)
+
+    def no_parser(*args, **kwargs):
+        raise AssertionError("parse=False was given: the annotator must not run")
+
+    monkeypatch.setattr(feature_tokenizer, "annotate", no_parser)
+    expected = feature_tokenizer(test_sentences[0], source_features=False, return_tensors="pt")
+    generated = model.generate(**expected, max_new_tokens=8)
+    assert unparsed(test_sentences[0])[0]["translation_text"] == feature_tokenizer.decode(
+        generated[0], skip_special_tokens=True).strip()
+
+
 def test_a_text_too_long_to_parse_is_refused_before_the_parser(feature_tokenizer):
     with pytest.raises(ValueError, match=r"text 1 has 12,000 characters, more than max_characters=10,000"):
         feature_tokenizer.annotate(["A dog runs.", "a " * 6000])
@@ -431,3 +455,30 @@ def test_a_card_states_what_was_measured_set_size_beams_and_signature(multi30k_d
     text = publish.results_section(publish.run_results(run, None, None))
     assert "Multi30k en→de test_2016_flickr (20 sentences), beam 2:" in text
     assert setup["bleu_signature"] in text and "beam 4" not in text
+
+
+def test_a_truncated_weights_file_is_an_error_naming_it(model_folder, tmp_path):
+    import shutil
+
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat.damaged_files import DamagedFileError
+
+    copy = shutil.copytree(model_folder, tmp_path / "model")
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a copy cut off half-way
+    with pytest.raises(DamagedFileError, match=rf"{weights} is truncated or damaged"):
+        AutoModelForSeq2SeqLM.from_pretrained(copy)
+
+
+def test_a_truncated_tokenizer_file_is_an_error_naming_it(model_folder, tmp_path):
+    import shutil
+
+    from hf_srcfeat.damaged_files import DamagedFileError
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+
+    copy = shutil.copytree(model_folder, tmp_path / "model")
+    saved = copy / "tokenizer.json"
+    saved.write_text(saved.read_text(encoding="utf-8")[:1000], encoding="utf-8")
+    with pytest.raises(DamagedFileError, match=rf"{saved} is truncated or damaged"):
+        load_tokenizer(copy)

@@ -61,6 +61,13 @@ def test_the_translate_command_runs_the_export_line_for_line(exported, test_sent
     assert outputs["ctranslate2"] == outputs["transformers"] and outputs["ctranslate2"][1] == ""
 
 
+def test_a_source_longer_than_the_export_takes_is_cut_with_a_warning(exported, test_sentences):
+    translator = CTranslate2Translator(exported[1], intra_threads=1)
+    translator.max_length = 16
+    with pytest.warns(UserWarning, match=r"has \d+ tokens; only its first 16 \(the model's max_position_embeddings"):
+        assert translator.translate([" ".join(test_sentences[:3])], num_beams=1, max_new_tokens=8)[0]
+
+
 def test_an_int8_export_translates(exported, test_sentences, tmp_path):
     folder, _ = exported
     assert main([str(folder), str(tmp_path / "int8"), "--quantization", "int8"]) == 0

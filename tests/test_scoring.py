@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -85,6 +86,22 @@ def test_the_command_writes_one_aligned_line_per_pair_and_marks_the_unscorable(
     for line, score in zip([lines[0], lines[3]], expected, strict=True):
         total, per_token, tokens = line.split("\t")
         assert math.isclose(float(total), score.total, abs_tol=1e-5) and int(tokens) == score.tokens
+
+
+def test_a_pair_longer_than_the_model_takes_is_not_scored_cut_and_the_others_keep_their_lines(
+        model_folder, trained_baseline, greedy, tmp_path, capsys):
+    model, _ = trained_baseline
+    sources, texts, _, _ = greedy
+    limit = model.config.max_position_embeddings
+    long_target = " ".join([texts[1]] * (limit // 4 + 1))
+    output = tmp_path / "scores.tsv"
+    assert main(["--model", str(model_folder), "--source", write_lines(tmp_path / "src.en", sources[:3]),
+                 "--target", write_lines(tmp_path / "tgt.de", [texts[0], long_target, texts[2]]),
+                 "--output", str(output)]) == 0
+    lines = output.read_text().splitlines()
+    assert lines[1] == "nan\tnan\t0" and "nan" not in lines[0] + lines[2]
+    assert re.search(rf"pair 2 not scored: its target has \d+ tokens, more than the model's "
+                     rf"max_position_embeddings \({limit}\)", capsys.readouterr().err)
 
 
 def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_are_refused(

@@ -299,3 +299,13 @@ def test_the_checkpoint_with_the_best_validation_bleu_is_kept(multi30k_dir, tmp_
     recipe = train.read_config_file(str(REPO / "examples" / "recipes" / "paper" / "diverse_input_wmt14_en_de.json"))
     assert (recipe["metric_for_best_model"], recipe["eval_steps"], recipe["load_best_model_at_end"]) == ("bleu", 1000,
                                                                                                         True)
+
+
+def test_resuming_from_a_checkpoint_with_a_truncated_weights_file_is_refused_before_any_work(tmp_path):
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-10"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # header cut short
+    with pytest.raises(SystemExit, match=r"--resume_from_checkpoint: .*checkpoint-10/model.safetensors is truncated"):
+        train.main(["--output_dir", str(run), "--do_train", "--resume_from_checkpoint", "True",
+                    "--dataset_name", "multi30k", "--max_steps", "1"])

@@ -176,3 +176,32 @@ def test_a_sentence_the_annotator_fails_on_is_translated_without_a_parse(model_f
 def test_the_length_penalty_reaches_beam_search(model_folder, translator, test_sentences, tmp_path):
     penalised = translate(model_folder, tmp_path, "--length_penalty", "0.6", lines=test_sentences[:6])
     assert penalised == [result["translation_text"] for result in translator(test_sentences[:6], length_penalty=0.6)]
+
+
+def test_an_unreadable_annotation_cache_is_said_once_and_the_run_parses_without_it(model_folder, test_sentences,
+                                                                                   tmp_path, capsys):
+    cache = tmp_path / "cache.sqlite"
+    cache.write_bytes(b"not a database " * 100)
+    report = tmp_path / "report.json"
+    lines = test_sentences[:4]
+    output = translate(model_folder, tmp_path, "--annotation_cache", str(cache), "--buffer_size", "2",
+                       "--report_json", str(report), lines=lines)
+    assert output == translate(model_folder, tmp_path, lines=lines)
+    error = capsys.readouterr().err
+    assert error.count(f"annotation cache {cache} is unreadable") == 1, error
+    assert "parsing without the annotation cache" in error and "without a parse" not in error
+    assert json.loads(report.read_text())["unparsed"] == [], "every line was parsed"
+    assert cache.read_bytes() == b"not a database " * 100, "the user's file is left as it was"
+
+
+def test_a_parser_that_cannot_load_stops_the_run_instead_of_translating_everything_unparsed(
+        model_folder, test_sentences, tmp_path, monkeypatch):
+    from hf_srcfeat import StanzaAnnotator
+
+    monkeypatch.setattr(StanzaAnnotator, "load", lambda self: (_ for _ in ()).throw(OSError("depparse.pt damaged")))
+    source = write_lines(tmp_path / "input.en", test_sentences[:3])
+    with pytest.raises(SystemExit, match=r"the stanza annotator \(en\) cannot load: OSError: depparse.pt damaged\. "
+                                         r"Nothing can be parsed.*--no_parse"):
+        main(["--model", str(model_folder), "--input", source, "--output", str(tmp_path / "output.de"), *SETTINGS,
+              "--quiet", "--annotation_cache", str(tmp_path / "cold.sqlite")])
+    assert not (tmp_path / "output.de").exists()

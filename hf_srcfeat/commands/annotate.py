@@ -13,7 +13,9 @@ finished parses instead of waiting at a barrier.
 One sentence per input line, one CoNLL-U sentence per line out, in order (`# text` gives the line), which is what
 `hf-srcfeat-train --train_source_conllu`, `hf-srcfeat-translate --input_format conllu` and
 `tokenizer(annotations=read_conllu(...))` read. Parses go through the annotation cache as they are made, so a
-killed run, started again, parses only what is still missing; the output file appears only when complete.
+killed run, started again, parses only what is still missing; the output file appears only when complete. A line
+longer than `--max_characters` is parsed in pieces cut at spaces, joined into one tree at their roots, and reported
+with its line number, so that the output keeps one sentence per input line.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from hf_srcfeat.annotation_cache import check_cache_path
+from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts
 from hf_srcfeat.conllu import read_conllu, write_conllu
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--annotation_cache", default=None,
                         help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
     parser.add_argument("--batch_size", type=int, default=256, help="sentences handed to Stanza at once")
+    parser.add_argument("--max_characters", type=int, default=10000,
+                        help="longest text handed to the parser at once; a longer line is parsed in pieces joined "
+                             "into one tree (default 10000)")
     parser.add_argument("--num_proc", type=int, default=1, help="worker processes on this machine (default 1)")
     parser.add_argument("--shard_index", type=int, default=None, help="this shard (default: $RANK, else 0)")
     parser.add_argument("--num_shards", type=int, default=None, help="shards in all (default: $WORLD_SIZE, else 1)")
@@ -77,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     shards = args.num_shards if args.num_shards is not None else int(os.environ.get("WORLD_SIZE", 1))
     if not 0 <= shard < shards:
         parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
-    check_counts(parser, args, ("batch_size", "num_proc"))
+    check_counts(parser, args, ("batch_size", "num_proc", "max_characters"))
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
                                 {"input": args.input, "--annotation_cache": args.annotation_cache})
     if problem:
@@ -92,11 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
     try:
         annotator = make_annotator(args.annotator, language=args.language, model=model, device=args.device,
-                                   cache_path=args.annotation_cache, batch_size=args.batch_size)
+                                   cache_path=args.annotation_cache, batch_size=args.batch_size,
+                                   max_characters=args.max_characters)
     except ValueError as error:
         parser.error(str(error))
     start = time.perf_counter()
-    parses = annotator.annotate(sentences, show_progress=shard == 0, num_proc=args.num_proc)
+    parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+    for line, characters, pieces in long_lines:
+        print(f"hf-srcfeat-annotate: {args.input} line {line} has {characters:,} characters, more than the parser "
+              f"takes at once ({annotator.max_characters:,}): parsed in {pieces} pieces cut at spaces, joined into "
+              "one tree at their roots.", file=sys.stderr)
     seconds = time.perf_counter() - start
     target = args.output if shards == 1 else shard_path(args.output, shard, shards)
     count = write_atomically(parses, target)
@@ -108,8 +119,31 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomically(args.report_json, {
             "input": args.input, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
             "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
+            "long_lines": [{"line": line, "characters": characters, "pieces": pieces}
+                           for line, characters, pieces in long_lines],
             "sentences_per_second": round(count / max(seconds, 1e-9), 1)})
     return 0
+
+
+def annotate_lines(annotator, sentences: list[str], shard: int, shards: int, args: argparse.Namespace
+                   ) -> tuple[list, list[tuple[int, int, int]]]:
+    """One parse per line, in order. A line longer than the parser takes at once is parsed in pieces joined into
+    one tree, so that the output stays one sentence per input line; those lines come back as (input line number,
+    characters, pieces)."""
+    limit = annotator.max_characters
+    pieces = [split_long_text(text, limit) if len(text) > limit else [text] for text in sentences]
+    parsed = iter(annotator.annotate([piece for line in pieces for piece in line], show_progress=shard == 0,
+                                     num_proc=args.num_proc))
+    parses = []
+    long_lines = []
+    for index, (text, line) in enumerate(zip(sentences, pieces, strict=True)):
+        parts = [next(parsed) for _ in line]
+        if len(line) == 1:
+            parses.append(parts[0])
+            continue
+        parses.append(join_pieces(text, parts))
+        long_lines.append((shard + index * shards + 1, len(text), len(line)))
+    return parses, long_lines
 
 
 def shard_path(output: str, shard: int, shards: int) -> str:

@@ -32,7 +32,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 import hf_srcfeat  # registers the model classes and the translation pipeline
 from hf_srcfeat.commands import run_as_script, train
-from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     PretrainedSourceFeatureTokenizer,
     load_tokenizer,
@@ -154,7 +154,7 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
         card = card.replace("\n## ", f"\nStarted from a pretrained {model.config.converted_from} checkpoint, converted into the "
                             "zoo's backbone, with this method grafted on (the documentation's guide \"Pretrained "
                             "checkpoints\"); its own tokenizer is in `checkpoint_tokenizer/`.\n\n## ", 1)
-    (output / "README.md").write_text(card, encoding="utf-8")
+    write_text_atomically(output / "README.md", card)
     return output
 
 
@@ -187,7 +187,7 @@ def add_mirror_placeholders(repository: Path) -> None:
         path = repository / name
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+            write_text_atomically(path, content)
 
 
 def check_repo_id(repo_id: str) -> None:

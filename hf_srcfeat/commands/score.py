@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForSeq2SeqLM
 
     import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
-    from hf_srcfeat.metrics.forced_decoding import score_targets
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = resolve_device(args.device)
@@ -104,15 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     for line_number, _, _, problem in pairs:
         if problem is not None:
             print(f"hf-srcfeat-score: pair {line_number} not scored: {problem}", file=sys.stderr)
-    scores = iter(score_targets(model, tokenizer, [source or "" for _, source, _, _ in usable],
-                                [target or "" for _, _, target, _ in usable], batch_size=args.batch_size))
+    scores = iter(score_pairs(model, tokenizer, usable, args.batch_size))
     lines = []
     for _, _, _, problem in pairs:
-        if problem is not None:
-            lines.append("nan\tnan\t0")
-        else:
-            score = next(scores)
-            lines.append(f"{score.total:.6f}\t{score.per_token:.6f}\t{score.tokens}")
+        score = None if problem is not None else next(scores)
+        lines.append("nan\tnan\t0" if score is None else f"{score.total:.6f}\t{score.per_token:.6f}\t{score.tokens}")
     text = "".join(line + "\n" for line in lines)
     if args.output == "-":
         sys.stdout.write(text)
@@ -120,6 +115,28 @@ def main(argv: list[str] | None = None) -> int:
         # Written whole or not at all: an existing file is replaced only by a complete one.
         write_text_atomically(args.output, text)
     return 0
+
+
+def score_pairs(model, tokenizer, usable: list, batch_size: int) -> list:
+    """The scores of the usable pairs, in batches; should a batch fail (a pair longer than the model takes), the
+    pairs are scored one by one and only the failing ones, reported by line, get no score (None)."""
+    from hf_srcfeat.metrics.forced_decoding import score_targets
+
+    sources = [source or "" for _, source, _, _ in usable]
+    targets = [target or "" for _, _, target, _ in usable]
+    try:
+        return score_targets(model, tokenizer, sources, targets, batch_size=batch_size)
+    except ValueError:
+        pass
+    scores: list = []
+    for (line_number, _, _, _), source, target in zip(usable, sources, targets, strict=True):
+        try:
+            scores += score_targets(model, tokenizer, [source], [target], batch_size=1)
+        except ValueError as error:
+            print(f"hf-srcfeat-score: pair {line_number} not scored: {str(error).split(': ', 1)[-1]}",
+                  file=sys.stderr)
+            scores.append(None)
+    return scores
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import run_as_script
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.user_factors import attach_factors
@@ -289,6 +290,39 @@ def check_vocabulary_arguments(model_args: ModelArguments) -> None:
         raise SystemExit(f"--lemma_min_frequency must be at least 1, got {model_args.lemma_min_frequency}.")
 
 
+#: The training command's numeric options and the values they take: (smallest, largest, whether the largest is
+#: excluded). Checked when the command starts, so that a 0 or a negative value is named before any parsing (the
+#: vocabulary limits and the pretrained-start options have checks of their own).
+NUMERIC_RANGES: dict[str, tuple[float, float, bool]] = {
+    **dict.fromkeys(["vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                     "attention_heads", "ffn_dim", "max_train_samples", "max_eval_samples", "max_predict_samples",
+                     "preprocessing_num_workers", "annotation_num_proc", "max_tokens_per_batch",
+                     "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "generation_num_beams", "generation_max_length", "eval_steps", "save_steps", "logging_steps"],
+                    (1, math.inf, False)),
+    "max_source_length": (2, math.inf, False), "max_target_length": (2, math.inf, False),
+    "warmup_steps": (0, math.inf, False),
+    "dropout": (0, 1, True), "label_smoothing": (0, 1, True), "label_smoothing_factor": (0, 1, True),
+    "learning_rate": (0, math.inf, False),
+    "weight_decay": (0, math.inf, False), "max_train_minutes": (0, math.inf, False),
+}
+
+
+def check_numeric_arguments(*arguments) -> None:
+    """Refuse, naming it, a numeric option outside the values it can take (a batch of 0, a dropout of 2, ...)."""
+    for group in arguments:
+        for name, (smallest, largest, largest_excluded) in NUMERIC_RANGES.items():
+            value = getattr(group, name, None)
+            if value is None or (name.endswith("_steps") and isinstance(value, float) and 0 < value < 1):
+                continue  # unset, or eval/save/logging steps given as a fraction of the run (Trainer's convention)
+            inside = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                and smallest <= value and (value < largest if largest_excluded else value <= largest)
+            if not inside:
+                allowed = f"{smallest} or more" if largest == math.inf else \
+                    f"at least {smallest} and below {largest}" if largest_excluded else f"from {smallest} to {largest}"
+                raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
+
+
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
     """Refuse, before any work, a non-finite `--length_penalty`, early stopping that cannot keep the best model and
     an `--average_last_checkpoints` the run's checkpoints cannot serve."""
@@ -349,6 +383,24 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
             f"output_dir {output_dir} is not empty. Pass --overwrite_output_dir to write into it, or "
             "--resume_from_checkpoint to continue a run."
         )
+
+
+def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
+    """`--resume_from_checkpoint`: a folder whose weights files can be read whole, checked before any work (a
+    truncated file would otherwise fail inside the Trainer, after the parsing, without its name)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    given = training_args.resume_from_checkpoint
+    if not given:
+        return
+    folder = get_last_checkpoint(str(training_args.output_dir)) if given is True or str(given).lower() == "true" \
+        else given
+    if folder is None or not Path(folder).is_dir():
+        raise SystemExit(f"--resume_from_checkpoint: no checkpoint folder {folder or training_args.output_dir}.")
+    try:
+        check_weights_files(folder)
+    except DamagedFileError as error:
+        raise SystemExit(f"--resume_from_checkpoint: {error}") from None
 
 
 def clear_previous_run(output_dir: Path) -> list[str]:
@@ -706,6 +758,7 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
+    check_numeric_arguments(model_args, data_args, training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
     check_pretrained_start(model_args)
@@ -713,6 +766,7 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.utils.logging.set_verbosity_warning()
     if training_args.do_train or model_args.tokenizer_only:
         check_output_dir(training_args, data_args)
+        check_resumed_checkpoint(training_args)
         if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
                 and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
             removed = clear_previous_run(Path(training_args.output_dir))

@@ -37,7 +37,8 @@ from typing import IO, cast
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.annotation_cache import check_cache_path
+from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
+from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.commands import check_counts, check_model_source
 from hf_srcfeat.conllu import read_conllu
@@ -245,10 +246,20 @@ class FileTranslator:
         try:
             for item, sentence in zip(pending, annotate([item.text or "" for item in pending]), strict=True):
                 item.sentence = sentence
+        except AnnotatorLoadError:
+            raise  # nothing could be parsed: a failure of the run, not of these sentences
+        except AnnotationCacheError as error:
+            # The cache file, not a sentence, is at fault: said once, and this run parses without it.
+            print(f"hf-srcfeat-translate: {error}\nhf-srcfeat-translate: parsing without the annotation cache for "
+                  "this run.", file=sys.stderr)
+            tokenizer.annotator.cache = None
+            self.parse(items)
         except Exception:  # noqa: BLE001 - isolate the sentence the parser failed on, keep the others
             for item in pending:
                 try:
                     item.sentence = annotate([item.text or ""])[0]
+                except AnnotatorLoadError:
+                    raise
                 except Exception as error:  # noqa: BLE001
                     failure = f"the annotator failed: {type(error).__name__}: {error}"
                     if self.translates_unparsed and not self.factor_names:
@@ -426,6 +437,10 @@ def count_lines(path: str, input_format: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     try:
         return translate_files(argv)
+    except AnnotatorLoadError as error:
+        raise SystemExit(f"hf-srcfeat-translate: {error}. Nothing can be parsed, so nothing is translated; fix the "
+                         "parser's models (--stanza_dir, --spacy_model), or give parsed input (--input_format "
+                         "conllu), or translate without source features (--no_parse).") from None
     except BrokenPipeError:
         # The reader went away (`| head -1`): stop quietly, and keep the interpreter's final flush from failing too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

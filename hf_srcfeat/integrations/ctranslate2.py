@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -260,12 +261,17 @@ class CTranslate2Translator:
         if not self.factors:
             texts = [source.text if isinstance(source, AnnotatedSentence) else source for source in sources]
             encoded = self.tokenizer(texts, source_features=False, truncation=True, max_length=self.max_length)
+            self.warn_truncated(texts, encoded["input_ids"], lambda text: self.tokenizer(text, source_features=False))
             return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
-        encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length) if parsed \
-            else self.tokenizer(sources, truncation=True, max_length=self.max_length)
+        if parsed:
+            encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length)
+            self.warn_truncated(parsed, encoded["input_ids"], lambda sentence: self.tokenizer(annotations=sentence))
+        else:
+            encoded = self.tokenizer(sources, truncation=True, max_length=self.max_length)
+            self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text))
         vocabularies = self.tokenizer.feature_vocabularies
         rows = []
         for index, ids in enumerate(encoded["input_ids"]):
@@ -275,6 +281,20 @@ class CTranslate2Translator:
                 columns.append([labels[value] for value in encoded[FACTOR_FEATURE_NAMES[factor]][index]])
             rows.append([FACTOR_SEPARATOR.join(parts) for parts in zip(*columns, strict=True)])
         return rows
+
+    def warn_truncated(self, sources: Sequence, input_ids: Sequence[list[int]], encode) -> None:
+        """Warn, naming it, about each source cut to the model's length (as the PyTorch pipeline does): only one
+        that fills the limit is encoded again, whole, to tell a cut sentence from one of exactly that length."""
+        from hf_srcfeat.annotated_sentence import AnnotatedSentence
+
+        for source, ids in zip(sources, input_ids, strict=True):
+            if len(ids) < self.max_length:
+                continue
+            length = len(encode(source)["input_ids"])
+            if length > self.max_length:
+                name = source.name if isinstance(source, AnnotatedSentence) else repr(source[:60])
+                warnings.warn(f"sentence {name} has {length} tokens; only its first {self.max_length} (the model's "
+                              "max_position_embeddings) are translated. Split it.", stacklevel=3)
 
     def translate(self, texts: Sequence[str], num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
                   num_return_sequences: int = 1, return_scores: bool = False) -> list:

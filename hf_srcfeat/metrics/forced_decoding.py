@@ -45,7 +45,8 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
     model.eval()
     for start in range(0, len(sources), batch_size):
         chunk, chunk_targets = list(sources[start:start + batch_size]), list(targets[start:start + batch_size])
-        options = dict(padding=True, truncation=True, return_tensors="pt")
+        # Nothing is cut: the score of a cut source or target would be the score of another pair.
+        options = dict(padding=True, return_tensors="pt")
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             encoded = tokenizer(annotations=chunk, **options)
         elif any(isinstance(source, AnnotatedSentence) for source in chunk):
@@ -53,6 +54,7 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
         else:
             encoded = tokenizer(chunk, source_features=parse, **options)
         labels, present = target_labels(tokenizer, chunk_targets)
+        check_lengths(model, start, encoded["attention_mask"].sum(dim=-1), present.sum(dim=-1))
         decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
         with torch.no_grad():
             logits = model(**encoded.to(model.device), decoder_input_ids=decoder_input_ids.to(model.device)).logits
@@ -64,10 +66,22 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
     return scores
 
 
+def check_lengths(model, start: int, source_lengths: torch.Tensor, target_lengths: torch.Tensor) -> None:
+    """Refuse, naming it (counting pairs from 0), a pair longer than the model's positions."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return
+    for side, lengths in (("source", source_lengths), ("target", target_lengths)):
+        for row, length in enumerate(lengths.tolist()):
+            if length > limit:
+                raise ValueError(f"pair {start + row} (counting from 0): its {side} has {length} tokens, more than the "
+                                 f"model's max_position_embeddings ({limit}); it cannot be scored whole.")
+
+
 def target_labels(tokenizer, targets: list) -> tuple[torch.Tensor, torch.Tensor]:
     """The padded label ids of target sentences or id lists, and where they hold a real token."""
     if all(isinstance(target, str) for target in targets):
-        labels = tokenizer(text_target=targets, padding=True, truncation=True, return_tensors="pt")["input_ids"]
+        labels = tokenizer(text_target=targets, padding=True, return_tensors="pt")["input_ids"]
         return labels, labels != tokenizer.pad_token_id
     if any(isinstance(target, str) for target in targets) or any(len(target) == 0 for target in targets):
         raise ValueError("targets must all be sentences or all be non-empty lists of subword ids.")
