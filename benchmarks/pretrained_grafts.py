@@ -6,6 +6,7 @@ training of that model.
     python -m benchmarks.pretrained_grafts check        # its conversion again (part of `pretrain`)
     python -m benchmarks.pretrained_grafts adopt        # a pretraining stopped early: its best checkpoint
     python -m benchmarks.pretrained_grafts run --seeds 1 2
+    python -m benchmarks.pretrained_grafts report       # the table: results README, docs page, README section
 
 No pretrained checkpoint can be downloaded here, so the stand-in is made the way a user's was: Transformers' own
 `MarianMTModel` and `MarianTokenizer` (a joint SentencePiece model of the benchmark's 8,000-token budget), the
@@ -44,12 +45,14 @@ ARMS: dict[str, tuple[str, dict, bool]] = {
     "deps_san_frozen": ("deps_san", {"deps_san_layers": [0]}, True),
 }
 
-#: Fine-tuning set-up: the benchmark's optimiser and budget; sizes come from the checkpoint. No evaluation during
-#: training (nothing is selected), the test set decoded once at the end with beam 4.
+#: Fine-tuning set-up: the benchmark's optimiser and batch; sizes come from the checkpoint. The learning rate goes
+#: on from where the stand-in's inverse-square-root schedule left it (5e-4 after 1,600 steps of a 1e-3 peak, with a
+#: short warm-up of its own, as the added parameters start from zero), for 400 steps: what every arm gets. No
+#: evaluation during training (nothing is selected), the test set decoded once at the end with beam 4.
 FINE_TUNING = {
-    "source_lang": "en", "target_lang": "de", "max_steps": 1200, "per_device_train_batch_size": 64,
-    "per_device_eval_batch_size": 64, "learning_rate": 0.001, "lr_scheduler_type": "inverse_sqrt",
-    "warmup_steps": 400, "adam_beta2": 0.98, "weight_decay": 0.0001, "eval_strategy": "no", "save_strategy": "no",
+    "source_lang": "en", "target_lang": "de", "max_steps": 400, "per_device_train_batch_size": 64,
+    "per_device_eval_batch_size": 64, "learning_rate": 0.0005, "lr_scheduler_type": "inverse_sqrt",
+    "warmup_steps": 50, "adam_beta2": 0.98, "weight_decay": 0.0001, "eval_strategy": "no", "save_strategy": "no",
     "logging_steps": 50, "generation_num_beams": 4, "generation_max_length": 64, "predict_with_generate": True,
     "do_train": True, "do_eval": False, "use_cpu": True, "report_to": "none", "disable_tqdm": True,
 }
@@ -204,8 +207,6 @@ def run_arms(args: argparse.Namespace) -> None:
     from benchmarks.benchmark import as_argv
     from hf_srcfeat.commands import train
     from hf_srcfeat.commands.translate import main as translate
-    from hf_srcfeat.data.multi30k import load_multi30k
-    from hf_srcfeat.metrics.translation_scores import paired_bootstrap
 
     checkpoint = args.runs_dir / "marian_multi30k"
     if not (checkpoint / "config.json").exists():
@@ -226,17 +227,14 @@ def run_arms(args: argparse.Namespace) -> None:
             if args.data_dir:
                 arguments["data_dir"] = str(args.data_dir)
             results = train.main(as_argv(arguments) + (["--freeze_pretrained"] if frozen else []))
-            predictions = (output_dir / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
             result = {"arm": arm, "seed": seed, "model_type": model_type, "config_overrides": config_overrides,
                       "freeze_pretrained": frozen, "checkpoint": str(checkpoint), "arguments": arguments,
                       "code_version": results["code_version"], "num_parameters": results["num_parameters"],
                       "train_seconds": results.get("train_seconds"), "test_metrics": results.get("test_metrics")}
-            baseline_file = args.runs_dir / "continued" / f"seed{seed}" / "test_predictions.txt"
-            if arm != "continued" and baseline_file.exists():
-                references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir,
-                                                arguments.get("max_predict_samples"))["target"])
-                result["significance_vs_continued"] = paired_bootstrap(
-                    baseline_file.read_text(encoding="utf-8").splitlines(), predictions, references)
+            if arm != "continued":
+                significance = significance_against_continued(args, result)
+                if significance is not None:
+                    result["significance_vs_continued"] = significance
             blind = args.results_dir / "blind" / f"{arm}_seed{seed}"
             blind.mkdir(parents=True, exist_ok=True)
             for source in sorted(Path(args.blind_dir).glob("*.en.gz")) if args.blind_dir else []:
@@ -247,11 +245,97 @@ def run_arms(args: argparse.Namespace) -> None:
             print(f"{arm} seed {seed}: {result['test_metrics']}", flush=True)
 
 
+def significance_against_continued(args: argparse.Namespace, result: dict) -> dict | None:
+    """Paired bootstrap of an arm's test translations against continued training of the same seed, from the run
+    folders (None while that run is missing)."""
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.metrics.translation_scores import paired_bootstrap
+
+    seed = result["seed"]
+    baseline_file = args.runs_dir / "continued" / f"seed{seed}" / "test_predictions.txt"
+    predictions_file = args.runs_dir / result["arm"] / f"seed{seed}" / "test_predictions.txt"
+    if not (baseline_file.exists() and predictions_file.exists()):
+        return None
+    references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir,
+                                    result["arguments"].get("max_predict_samples"))["target"])
+    return paired_bootstrap(baseline_file.read_text(encoding="utf-8").splitlines(),
+                            predictions_file.read_text(encoding="utf-8").splitlines(), references)
+
+
+def report(args: argparse.Namespace) -> str:
+    """The results table from the result files (significance filled in where a run finished before continued
+    training of its seed did), into the results folder's README, the docs page and the README's section."""
+    from benchmarks.benchmark_report import replace_readme_section
+    from hf_srcfeat.safe_writing import write_text_atomically
+
+    results = []
+    for path in sorted(args.results_dir.glob("*_seed*.json")):
+        result = json.loads(path.read_text())
+        if result["arm"] != "continued" and "significance_vs_continued" not in result:
+            significance = significance_against_continued(args, result)
+            if significance is not None:
+                result["significance_vs_continued"] = significance
+                write_json(path, result)
+        results.append(result)
+    if not results:
+        raise SystemExit(f"no arm results in {args.results_dir}.")
+    pretrained = json.loads((args.results_dir / "pretrained.json").read_text())
+    seeds = sorted({result["seed"] for result in results})
+    by_arm: dict[str, dict[int, dict]] = {}
+    for result in results:
+        by_arm.setdefault(result["arm"], {})[result["seed"]] = result
+    continued = by_arm.get("continued", {})
+    rows = ["| arm | model type | trained | " + " | ".join(f"BLEU seed {seed}" for seed in seeds)
+            + " | mean | Δ vs continued | p (paired bootstrap, per seed) |", "|---|---|---|" + "---|" * (len(seeds) + 3)]
+    for arm in [name for name in ARMS if name in by_arm]:
+        runs = by_arm[arm]
+        bleus = [runs[seed]["test_metrics"]["test_bleu"] if seed in runs else None for seed in seeds]
+        mean = sum(b for b in bleus if b is not None) / max(1, sum(b is not None for b in bleus))
+        paired = [continued[seed]["test_metrics"]["test_bleu"] for seed in seeds if seed in runs and seed in continued]
+        own = [runs[seed]["test_metrics"]["test_bleu"] for seed in seeds if seed in runs and seed in continued]
+        delta = "–" if arm == "continued" or not paired else f"{(sum(own) - sum(paired)) / len(own):+.2f}"
+        p_values = "–" if arm == "continued" else ", ".join(
+            f"{runs[seed]['significance_vs_continued']['p_value']:.3f}" if "significance_vs_continued" in runs[seed]
+            else "–" for seed in seeds if seed in runs)
+        first = next(iter(runs.values()))
+        trained = "added parameters only" if first["freeze_pretrained"] else "all parameters"
+        rows.append(f"| {arm} | `{first['model_type']}` | {trained} | "
+                    + " | ".join("–" if b is None else f"{b:.2f}" for b in bleus)
+                    + f" | {mean:.2f} | {delta} | {p_values} |")
+    table = "\n".join(rows)
+    steps = next(iter(results))["arguments"]["max_steps"]
+    stopped = pretrained.get("stopped_by_hand") or ("stopped early" if pretrained.get("stopped_early") else
+                                                   f"its budget of {pretrained.get('pretrain_max_steps')} steps")
+    check = pretrained.get("conversion_check", {})
+    summary = (f"A `MarianMTModel` trained on Multi30k en→de with `Seq2SeqTrainer` ({pretrained['global_step']} steps, "
+               f"{stopped}; best validation loss {pretrained['best_eval_loss']:.3f}) stands in for a pretrained "
+               f"checkpoint; its conversion translates {check.get('identical_beam4_translations', '?')} of "
+               f"{check.get('sentences', '?')} test sentences exactly as it does (beam 4). Each arm fine-tunes it for "
+               f"the same {steps} steps with `hf-srcfeat-train --init_from`; test_2016_flickr, beam 4, sacreBLEU.")
+    page = ("# Methods grafted onto a pretrained model\n\n" + summary + "\n\n" + table + "\n\n"
+            "Generated by `python -m benchmarks.pretrained_grafts report` from `benchmarks/results/pretrained_grafts/` "
+            "(each file records its arguments, data and code version); blind-set translations are in its `blind/` "
+            "folder. Made with `python -m benchmarks.pretrained_grafts pretrain` (or `adopt`, for a pretraining "
+            "stopped early) and `python -m benchmarks.pretrained_grafts run`.\n")
+    write_text_atomically(args.results_dir / "README.md", page)
+    if args.docs_page:
+        write_text_atomically(args.docs_page, page)
+    if args.readme:
+        replace_readme_section(args.readme, summary + "\n\n" + table, "<!-- pretrained-grafts:start -->",
+                               "<!-- pretrained-grafts:end -->")
+    print(page)
+    return page
+
+
+def optional_path(value: str) -> Path | None:
+    return Path(value) if value else None
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["pretrain", "adopt", "check", "run"])
+    parser.add_argument("command", choices=["pretrain", "adopt", "check", "run", "report"])
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "pretrained_grafts")
     parser.add_argument("--results_dir", type=Path, default=REPO / "benchmarks" / "results" / "pretrained_grafts")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
@@ -270,11 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_eval_samples", type=int, default=200)
     parser.add_argument("--max_test_samples", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--docs_page", type=optional_path, default=REPO / "docs" / "results" / "pretrained_grafts.md",
+                        help="report: the docs page to write (empty: none)")
+    parser.add_argument("--readme", type=optional_path, default=REPO / "README.md",
+                        help="report: the README whose pretrained-grafts section is replaced (empty: none)")
     args = parser.parse_args(argv)
     if args.command == "pretrain":
         pretrain(args)
     elif args.command == "adopt":
         adopt_best_checkpoint(args)
+    elif args.command == "report":
+        report(args)
     elif args.command == "check":
         check_conversion(args)
     else:

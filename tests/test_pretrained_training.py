@@ -266,6 +266,11 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     pretrained = json.loads((tmp_path / "results" / "pretrained.json").read_text())
     assert pretrained["conversion_check"] == {"sentences": 12, "identical_beam4_translations": 12}
     assert pretrained["marian_config"]["model_type"] == "marian" and pretrained["vocab_size"] <= 402
+    (tmp_path / "runs" / "marian_multi30k" / "model.safetensors").unlink()  # as if stopped before the end
+    pretrained_grafts.main(["adopt", *folders, "--max_test_samples", "12", "--pretrain_max_steps", "12"])
+    adopted = json.loads((tmp_path / "results" / "pretrained.json").read_text())
+    assert adopted["stopped_by_hand"].startswith("at step 12 of at most 12")
+    assert adopted["conversion_check"] == {"sentences": 12, "identical_beam4_translations": 12}
     budget = json.dumps({"max_steps": 2, "max_train_samples": 32, "max_predict_samples": 6,
                          "per_device_train_batch_size": 16, "generation_max_length": 8})
     pretrained_grafts.main(["run", *folders, "--seeds", "1", "--arms", "continued", "deps_san_frozen",
@@ -273,6 +278,10 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     frozen = json.loads((tmp_path / "results" / "deps_san_frozen_seed1.json").read_text())
     assert frozen["freeze_pretrained"] and frozen["model_type"] == "deps_san" and frozen["code_version"]
     assert "test_bleu" in frozen["test_metrics"] and "p_value" in frozen["significance_vs_continued"]
+    pretrained_grafts.main(["report", *folders, "--docs_page", "", "--readme", ""])
+    table = (tmp_path / "results" / "README.md").read_text()
+    assert "| continued | `srcfeat_transformer` | all parameters |" in table
+    assert "| deps_san_frozen | `deps_san` | added parameters only |" in table
 
 
 def test_overwrite_output_dir_removes_a_wrapped_tokenizer_so_a_new_start_builds_its_own(tmp_path):
