@@ -18,6 +18,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotated_sentence import AnnotatedSentence, check_text
+from .decoding_options import check_decoding_options
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import check_tokenizer_matches
 
@@ -31,11 +32,13 @@ COUNTS = {"num_beams": 1, "max_new_tokens": 1, "num_return_sequences": 1, "batch
 
 
 def check_generation_options(options: dict) -> None:
-    """Refuse, naming the option, a count below its minimum (num_beams=0 would divide by zero inside generate)."""
+    """Refuse, naming the option, a count below its minimum (num_beams=0 would divide by zero inside generate) and
+    a decoding option outside its values (`hf_srcfeat.decoding_options`)."""
     for name, smallest in COUNTS.items():
         value = options.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
             raise ValueError(f"`{name}` must be an integer of at least {smallest}, got {value!r}.")
+    check_decoding_options(options)
 
 class SourceFeatureTranslationPipeline(Pipeline):
     """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.

@@ -5,6 +5,7 @@ test_translate_command.py; half precision in test_half_precision.py."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -482,3 +483,16 @@ def test_a_truncated_tokenizer_file_is_an_error_naming_it(model_folder, tmp_path
     saved.write_text(saved.read_text(encoding="utf-8")[:1000], encoding="utf-8")
     with pytest.raises(DamagedFileError, match=rf"{saved} is truncated or damaged"):
         load_tokenizer(copy)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"repetition_penalty": 0}, "`repetition_penalty` must be a number above 0, got 0"),
+    ({"no_repeat_ngram_size": -1}, "`no_repeat_ngram_size` must be 0 (off) or more, got -1"),
+    ({"temperature": 0.5}, "temperature only act when sampling"),
+])
+def test_the_pipeline_refuses_decoding_options_outside_their_values(options, message, trained_baseline,
+                                                                    feature_tokenizer):
+    model, _ = trained_baseline
+    translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, max_new_tokens=8)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        translator("A dog runs.", **options)

@@ -68,6 +68,16 @@ def test_a_source_longer_than_the_export_takes_is_cut_with_a_warning(exported, t
         assert translator.translate([" ".join(test_sentences[:3])], num_beams=1, max_new_tokens=8)[0]
 
 
+def test_decoding_options_reach_ctranslate2(exported, test_sentences):
+    plain = CTranslate2Translator(exported[1], intra_threads=1)
+    blocked = CTranslate2Translator(exported[1], intra_threads=1, no_repeat_ngram_size=1)
+    sentences = test_sentences[:20]
+    outputs = blocked.translate(sentences, num_beams=1, max_new_tokens=24)
+    assert outputs != plain.translate(sentences, num_beams=1, max_new_tokens=24)
+    ids = [blocked.tokenizer(text_target=output)["input_ids"][:-1] for output in outputs]
+    assert all(len(row) == len(set(row)) for row in ids), "no token twice with no_repeat_ngram_size=1"
+
+
 def test_an_int8_export_translates(exported, test_sentences, tmp_path):
     folder, _ = exported
     assert main([str(folder), str(tmp_path / "int8"), "--quantization", "int8"]) == 0

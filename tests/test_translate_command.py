@@ -131,6 +131,11 @@ def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test
     (["--num_return_sequences", "5"], "needs --num_beams >= 5"),
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--output", "SAME"], "is the input file"),
+    (["--top_p", "0"], "--top_p must be a number in (0, 1], got 0.0"),
+    (["--top_k", "5"], "top_k only act when sampling: add do_sample"),
+    (["--do_sample"], "--do_sample draws each translation token by token: give --num_beams 1"),
+    (["--repetition_penalty", "-1"], "--repetition_penalty must be a number above 0, got -1.0"),
+    (["--seed", "3"], "--seed makes sampling reproducible: it needs --do_sample"),
 ])
 def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_path, capsys, options, message):
     source = write_lines(tmp_path / "input.en", ["A dog runs."])
@@ -205,3 +210,26 @@ def test_a_parser_that_cannot_load_stops_the_run_instead_of_translating_everythi
         main(["--model", str(model_folder), "--input", source, "--output", str(tmp_path / "output.de"), *SETTINGS,
               "--quiet", "--annotation_cache", str(tmp_path / "cold.sqlite")])
     assert not (tmp_path / "output.de").exists()
+
+
+def test_decoding_options_reach_generate_and_sampling_with_a_seed_is_reproducible(model_folder, translator,
+                                                                                 test_sentences, tmp_path):
+    lines = test_sentences[:6]
+    blocked = translate(model_folder, tmp_path, "--no_repeat_ngram_size", "2", "--repetition_penalty", "1.3",
+                        lines=lines)
+    assert blocked == [result["translation_text"] for result in translator(lines, no_repeat_ngram_size=2,
+                                                                          repetition_penalty=1.3)]
+    for line in blocked:
+        words = line.split()
+        bigrams = list(zip(words, words[1:], strict=False))
+        assert len(bigrams) == len(set(bigrams)), f"a repeated bigram in {line!r}"
+    sampling = ["--do_sample", "--top_k", "20", "--temperature", "1.5", "--seed", "7", "--num_beams", "1"]
+    settings = ["--max_new_tokens", "24", "--quiet"]
+    outputs = []
+    for run in range(2):
+        output = tmp_path / f"sampled{run}.de"
+        assert main(["--model", str(model_folder), "--input", write_lines(tmp_path / "in.en", lines), "--output",
+                     str(output), *settings, *sampling]) == 0
+        outputs.append(output.read_text(encoding="utf-8").splitlines())
+    assert outputs[0] == outputs[1], "the same seed gives the same samples"
+    assert outputs[0] != translate(model_folder, tmp_path, lines=lines), "sampling is not beam search"

@@ -54,6 +54,7 @@ from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.user_factors import attach_factors
+from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
@@ -193,6 +194,15 @@ class DataArguments:
         "help": "Beam search's length penalty for evaluation, tests and the saved generation config: scores are "
                 "divided by length ** length_penalty (default: Transformers' 1.0; Deps-SAN's paper decodes with "
                 "0.6)."})
+    no_repeat_ngram_size: int | None = field(default=None, metadata={
+        "help": DECODING_OPTIONS["no_repeat_ngram_size"].help + "; for evaluation, tests and the saved generation config"})
+    repetition_penalty: float | None = field(default=None, metadata={
+        "help": DECODING_OPTIONS["repetition_penalty"].help + "; for evaluation, tests and the saved generation config"})
+    do_sample: bool | None = field(default=None, metadata={
+        "help": DECODING_OPTIONS["do_sample"].help + " (evaluation and tests; BLEU then varies with the seed)"})
+    top_k: int | None = field(default=None, metadata={"help": DECODING_OPTIONS["top_k"].help})
+    top_p: float | None = field(default=None, metadata={"help": DECODING_OPTIONS["top_p"].help})
+    temperature: float | None = field(default=None, metadata={"help": DECODING_OPTIONS["temperature"].help})
     average_last_checkpoints: int | None = field(default=None, metadata={
         "help": "After training, the model becomes the average of the weights of the last N checkpoints "
                 "(hf-srcfeat-average-checkpoints), which is then saved, evaluated and tested; needs save_strategy "
@@ -324,10 +334,12 @@ def check_numeric_arguments(*arguments) -> None:
 
 
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """Refuse, before any work, a non-finite `--length_penalty`, early stopping that cannot keep the best model and
+    """Refuse, before any work, a decoding option outside its values, early stopping that cannot keep the best model and
     an `--average_last_checkpoints` the run's checkpoints cannot serve."""
-    if data_args.length_penalty is not None and not math.isfinite(data_args.length_penalty):
-        raise SystemExit(f"--length_penalty must be a finite number, got {data_args.length_penalty}.")
+    try:
+        check_decoding_options(given_decoding_options(data_args))
+    except ValueError as error:
+        raise SystemExit(str(error).replace("`", "--", 1).replace("`", "", 1)) from None
     if data_args.early_stopping_patience is not None:
         if data_args.early_stopping_patience < 1:
             raise SystemExit(f"--early_stopping_patience must be at least 1, got {data_args.early_stopping_patience}.")
@@ -821,8 +833,8 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(model_args, tokenizer, training_args.seed)
     model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     model.generation_config.num_beams = training_args.generation_num_beams or 1
-    if data_args.length_penalty is not None:
-        model.generation_config.length_penalty = data_args.length_penalty
+    for name, value in given_decoding_options(data_args).items():
+        setattr(model.generation_config, name, value)
 
     def tokenize(batch):
         if PARSE_COLUMN in batch:
@@ -908,7 +920,7 @@ def main(argv: list[str] | None = None) -> dict:
         setup = {"set": f"{'Multi30k ' if name == 'test_2016_flickr' else ''}{data_args.source_lang}→"
                         f"{data_args.target_lang} {name}",
                  "sentences": len(test_set), "num_beams": model.generation_config.num_beams,
-                 "length_penalty": model.generation_config.length_penalty,
+                 **{name: getattr(model.generation_config, name) for name in DECODING_OPTIONS},
                  "max_length": model.generation_config.max_length,
                  **(compute_metrics.signatures if compute_metrics is not None else {})}
         results.setdefault("test_sets", {})[name] = {"metrics": prediction.metrics, "setup": setup}

@@ -42,6 +42,7 @@ from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.commands import check_counts, check_model_source
 from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
 from hf_srcfeat.safe_writing import (
     is_special_file,
     overwritten_input,
@@ -327,13 +328,20 @@ def load_translator(args: argparse.Namespace):
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = resolve_device(args.device)
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
     if args.backend == "ctranslate2":
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator
 
         compute_type = args.compute_type or {"float32": "default"}.get(args.dtype, args.dtype)
+        if args.seed is not None:
+            import ctranslate2
+
+            ctranslate2.set_random_seed(args.seed)
         try:
             translator = CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
-                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256)
+                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256,
+                                               **given_decoding_options(args))
         except (ValueError, ImportError) as error:
             raise SystemExit(f"hf-srcfeat-translate: {error}") from None
         if translator.reads_parses and args.input_format in ("text", "factored"):
@@ -346,9 +354,7 @@ def load_translator(args: argparse.Namespace):
     if args.input_format in ("text", "factored") and not args.no_parse:
         tokenizer.annotator = command_annotator(tokenizer, args, device)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
-    generation = {"num_beams": args.num_beams}
-    if args.length_penalty is not None:
-        generation["length_penalty"] = args.length_penalty
+    generation = {"num_beams": args.num_beams, **given_decoding_options(args)}
     if args.max_new_tokens is not None:
         generation["max_new_tokens"] = args.max_new_tokens
         model.generation_config.max_length = None  # the saved limit yields to the one asked for, without a warning
@@ -376,12 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
         "source features take their defaults, with a warning; quality depends on the model (documentation: 'Translating "
         "without a parse')"))
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
-    parser.add_argument("--num_beams", type=int, default=4, help="beam size (default 4; 1 is greedy)")
+    parser.add_argument("--num_beams", type=int, default=None,
+                        help="beam size (default 4, or 1 with --do_sample; 1 is greedy)")
     parser.add_argument("--num_return_sequences", type=int, default=1,
                         help="n-best: translations per sentence, in the n-best format above (needs num_beams >= n)")
-    parser.add_argument("--length_penalty", type=float, default=None, help=(
-        "beam search's length penalty: scores divided by length ** length_penalty (default: the model's "
-        "generation config)"))
+    add_decoding_arguments(parser)  # --length_penalty, --no_repeat_ngram_size, ..., --do_sample --top_k ...
+    parser.add_argument("--seed", type=int, default=None, help="random seed for --do_sample (reproducible samples)")
     parser.add_argument("--max_new_tokens", type=int, default=None,
                         help="longest translation in tokens (default: the model's generation config)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
@@ -403,8 +409,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_counts(parser, args, ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size"))
-    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
-        parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}.")
+    try:
+        check_decoding_options(given_decoding_options(args))
+    except ValueError as error:
+        parser.error(str(error).replace("`", "--", 1).replace("`", "", 1))
+    if args.do_sample and (args.num_beams or 1) > 1:
+        parser.error(f"--do_sample draws each translation token by token: give --num_beams 1 (or leave it out), "
+                     f"got {args.num_beams}.")
+    if args.seed is not None and not args.do_sample:
+        parser.error("--seed makes sampling reproducible: it needs --do_sample.")
+    args.num_beams = args.num_beams or (1 if args.do_sample else 4)
     if args.num_return_sequences > args.num_beams:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
                      f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")

@@ -24,10 +24,11 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 
+from hf_srcfeat.decoding_options import check_decoding_options
 from hf_srcfeat.safe_writing import write_json_atomically
 
 #: Model types CTranslate2 cannot run, with the reason.
@@ -216,6 +217,17 @@ def factor_labels(tokenizer, config, factor: str) -> list[str]:
     return list(vocabulary.labels)
 
 
+def ctranslate2_decoding_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`hf_srcfeat.decoding_options` (Transformers' names) as CTranslate2's `translate_batch` arguments."""
+    names = {"length_penalty": "length_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size",
+             "repetition_penalty": "repetition_penalty", "top_p": "sampling_topp",
+             "temperature": "sampling_temperature"}
+    converted = {names[name]: value for name, value in options.items() if name in names and value is not None}
+    if options.get("do_sample"):
+        converted["sampling_topk"] = options.get("top_k") or 0  # CTranslate2's 0: the whole distribution
+    return converted
+
+
 class CTranslate2Translator:
     """Raw text in, translations out, with an exported model: our tokenizer (and its parser, for models with
     source features) prepares the source tokens, CTranslate2 decodes.
@@ -230,7 +242,8 @@ class CTranslate2Translator:
 
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
-                 inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256):
+                 inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256,
+                 **decoding: Any):
         import ctranslate2
 
         from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
@@ -250,6 +263,8 @@ class CTranslate2Translator:
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=inter_threads, intra_threads=intra_threads)
         self.num_beams, self.max_new_tokens = num_beams, max_new_tokens
+        check_decoding_options(decoding)
+        self.decoding = ctranslate2_decoding_options(decoding)
 
     def source_tokens(self, sources: Sequence) -> list[list[str]]:
         """The subword tokens of the sources (raw texts, or `AnnotatedSentence`s for a model with factors), with
@@ -304,7 +319,8 @@ class CTranslate2Translator:
         prefix = [[self.forced_bos_token]] * len(sources) if self.forced_bos_token else None
         results = self.translator.translate_batch(
             sources, target_prefix=prefix, max_batch_size=batch_size, beam_size=num_beams,
-            num_hypotheses=num_return_sequences, max_decoding_length=max_new_tokens, return_scores=return_scores)
+            num_hypotheses=num_return_sequences, max_decoding_length=max_new_tokens, return_scores=return_scores,
+            **self.decoding)
         outputs = []
         for result in results:
             hypotheses = []
