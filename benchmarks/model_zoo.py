@@ -115,7 +115,7 @@ def publish_benchmark(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> str | list[str]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--registry", type=Path, default=publish.DEFAULT_REGISTRY)
+    parser.add_argument("--registry", type=Path, default=REPO / "benchmarks" / "results" / "published_models.json")
     commands = parser.add_subparsers(dest="command", required=True)
     publishing = commands.add_parser("publish", help="publish every finished benchmark system not published yet")
     target = publishing.add_mutually_exclusive_group(required=True)

@@ -189,3 +189,14 @@ def test_averaging_checkpoints_refuses_a_count_below_two(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--last", "0", "--output", str(tmp_path / "averaged")])
     assert "--last must be an integer of at least 2 with a run folder, got 0" in capsys.readouterr().err
+
+
+def test_evaluating_without_validation_data_is_refused_before_any_parsing(tmp_path):
+    from hf_srcfeat.commands import train
+
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("A dog runs.\tEin Hund rennt.\nTwo men talk.\tZwei Männer reden.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="--do_eval, --eval_strategy.* needs validation data: give --validation_file"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--do_eval", "--train_file", str(corpus),
+                    "--max_steps", "1", "--annotation_cache", str(tmp_path / "never_made.sqlite")])
+    assert not (tmp_path / "never_made.sqlite").exists(), "refused before any parsing"

@@ -154,11 +154,48 @@ def test_publishing_never_overwrites_a_folder(published):
 def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"test_metrics": {"test_bleu": 31.234, "test_chrf": 55.5}}))
     results = publish.run_results(tmp_path, None, None)
-    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "deps_san.md").read_text(), REPO_ID, results)
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "deps_san.md").read_text(), REPO_ID, results,
+                               publish.run_facts(tmp_path))
     metadata = yaml.safe_load(card.split("---")[1])
     metrics = metadata["model-index"][0]["results"][0]["metrics"]
     assert [(m["type"], m["value"]) for m in metrics] == [("bleu", 31.23), ("chrf", 55.5)]
     assert "sacreBLEU 31.23, chrF 55.5" in card and "Not measured yet" not in card
+
+
+def test_publishing_an_en_fr_run_on_an_own_corpus_gives_a_card_that_says_so_and_changes_no_tracked_file(
+        multi30k_dir, tmp_path):
+    """A real (tiny) run on a TSV corpus of Multi30k's English-French pairs, named as a user's own corpus."""
+    import gzip
+
+    from hf_srcfeat.commands import train
+
+    def pairs(split: str, count: int) -> list[str]:
+        with gzip.open(multi30k_dir / f"{split}.en.gz", "rt") as english, \
+                gzip.open(multi30k_dir / f"{split}.fr.gz", "rt") as french:
+            return [f"{en.strip()}\t{fr.strip()}" for en, fr, _ in zip(english, french, range(count), strict=False)]
+
+    (tmp_path / "shop_reviews.train.tsv").write_text("\n".join(pairs("train", 120)) + "\n", encoding="utf-8")
+    (tmp_path / "shop_reviews.test.tsv").write_text("\n".join(pairs("test_2016_flickr", 8)) + "\n", encoding="utf-8")
+    tracked = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--do_predict", "--predict_with_generate",
+                "--train_file", str(tmp_path / "shop_reviews.train.tsv"),
+                "--test_file", str(tmp_path / "shop_reviews.test.tsv"), "--source_lang", "en", "--target_lang", "fr",
+                "--model_type", "relevance_features", "--d_model", "32", "--encoder_layers", "1", "--decoder_layers",
+                "1", "--attention_heads", "2", "--ffn_dim", "64", "--vocab_size", "400", "--max_steps", "2",
+                "--per_device_train_batch_size", "8", "--generation_max_length", "8", "--use_cpu", "--report_to",
+                "none", "--save_strategy", "no"])
+    publish.main([str(tmp_path / "run"), "--repo_id", "someone/shop-en-fr", "--output", str(tmp_path / "repository"),
+                  "--mirror", str(tmp_path / "mirrors")])
+    card = (tmp_path / "repository" / "README.md").read_text()
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert metadata["language"] == ["en", "fr"] and "datasets" not in metadata
+    [evaluation] = [entry for entry in metadata["model-index"][0]["results"] if entry["metrics"][0]["type"] == "bleu"]
+    assert evaluation["task"]["name"] == "Translation en→fr" and "en→fr" in evaluation["dataset"]["name"]
+    assert "**Language pair:** en→fr" in card and "shop_reviews.train.tsv (120 sentence pairs)" in card
+    assert "multi30k" not in card.split("## This model")[1].split("\n## ")[0].lower()
+    assert "BLEU+case.mixed" in card or "nrefs:1" in card, "the sacreBLEU signature is given"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                          text=True).stdout == tracked, "no tracked file changed (no registry entry)"
 
 
 def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_path):

@@ -11,8 +11,10 @@ vocabularies, the model card rendered from `hf_srcfeat/model_cards/<model_type>.
 tokenizer code for `trust_remote_code=True` loading (flat sibling modules, registered with `auto_map`).
 The card's results come from the benchmark's result files (`--benchmark_system`) or, failing that, from the
 run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten.
-`--upload` and `--mirror` record the repository in `benchmarks/results/published_models.json`, from which
-`python -m benchmarks.model_zoo` makes the documentation's model zoo table.
+The card's language pair, data, test sets, metrics (with their sacreBLEU signatures), model type and size come from
+the run (`--language`, `--dataset` override them). `--registry FILE` also records the publication in FILE;
+`python -m benchmarks.model_zoo` passes the project's registry, from which it makes the documentation's model
+zoo table; a user's publication records nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from hf_srcfeat.tokenization_pretrained_source_features import (
 REPO = Path(__file__).resolve().parents[2]
 CARD_TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
 LICENSE = "apache-2.0"
-DEFAULT_REGISTRY = REPO / "benchmarks" / "results" / "published_models.json"
 
 
 def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -> dict | None:
@@ -106,25 +107,100 @@ def results_section(results: dict | None) -> str:
     return text + "\n"
 
 
-def render_card(template: str, repo_id: str, results: dict | None) -> str:
-    """The card with the Hub's metadata (license, metrics, model-index with the results) and the repo id."""
+def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets: list[str] | None = None,
+              parameters: int | None = None) -> dict:
+    """What the card says about this model, from the run's own `config.json` and `results.json` (language pair,
+    data, test sets, size, steps); `languages` and `datasets` override what the run recorded."""
+    def read(name: str) -> dict:
+        path = run_dir / name if run_dir is not None else None
+        return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+    run, config = read("results.json"), read("config.json")
+    data = run.get("data_args") or {}
+    pair = languages or [language for language in (data.get("source_lang"), data.get("target_lang")) if language]
+    if datasets is None:
+        datasets = [data["dataset_name"]] if data.get("dataset_name") else []
+    files = [Path(name).name for name in (data.get("train_file"),) if name]
+    variant = {name: config[name] for name in ("relevance_combine", "diverse_variant", "phrase_segmentation",
+                                               "components") if config.get(name) not in (None, [], "")}
+    tests = {name: entry for name, entry in (run.get("test_sets") or {}).items() if "test_bleu" in entry["metrics"]}
+    if not tests and "test_bleu" in (run.get("test_metrics") or {}):
+        tests = {"test": {"metrics": run["test_metrics"], "setup": run.get("test_setup") or {}}}
+    return {"languages": pair, "datasets": datasets, "train_files": files, "model_type": config.get("model_type"),
+            "variant": variant, "parameters": parameters or run.get("num_parameters"), "steps": run.get("global_step"),
+            "train_examples": run.get("train_examples"), "init_from": (run.get("model_args") or {}).get("init_from"),
+            "tests": tests}
+
+
+def this_model_section(facts: dict) -> str:
+    """The card's "This model" section: the facts of this checkpoint, each from the run."""
+    pair = "→".join(facts["languages"]) or "not recorded by the run"
+    data = ", ".join(facts["datasets"] + facts["train_files"]) or "not recorded by the run"
+    lines = [f"- **Language pair:** {pair}", f"- **Training data:** {data}"
+             + (f" ({facts['train_examples']:,} sentence pairs)" if facts.get("train_examples") else ""),
+             f"- **Model type:** `{facts['model_type']}`"
+             + (" (" + ", ".join(f"`{name}`: {value}" for name, value in facts["variant"].items()) + ")"
+                if facts["variant"] else "")]
+    if facts.get("parameters"):
+        lines.append(f"- **Parameters:** {facts['parameters']:,}")
+    if facts.get("steps"):
+        lines.append(f"- **Training steps:** {facts['steps']:,}")
+    if facts.get("init_from"):
+        lines.append(f"- **Started from:** `{facts['init_from']}`")
+    for name, test in facts["tests"].items():
+        setup, metrics = test.get("setup") or {}, test["metrics"]
+        signature = setup.get("bleu_signature")
+        lines.append(f"- **{setup.get('set', name)}** ({setup.get('sentences', '?')} sentences, beam "
+                     f"{setup.get('num_beams', '?')}): sacreBLEU {metrics['test_bleu']:.2f}, chrF "
+                     f"{metrics.get('test_chrf', float('nan')):.2f}" + (f" (`{signature}`)" if signature else ""))
+    return "## This model\n\n" + "\n".join(lines) + "\n\n"
+
+
+def card_metadata(template_metadata: dict, repo_id: str, facts: dict, results: dict | None) -> str:
+    """The card's YAML through `huggingface_hub.ModelCardData`, the results as its eval results."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    pair = "→".join(facts["languages"])
+    evaluations: list[EvalResult] = []
+    for name, test in facts["tests"].items():
+        set_name = (test.get("setup") or {}).get("set", name)
+        for metric, label in (("bleu", "sacreBLEU"), ("chrf", "chrF")):
+            if f"test_{metric}" in test["metrics"]:
+                evaluations.append(EvalResult(
+                    task_type="translation", task_name=f"Translation {pair}".strip(),
+                    dataset_type=facts["datasets"][0] if facts["datasets"] else name, dataset_name=set_name,
+                    dataset_split="test", metric_type=metric, metric_name=label,
+                    metric_value=round(test["metrics"][f"test_{metric}"], 2)))
+    if results is not None and "system" in results:  # the benchmark's own result file, not the run's
+        evaluations = [EvalResult(task_type="translation", task_name="Translation en→de", dataset_type="multi30k",
+                                  dataset_name="Multi30k test_2016_flickr", dataset_split="test", metric_type=metric,
+                                  metric_name=label, metric_value=results[metric])
+                       for metric, label in (("bleu", "sacreBLEU"), ("chrf", "chrF"))]
+    data = ModelCardData(
+        language=facts["languages"] or None, license=LICENSE, library_name=template_metadata.get("library_name"),
+        pipeline_tag=template_metadata.get("pipeline_tag"), tags=template_metadata.get("tags"),
+        datasets=facts["datasets"] or None, metrics=["bleu", "chrf"], model_name=repo_id.split("/")[-1],
+        eval_results=evaluations or None)
+    return data.to_yaml()
+
+
+def render_card(template: str, repo_id: str, results: dict | None, facts: dict | None = None) -> str:
+    """The card: metadata, a "This model" section and the results from the run (`run_facts`), the method's
+    description from its template, and the repo id."""
+    facts = facts or run_facts(None)
     _, front_matter, body = template.split("---", 2)
     metadata = yaml.safe_load(front_matter)
-    metadata.update({"license": LICENSE, "metrics": ["bleu", "chrf"]})
     body = body.replace("<this repository>", repo_id)
     head, rest = body.split("## Results", 1)
     tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
-    if results is not None:
-        metadata["model-index"] = [{"name": repo_id.split("/")[-1], "results": [{
-            "task": {"type": "translation", "name": "Translation en→de"},
-            "dataset": {"type": "multi30k", "name": "Multi30k test_2016_flickr", "split": "test"},
-            "metrics": [{"type": "bleu", "name": "sacreBLEU", "value": results["bleu"]},
-                        {"type": "chrf", "name": "chrF", "value": results["chrf"]}]}]}]
-    return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True) + "---" + head + \
-        "## Results" + results_section(results) + tail
+    first_section = head.find("\n## ")
+    head = head if first_section < 0 else head[:first_section + 1] + this_model_section(facts) + head[first_section + 1:]
+    return "---\n" + card_metadata(metadata, repo_id, facts, results) + "\n---" + head + "## Results" + \
+        results_section(results) + tail
 
 
-def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | None) -> Path:
+def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | None,
+                     languages: list[str] | None = None, datasets: list[str] | None = None) -> Path:
     if output.exists() and not output.is_dir():
         raise SystemExit(f"--output {output} is a file; name a folder to build the repository in.")
     if output.exists() and any(output.iterdir()):
@@ -149,7 +225,8 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
     template = CARD_TEMPLATES / f"{model.config.model_type}.md"
     if not template.exists():
         raise SystemExit(f"no model card template {template} for model type {model.config.model_type!r}.")
-    card = render_card(template.read_text(), repo_id, results)
+    card = render_card(template.read_text(), repo_id, results,
+                       run_facts(run_dir, languages, datasets, model.num_parameters()))
     if getattr(model.config, "converted_from", None):
         card = card.replace("\n## ", f"\nStarted from a pretrained {model.config.converted_from} checkpoint, converted into the "
                             "zoo's backbone, with this method grafted on (the documentation's guide \"Pretrained "
@@ -254,8 +331,13 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--output", type=Path, required=True, help="where to build the repository folder")
     parser.add_argument("--benchmark_system", help="take the card's results from this benchmark system")
     parser.add_argument("--benchmark_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark")
-    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY,
-                        help="published models, read by benchmarks/model_zoo.py (default: %(default)s)")
+    parser.add_argument("--registry", type=Path, default=None,
+                        help="also record the publication in this JSON list (the project's zoo command passes its "
+                             "own; by default nothing is recorded)")
+    parser.add_argument("--language", nargs=2, metavar=("SOURCE", "TARGET"), default=None,
+                        help="the card's language pair (default: the run's --source_lang/--target_lang)")
+    parser.add_argument("--dataset", nargs="+", default=None,
+                        help="the card's training datasets as Hub ids (default: the run's --dataset_name, if any)")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--dry-run", action="store_true", help="build the folder and stop")
     target.add_argument("--upload", action="store_true", help="upload with HfApi.upload_folder ($HF_TOKEN)")
@@ -263,7 +345,7 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     check_repo_id(args.repo_id)
     results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)
-    folder = build_repository(args.run_dir, args.repo_id, args.output, results)
+    folder = build_repository(args.run_dir, args.repo_id, args.output, results, args.language, args.dataset)
     print(f"built {folder}")
     if args.dry_run:
         return folder
@@ -276,6 +358,8 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         revision, destination = upload(folder, args.repo_id), "huggingface.co"
         print(f"uploaded {args.repo_id} at {revision}")
+    if args.registry is None:
+        return folder
     record_publication(args.registry, {
         "repo_id": args.repo_id, "model_type": json.loads((folder / "config.json").read_text())["model_type"],
         "destination": destination, "revision": revision,

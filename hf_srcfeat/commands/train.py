@@ -333,6 +333,13 @@ def check_numeric_arguments(*arguments) -> None:
                 raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
 
 
+def evaluates_during_training(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> bool:
+    """Whether the run evaluates on validation data (and so needs it)."""
+    strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
+    return bool(training_args.do_eval or strategy != "no" or training_args.load_best_model_at_end
+                or data_args.early_stopping_patience)
+
+
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
     """Refuse, before any work, a decoding option outside its values, early stopping that cannot keep the best model and
     an `--average_last_checkpoints` the run's checkpoints cannot serve."""
@@ -793,6 +800,10 @@ def main(argv: list[str] | None = None) -> dict:
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
                            data_args.source_parse_column, data_args.source_factor_columns or ())
+    if corpora.validation is None and evaluates_during_training(training_args, data_args):
+        raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
+                         "--early_stopping_patience) needs validation data: give --validation_file, or a "
+                         "--dataset_name with a validation split.")
     # Made once, only if a split with factor columns comes without parses.
     pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
 
@@ -813,9 +824,10 @@ def main(argv: list[str] | None = None) -> dict:
                                          corpus.origin[0])
         return data
 
-    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu),
-              "validation": prepared(corpora.validation, data_args.max_eval_samples,
-                                     data_args.validation_source_conllu)}
+    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu)}
+    if corpora.validation is not None:
+        splits["validation"] = prepared(corpora.validation, data_args.max_eval_samples,
+                                        data_args.validation_source_conllu)
     if data_args.do_predict_test and training_args.predict_with_generate:
         for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
             splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
@@ -856,7 +868,7 @@ def main(argv: list[str] | None = None) -> dict:
                                     num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}",
                                     new_fingerprint=tokenization_fingerprint(data, tokenizer, data_args))
                      for name, data in splits.items()}
-        train_set, eval_set = tokenized["train"], tokenized["validation"]
+        train_set, eval_set = tokenized["train"], tokenized.get("validation")
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
 
     callbacks: list[TrainerCallback] = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes \
@@ -886,6 +898,7 @@ def main(argv: list[str] | None = None) -> dict:
         + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
                                  data_args.test_source_conllu) if conllu],
         "seed": training_args.seed,
+        "train_examples": len(train_set) if train_set is not None else None,
         "num_parameters": model.num_parameters(),
         "config": model.config.to_dict(),
     }

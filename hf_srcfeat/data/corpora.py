@@ -227,12 +227,12 @@ class Corpora:
     """The splits of one training run; each test set is scored and written apart."""
 
     train: Corpus
-    validation: Corpus
+    validation: Corpus | None  # needed only to evaluate during training
     tests: list[Corpus]
 
     @property
     def all(self) -> list[Corpus]:
-        return [self.train, self.validation, *self.tests]
+        return [corpus for corpus in (self.train, self.validation, *self.tests) if corpus is not None]
 
 
 def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,
@@ -275,11 +275,10 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
                                          factor_columns)
     if test_files:
         tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
-    missing = [split for split in ("train", "validation") if split not in splits]
-    if missing:
-        raise ValueError(f"no {missing} data: give --{missing[0]}_file, or a --dataset_name that has that split.")
+    if "train" not in splits:
+        raise ValueError("no training data: give --train_file, or a --dataset_name that has a train split.")
     names = [corpus.name for corpus in tests]
     if len(set(names)) != len(names):
         raise ValueError(f"test sets need distinct names (their predictions are written as test_<name>_predictions"
                          f".txt): {names}.")
-    return Corpora(splits["train"], splits["validation"], tests)
+    return Corpora(splits["train"], splits.get("validation"), tests)
