@@ -311,3 +311,23 @@ def test_resuming_from_a_checkpoint_with_a_truncated_weights_file_is_refused_bef
     with pytest.raises(SystemExit, match=r"--resume_from_checkpoint: .*checkpoint-10/model.safetensors is truncated"):
         train.main(["--output_dir", str(run), "--do_train", "--resume_from_checkpoint", "True",
                     "--dataset_name", "multi30k", "--max_steps", "1"])
+
+
+def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_of_the_earlier_model(
+        multi30k_dir, tmp_path, caplog):
+    run = tmp_path / "run"
+    common = TINY + ["--output_dir", str(run), "--do_train", "--max_train_samples", "64", "--max_eval_samples", "8",
+                     "--max_predict_samples", "8", "--per_device_train_batch_size", "8", "--save_strategy", "steps",
+                     "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--generation_max_length",
+                     "8", "--data_dir", str(multi30k_dir)]
+    first = train.main(common + ["--max_steps", "2", "--predict_with_generate"])
+    recorded = json.loads((run / "checkpoint-2" / "training_time.json").read_text())["train_seconds"]
+    with caplog.at_level("WARNING"):
+        second = train.main(common + ["--max_steps", "4", "--resume_from_checkpoint", str(run / "checkpoint-2")])
+    assert "missing keys" not in caplog.text, "tied embeddings are not missing from a checkpoint"
+    [earlier] = second["earlier_results"]
+    assert earlier["global_step"] == 2 and earlier["test_sets"] == first["test_sets"], "the first run's scores stay"
+    assert second["global_step"] == 4 and second["train_seconds"] > recorded, "time adds up across resumptions"
+    assert not list(run.glob("test*_predictions.txt")), "the first model's translations do not stay beside the new one"
+    saved = json.loads((run / "results.json").read_text())
+    assert saved["earlier_results"][0]["global_step"] == 2

@@ -37,7 +37,6 @@ from transformers import (
     EarlyStoppingCallback,
     HfArgumentParser,
     PreTrainedModel,
-    Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     TrainerCallback,
     set_seed,
@@ -68,6 +67,7 @@ from hf_srcfeat.tokenization_source_features import (
     stored_columns,
     train_source_feature_tokenizer,
 )
+from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer, TrainingTimeCallback
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -404,14 +404,14 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         )
 
 
-def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
+def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
     """`--resume_from_checkpoint`: a folder whose weights files can be read whole, checked before any work (a
     truncated file would otherwise fail inside the Trainer, after the parsing, without its name)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     given = training_args.resume_from_checkpoint
     if not given:
-        return
+        return None
     folder = get_last_checkpoint(str(training_args.output_dir)) if given is True or str(given).lower() == "true" \
         else given
     if folder is None or not Path(folder).is_dir():
@@ -420,6 +420,28 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
         check_weights_files(folder)
     except DamagedFileError as error:
         raise SystemExit(f"--resume_from_checkpoint: {error}") from None
+    return str(folder)
+
+
+def earlier_results(output_dir: Path, resumed_from: str | None) -> list[dict]:
+    """On a resumed run, what the run's earlier `results.json` measured (each entry with its step), so that
+    resuming adds to the history instead of replacing it."""
+    path = output_dir / "results.json"
+    if resumed_from is None or not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    kept = {name: earlier[name] for name in ("global_step", "train_seconds", "eval_metrics", "test_sets")
+            if name in earlier}
+    return [*earlier.get("earlier_results", []), kept]
+
+
+def remove_stale_predictions(output_dir: Path, written: set[str]) -> list[str]:
+    """Remove test predictions of an earlier model of this run that this run did not write again: they would
+    stand beside a model they no longer belong to."""
+    stale = [path for path in output_dir.glob("test*_predictions.txt") if path.name not in written]
+    for path in stale:
+        path.unlink()
+    return [path.name for path in stale]
 
 
 def clear_previous_run(output_dir: Path) -> list[str]:
@@ -783,9 +805,10 @@ def main(argv: list[str] | None = None) -> dict:
     check_pretrained_start(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
+    resumed_from = None
     if training_args.do_train or model_args.tokenizer_only:
         check_output_dir(training_args, data_args)
-        check_resumed_checkpoint(training_args)
+        resumed_from = check_resumed_checkpoint(training_args)
         if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
                 and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
             removed = clear_previous_run(Path(training_args.output_dir))
@@ -879,6 +902,8 @@ def main(argv: list[str] | None = None) -> dict:
     compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
     training_args.remove_unused_columns = False
+    training_time = TrainingTimeCallback(resumed_from if training_args.do_train else None)
+    callbacks.append(training_time)
     trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
@@ -886,7 +911,7 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=callbacks, optimizers=optimizers,
     )
     trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
-        if data_args.max_tokens_per_batch else Seq2SeqTrainer(**trainer_options)
+        if data_args.max_tokens_per_batch else SrcFeatSeq2SeqTrainer(**trainer_options)
 
     results: dict = {
         "code_version": code_version(),
@@ -905,7 +930,9 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.do_train:
         start = time.monotonic()
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        results["train_seconds"] = time.monotonic() - start
+        results["train_seconds_this_run"] = time.monotonic() - start
+        results["train_seconds"] = training_time.seconds  # across resumptions
+        results["earlier_results"] = earlier_results(Path(training_args.output_dir), resumed_from)
         results["train_metrics"] = train_result.metrics
         results["log_history"] = list(trainer.state.log_history)  # a copy: later evaluations append to it
         results["global_step"] = trainer.state.global_step
@@ -927,6 +954,7 @@ def main(argv: list[str] | None = None) -> dict:
                                   fingerprint)
     if training_args.do_eval:
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
+    written_predictions: set[str] = set()
     for index, (name, test_set) in enumerate(test_sets.items()):
         prediction = trainer.predict(test_set, metric_key_prefix="test")
         # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.
@@ -948,9 +976,11 @@ def main(argv: list[str] | None = None) -> dict:
             names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])
             for file_name in names:
                 write_text_atomically(Path(training_args.output_dir, file_name), text + "\n")
+                written_predictions.add(file_name)
     if trainer.is_world_process_zero():
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         if training_args.do_train:
+            remove_stale_predictions(Path(training_args.output_dir), written_predictions)
             write_json_atomically(Path(training_args.output_dir, "results.json"), results, default=str)
         else:  # an evaluation of an existing run is added to its evaluations; its training results stay
             evaluations = Path(training_args.output_dir, "eval_results.json")

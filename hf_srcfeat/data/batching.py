@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
-from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+from transformers import DataCollatorForSeq2Seq
 
 from hf_srcfeat.dependency_tree import token_distance_matrix
 from hf_srcfeat.tokenization_source_features import TREE_COLUMN
+from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -113,7 +114,7 @@ def example_lengths(dataset) -> list[int]:
     return lengths
 
 
-class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
+class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
     """`Seq2SeqTrainer` whose training batches fill a token budget (`max_tokens_per_batch`) instead of holding
     `per_device_train_batch_size` sentences; under several processes accelerate deals the batches out, each process
     taking whole batches. Evaluation and prediction batch as usual."""

@@ -1,0 +1,59 @@
+"""The Trainer the training command uses: Transformers' `Seq2SeqTrainer` with what resuming the zoo's runs needs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import Seq2SeqTrainer, TrainerCallback
+
+from .safe_writing import write_json_atomically
+
+#: Written into each checkpoint: the training seconds up to it, so that a resumed run's time adds up.
+TRAINING_TIME_FILE = "training_time.json"
+
+
+class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` that knows tied weights: a checkpoint leaves out the copies of tied embeddings (as
+    `save_pretrained` does), which a resume ties again instead of warning that they are missing."""
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        model: Any = self.model  # Transformers types it loosely (a module, or None before init)
+        tied = set(model.get_expanded_tied_weights_keys(all_submodels=True)) \
+            if hasattr(model, "get_expanded_tied_weights_keys") else set()
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+
+class TrainingTimeCallback(TrainerCallback):
+    """Counts the seconds spent training across resumptions: each checkpoint records the total so far, and a run
+    resumed from it starts from that total."""
+
+    def __init__(self, resumed_from: str | Path | None = None):
+        self.earlier = earlier_training_seconds(resumed_from)
+        self.started: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return self.earlier + (time.monotonic() - self.started if self.started is not None else 0.0)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir, f"checkpoint-{state.global_step}")
+            if folder.is_dir():
+                write_json_atomically(folder / TRAINING_TIME_FILE, {"train_seconds": self.seconds})
+
+
+def earlier_training_seconds(checkpoint: str | Path | None) -> float:
+    """The training seconds a checkpoint recorded (0 for none, or one written before they were recorded)."""
+    path = Path(checkpoint, TRAINING_TIME_FILE) if checkpoint else None
+    if path is None or not path.exists():
+        return 0.0
+    return float(json.loads(path.read_text())["train_seconds"])
