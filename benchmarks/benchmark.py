@@ -318,7 +318,7 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
                                                    ("test", "test_2016_flickr"))}}
     arguments = {**shared, "model_type": model_type, "config_overrides": overrides,
                  "tokenizer_name_or_path": str(tokenizer_dir), "output_dir": str(folder), "seed": seed,
-                 "do_predict_test": False, **resume}
+                 **resume}
     if args.data_dir:
         arguments["data_dir"] = args.data_dir
     torch.set_num_threads(args.threads)

@@ -54,6 +54,7 @@ FINE_TUNING = {
     "per_device_eval_batch_size": 64, "learning_rate": 0.0005, "lr_scheduler_type": "inverse_sqrt",
     "warmup_steps": 50, "adam_beta2": 0.98, "weight_decay": 0.0001, "eval_strategy": "no", "save_strategy": "no",
     "logging_steps": 50, "generation_num_beams": 4, "generation_max_length": 64, "predict_with_generate": True,
+    "do_predict": True,
     "do_train": True, "do_eval": False, "use_cpu": True, "report_to": "none", "disable_tqdm": True,
 }
 

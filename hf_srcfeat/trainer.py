@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -57,3 +59,31 @@ def earlier_training_seconds(checkpoint: str | Path | None) -> float:
     if path is None or not path.exists():
         return 0.0
     return float(json.loads(path.read_text())["train_seconds"])
+
+
+logger = logging.getLogger("hf_srcfeat.train")
+
+
+def with_perplexity(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """The metrics with `<prefix>_perplexity`, exp of the mean token loss (label smoothing included)."""
+    loss = metrics.get(f"{prefix}_loss")
+    if loss is not None and f"{prefix}_perplexity" not in metrics:
+        metrics[f"{prefix}_perplexity"] = math.exp(min(loss, 700.0))  # exp(>709) overflows a float
+    return metrics
+
+
+def metrics_line(metrics: dict[str, float], prefix: str) -> str:
+    """BLEU, chrF, loss and perplexity, as far as measured, in one line for the console."""
+    names = {"bleu": "BLEU", "chrf": "chrF", "loss": "loss", "perplexity": "perplexity"}
+    return ", ".join(f"{label} {metrics[f'{prefix}_{name}']:.2f}" for name, label in names.items()
+                     if f"{prefix}_{name}" in metrics)
+
+
+class MetricsReport(TrainerCallback):
+    """Prints each evaluation's BLEU, chrF, loss and perplexity as it is computed (the Trainer's own log line
+    goes to the progress bar, or nowhere with some reporters)."""
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if state.is_world_process_zero and metrics:
+            with_perplexity(metrics, "eval")
+            logger.info("step %d, validation: %s", state.global_step, metrics_line(metrics, "eval"))

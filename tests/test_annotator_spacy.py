@@ -121,7 +121,7 @@ def test_a_short_french_to_german_training_from_raw_french_text(multi30k_dir, tm
         "--save_strategy", "no", "--disable_tqdm", "true", "--output_dir", str(output_dir), "--do_train",
         "--max_train_samples", "300", "--max_predict_samples", "10", "--max_steps", "60",
         "--per_device_train_batch_size", "16", "--learning_rate", "3e-3", "--warmup_steps", "5", "--logging_steps",
-        "10", "--predict_with_generate", "--generation_max_length", "30", "--data_dir", str(multi30k_dir),
+        "10", "--predict_with_generate", "--do_predict", "--generation_max_length", "30", "--data_dir", str(multi30k_dir),
         "--config_overrides", json.dumps({"relevance_combine": "concat"}),
     ])
     saved = json.loads((output_dir / "results.json").read_text())

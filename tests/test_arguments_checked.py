@@ -171,6 +171,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--max_tokens_per_batch", "-5", "--max_tokens_per_batch must be 1 or more, got -5"),
     ("--learning_rate", "nan", "--learning_rate must be 0 or more, got nan"),
     ("--top_p", "0.5", "top_p only act when sampling: add do_sample"),
+    ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),
     ("--no_repeat_ngram_size", "-2", "--no_repeat_ngram_size must be 0 \\(off\\) or more, got -2"),
 ])
 def test_the_training_command_refuses_a_numeric_option_out_of_range_before_any_work(option, value, message, tmp_path):

@@ -91,7 +91,7 @@ def test_publishing_into_a_mirror_folder_that_is_not_a_repository_is_refused(tmp
 TINY_RUN = ["--d_model", "32", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "4",
             "--ffn_dim", "64", "--vocab_size", "1000", "--report_to", "none", "--use_cpu", "--seed", "3",
             "--save_strategy", "no", "--disable_tqdm", "true", "--max_train_samples", "200", "--max_eval_samples", "20",
-            "--max_steps", "4", "--per_device_train_batch_size", "16", "--do_predict_test", "false"]
+            "--max_steps", "4", "--per_device_train_batch_size", "16"]
 
 
 @pytest.mark.slow
@@ -447,7 +447,7 @@ def test_a_card_states_what_was_measured_set_size_beams_and_signature(multi30k_d
     from hf_srcfeat.commands import publish, train
 
     run = tmp_path / "run"
-    train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_predict_test", "true",
+    train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_predict",
                            "--predict_with_generate", "--generation_num_beams", "2", "--generation_max_length", "20",
                            "--max_predict_samples", "20"])
     setup = json.loads((run / "results.json").read_text())["test_setup"]

@@ -58,7 +58,7 @@ def test_an_example_longer_than_the_budget_is_named(pair_lengths):
 def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
     results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "400",
                                  "--max_steps", "40", "--max_tokens_per_batch", "600", "--learning_rate", "3e-3",
-                                 "--warmup_steps", "5", "--logging_steps", "5", "--do_predict_test", "false"])
+                                 "--warmup_steps", "5", "--logging_steps", "5"])
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
     assert results["data_args"]["max_tokens_per_batch"] == 600
@@ -77,7 +77,7 @@ def test_early_stopping_keeps_the_best_checkpoint_and_records_it(multi30k_dir, t
         "--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "200", "--max_eval_samples", "20",
         "--max_steps", "12", "--eval_strategy", "steps", "--eval_steps", "4", "--save_strategy", "steps",
         "--save_steps", "4", "--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss",
-        "--early_stopping_patience", "2", "--per_device_train_batch_size", "16", "--do_predict_test", "false"])
+        "--early_stopping_patience", "2", "--per_device_train_batch_size", "16"])
     evaluations = [entry["eval_loss"] for entry in results["log_history"] if "eval_loss" in entry]
     assert results["best_metric"]["eval_loss"] == min(evaluations)
     assert results["best_model_checkpoint"].endswith(f"checkpoint-{4 * (evaluations.index(min(evaluations)) + 1)}")

@@ -39,7 +39,7 @@ def test_train_py_trains_on_json_lines_of_another_language_pair_and_scores_each_
     results = train.main(TINY_RUN + [
         "--output_dir", str(run), "--do_train", "--source_lang", "en", "--target_lang", "fr",
         "--train_file", files["train"], "--validation_file", files["valid"], "--test_file", files["flickr"],
-        files["other"], "--do_predict_test", "true", "--predict_with_generate", "--generation_max_length", "16"])
+        files["other"], "--do_predict", "--predict_with_generate", "--generation_max_length", "16"])
     assert set(results["test_sets"]) == {"flickr", "other"}
     for name, count in (("flickr", 20), ("other", 12)):
         assert results["test_sets"][name]["setup"]["set"] == f"en→fr {name}"

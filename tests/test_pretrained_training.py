@@ -25,7 +25,7 @@ from .test_pretrained_tokenizer import checkpoint_tokenizers  # noqa: F401  (a f
 
 RUN = ["--dataset_name", "multi30k", "--source_lang", "en", "--target_lang", "de", "--max_train_samples", "48",
        "--max_eval_samples", "8", "--max_predict_samples", "8", "--per_device_train_batch_size", "16",
-       "--learning_rate", "3e-3", "--do_train", "--predict_with_generate", "--generation_num_beams", "2",
+       "--learning_rate", "3e-3", "--do_train", "--predict_with_generate", "--do_predict", "--generation_num_beams", "2",
        "--generation_max_length", "12", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
        "--disable_tqdm", "true", "--logging_steps", "1"]
 
@@ -187,8 +187,8 @@ def test_torchrun_grafts_and_trains_one_shared_model_with_token_batches(marian_c
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
                "-m", "hf_srcfeat.commands.train", "--init_from", str(marian_checkpoint), "--model_type", "deps_san",
                "--output_dir", str(output_dir), "--max_steps", "4", "--max_tokens_per_batch", "400",
-               "--ddp_backend", "gloo", *[argument for argument in RUN if argument != "--predict_with_generate"],
-               "--do_predict_test", "false"]
+               "--ddp_backend", "gloo",
+               *[argument for argument in RUN if argument not in ("--predict_with_generate", "--do_predict")]]
     completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     fingerprints = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["fingerprint"]

@@ -4,6 +4,7 @@ and the same script under torchrun with 2 CPU processes."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
         "--output_dir", str(output_dir), "--do_train", "--do_eval", "--max_train_samples", "400",
         "--max_eval_samples", "40", "--max_predict_samples", "20", "--max_steps", "150",
         "--per_device_train_batch_size", "16", "--learning_rate", "3e-3", "--warmup_steps", "10",
-        "--logging_steps", "10", "--predict_with_generate", "--generation_max_length", "40",
+        "--logging_steps", "10", "--predict_with_generate", "--do_predict", "--generation_max_length", "40",
         "--no_repeat_ngram_size", "3", "--data_dir", str(multi30k_dir),
     ])
     saved = json.loads((output_dir / "results.json").read_text())
@@ -66,8 +67,7 @@ def write_source_parses(annotator, multi30k_dir, folder, sizes: dict[str, int]) 
 
 
 PARSED_RUN = ["--do_train", "--max_train_samples", "200", "--max_eval_samples", "20", "--max_predict_samples", "20",
-              "--max_steps", "6", "--per_device_train_batch_size", "16", "--logging_steps", "1",
-              "--do_predict_test", "false"]
+              "--max_steps", "6", "--per_device_train_batch_size", "16", "--logging_steps", "1"]
 
 
 @pytest.mark.slow
@@ -106,7 +106,7 @@ def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, t
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
                str(REPO / "training" / "train.py"), *TINY, "--output_dir", str(output_dir), "--do_train",
                "--max_train_samples", "256", "--max_steps", "8", "--per_device_train_batch_size", "8",
-               "--ddp_backend", "gloo", "--do_predict_test", "false", "--logging_steps", "4"]
+               "--ddp_backend", "gloo", "--logging_steps", "4"]
     completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     fingerprints = [json.loads((output_dir / f"parameters_rank{rank}.json").read_text())["fingerprint"]
@@ -122,7 +122,7 @@ def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(mult
     output_dir = tmp_path / "budget"
     results = train.main(TINY + ["--output_dir", str(output_dir), "--do_train", "--max_train_samples", "200",
                                  "--max_steps", "500", "--per_device_train_batch_size", "8",
-                                 "--max_train_minutes", "0.0001", "--do_predict_test", "false"])
+                                 "--max_train_minutes", "0.0001"])
     assert results["train_metrics"]["epoch"] < 0.1  # stopped after the first step, not 500
     assert (output_dir / "model.safetensors").exists()
 
@@ -192,7 +192,7 @@ def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi
     the matrix per batch, and Deps-SAN (which reads it) trains."""
     results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--model_type", "deps_san",
                                  "--max_train_samples", "64", "--max_steps", "4", "--per_device_train_batch_size", "16",
-                                 "--logging_steps", "1", "--do_predict_test", "false"])
+                                 "--logging_steps", "1"])
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert len(losses) == 4 and all(loss == loss for loss in losses)
 
@@ -212,7 +212,7 @@ def test_torchrun_trains_one_shared_model_from_json_lines_with_token_batches(mul
                str(REPO / "training" / "train.py"), *TINY, "--output_dir", str(output_dir), "--do_train",
                "--source_lang", "en", "--target_lang", "fr", "--train_file", str(corpus), "--validation_file",
                str(corpus), "--max_tokens_per_batch", "400", "--max_steps", "6", "--ddp_backend", "gloo",
-               "--do_predict_test", "false", "--logging_steps", "3"]
+               "--logging_steps", "3"]
     completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
                                cwd=REPO, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -231,14 +231,14 @@ def test_a_tokenizer_saved_before_morphological_features_still_trains(multi30k_d
     the stored encodings must not expect that column."""
     first = tmp_path / "first"
     train.main(TINY + ["--output_dir", str(first), "--do_train", "--max_train_samples", "100", "--max_steps", "1",
-                       "--per_device_train_batch_size", "8", "--do_predict_test", "false",
+                       "--per_device_train_batch_size", "8",
                        "--data_dir", str(multi30k_dir)])
     vocabulary = json.loads((first / "feature_vocab.json").read_text())
     del vocabulary["feats"]
     (first / "feature_vocab.json").write_text(json.dumps(vocabulary))
     results = train.main(TINY + ["--output_dir", str(tmp_path / "second"), "--tokenizer_name_or_path", str(first),
                                  "--do_train", "--max_train_samples", "100", "--max_steps", "2",
-                                 "--per_device_train_batch_size", "8", "--do_predict_test", "false",
+                                 "--per_device_train_batch_size", "8",
                                  "--data_dir", str(multi30k_dir)])
     assert results["global_step"] == 2
 
@@ -287,8 +287,7 @@ def test_the_checkpoint_with_the_best_validation_bleu_is_kept(multi30k_dir, tmp_
     """Chen et al. keep the checkpoint with the highest dev BLEU (the diverse input paper recipe does so)."""
     output_dir = tmp_path / "run"
     results = train.main([*TINY[:-4], "--disable_tqdm", "true", "--output_dir", str(output_dir), "--do_train",
-                          "--do_eval", "--max_train_samples", "200", "--max_eval_samples", "10",
-                          "--do_predict_test", "false", "--max_steps", "6", "--per_device_train_batch_size", "16",
+                          "--do_eval", "--max_train_samples", "200", "--max_eval_samples", "10", "--max_steps", "6", "--per_device_train_batch_size", "16",
                           "--learning_rate", "3e-3", "--eval_strategy", "steps", "--eval_steps", "2",
                           "--save_strategy", "steps", "--save_steps", "2", "--load_best_model_at_end", "true",
                           "--metric_for_best_model", "bleu", "--greater_is_better", "true",
@@ -320,7 +319,12 @@ def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_
                      "--max_predict_samples", "8", "--per_device_train_batch_size", "8", "--save_strategy", "steps",
                      "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--generation_max_length",
                      "8", "--data_dir", str(multi30k_dir)]
-    first = train.main(common + ["--max_steps", "2", "--predict_with_generate"])
+    with caplog.at_level("INFO", logger="hf_srcfeat.train"):
+        first = train.main(common + ["--max_steps", "2", "--predict_with_generate", "--do_predict"])
+    assert "step 2, validation: BLEU" in caplog.text and "test set test_2016_flickr (8 sentences): BLEU" in caplog.text
+    test = first["test_sets"]["test_2016_flickr"]["metrics"]
+    assert test["test_perplexity"] == pytest.approx(math.exp(test["test_loss"]))
+    caplog.clear()
     recorded = json.loads((run / "checkpoint-2" / "training_time.json").read_text())["train_seconds"]
     with caplog.at_level("WARNING"):
         second = train.main(common + ["--max_steps", "4", "--resume_from_checkpoint", str(run / "checkpoint-2")])

@@ -67,7 +67,13 @@ from hf_srcfeat.tokenization_source_features import (
     stored_columns,
     train_source_feature_tokenizer,
 )
-from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer, TrainingTimeCallback
+from hf_srcfeat.trainer import (
+    MetricsReport,
+    SrcFeatSeq2SeqTrainer,
+    TrainingTimeCallback,
+    metrics_line,
+    with_perplexity,
+)
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -158,7 +164,6 @@ class DataArguments:
     max_predict_samples: int | None = None
     max_source_length: int = 128
     max_target_length: int = 128
-    do_predict_test: bool = field(default=True, metadata={"help": "Translate and score the test sets."})
     annotator: str = field(default="stanza", metadata={
         "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
                 "have been built with the same one."})
@@ -312,7 +317,7 @@ NUMERIC_RANGES: dict[str, tuple[float, float, bool]] = {
                     (1, math.inf, False)),
     "max_source_length": (2, math.inf, False), "max_target_length": (2, math.inf, False),
     "warmup_steps": (0, math.inf, False),
-    "dropout": (0, 1, True), "label_smoothing": (0, 1, True), "label_smoothing_factor": (0, 1, True),
+    "dropout": (0, 1, True), "label_smoothing": (0, 1, True),
     "learning_rate": (0, math.inf, False),
     "weight_decay": (0, math.inf, False), "max_train_minutes": (0, math.inf, False),
 }
@@ -338,6 +343,14 @@ def evaluates_during_training(training_args: Seq2SeqTrainingArguments, data_args
     strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
     return bool(training_args.do_eval or strategy != "no" or training_args.load_best_model_at_end
                 or data_args.early_stopping_patience)
+
+
+def check_label_smoothing(training_args: Seq2SeqTrainingArguments) -> None:
+    """One label smoothing: the model's own `--label_smoothing` (in its loss, so evaluation losses match); the
+    Trainer's `--label_smoothing_factor` would smooth a second time."""
+    if training_args.label_smoothing_factor:
+        raise SystemExit(f"--label_smoothing_factor {training_args.label_smoothing_factor}: the models smooth their "
+                         "own loss; give --label_smoothing instead (default 0.1).")
 
 
 def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> None:
@@ -800,6 +813,7 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
     check_numeric_arguments(model_args, data_args, training_args)
+    check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
     check_pretrained_start(model_args)
@@ -851,7 +865,7 @@ def main(argv: list[str] | None = None) -> dict:
     if corpora.validation is not None:
         splits["validation"] = prepared(corpora.validation, data_args.max_eval_samples,
                                         data_args.validation_source_conllu)
-    if data_args.do_predict_test and training_args.predict_with_generate:
+    if training_args.do_predict:
         for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
             splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
                                                      data_args.test_source_conllu if index == 0 else None)
@@ -903,7 +917,7 @@ def main(argv: list[str] | None = None) -> dict:
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
     training_args.remove_unused_columns = False
     training_time = TrainingTimeCallback(resumed_from if training_args.do_train else None)
-    callbacks.append(training_time)
+    callbacks += [training_time, MetricsReport()]
     trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
@@ -955,8 +969,12 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.do_eval:
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
     written_predictions: set[str] = set()
+    if test_sets:
+        training_args.predict_with_generate = True  # a test set is scored on its translations (BLEU, chrF)
     for index, (name, test_set) in enumerate(test_sets.items()):
         prediction = trainer.predict(test_set, metric_key_prefix="test")
+        test_metrics = with_perplexity(prediction.metrics or {}, "test")
+        logger.info("test set %s (%d sentences): %s", name, len(test_set), metrics_line(test_metrics, "test"))
         # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.
         setup = {"set": f"{'Multi30k ' if name == 'test_2016_flickr' else ''}{data_args.source_lang}→"
                         f"{data_args.target_lang} {name}",
