@@ -45,6 +45,8 @@ def test_train_py_trains_on_json_lines_of_another_language_pair_and_scores_each_
         assert results["test_sets"][name]["setup"]["set"] == f"en→fr {name}"
         assert 0 <= results["test_sets"][name]["metrics"]["test_bleu"] <= 100
         assert len((run / f"test_{name}_predictions.txt").read_text(encoding="utf-8").splitlines()) == count
+    assert sorted(path.name for path in run.glob("*predictions.txt")) == [
+        "test_flickr_predictions.txt", "test_other_predictions.txt"], "one predictions file per test set"
     assert results["data_files"][:2] == [files["train"], files["valid"]]
 
 

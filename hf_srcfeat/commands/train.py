@@ -991,10 +991,11 @@ def main(argv: list[str] | None = None) -> dict:
             ids = ids.clip(min=0) if hasattr(ids, "clip") else ids  # type: ignore[union-attr]
             text = "\n".join(hypothesis.strip() for hypothesis in tokenizer.batch_decode(ids, skip_special_tokens=True))
             prefix = "" if training_args.do_train else "eval_"
-            names = [f"{prefix}test_{name}_predictions.txt"] + ([f"{prefix}test_predictions.txt"] if index == 0 else [])
-            for file_name in names:
-                write_text_atomically(Path(training_args.output_dir, file_name), text + "\n")
-                written_predictions.add(file_name)
+            # One file per test set: test_predictions.txt for a single set, test_<name>_predictions.txt for several.
+            file_name = f"{prefix}test_predictions.txt" if len(test_sets) == 1 else \
+                f"{prefix}test_{name}_predictions.txt"
+            write_text_atomically(Path(training_args.output_dir, file_name), text + "\n")
+            written_predictions.add(file_name)
     if trainer.is_world_process_zero():
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
         if training_args.do_train:
