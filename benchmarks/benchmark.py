@@ -39,6 +39,7 @@ from filelock import FileLock
 from hf_srcfeat.commands import train
 from hf_srcfeat.metrics.translation_scores import corpus_scores, paired_bootstrap
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
+from hf_srcfeat.variants import VARIANTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,18 +58,12 @@ SHARED_ARGUMENTS = {
     "use_cpu": True, "report_to": "none", "disable_tqdm": True, "dataloader_num_workers": 0,
 }
 
-#: System -> (model_type, config overrides); the main variants of each paper.
-SYSTEMS: dict[str, tuple[str, dict]] = {
-    "baseline": ("srcfeat_transformer", {}),
-    "deps_san": ("deps_san", {"deps_san_layers": [0]}),
-    "relevance_concat": ("relevance_features", {"relevance_combine": "concat"}),
-    "relevance_self": ("relevance_features", {"relevance_combine": "self_relevance"}),
-    "relevance_word": ("relevance_features", {"relevance_combine": "word_relevance"}),
-    "fusing_diverse": ("diverse_input", {"diverse_variant": "fusing_diverse"}),
-    "phrase_max_attn_ta": ("phrase_rep", {}),
-    "lfe_joint": ("latent_feedback", {"lfe_mode": "joint"}),
-    "lfe_dae": ("latent_feedback", {"lfe_mode": "fine_tuned"}),  # + lfe_pretrained_from, set per seed
-}
+#: System -> (model_type, config overrides); the main variants of each paper, as `hf_srcfeat.variants` names them
+#: (`hf-srcfeat-train --variant NAME` trains each one).
+MAIN_SYSTEMS = ["baseline", "deps_san", "relevance_concat", "relevance_self", "relevance_word", "fusing_diverse",
+                "phrase_max_attn_ta", "lfe_joint", "lfe_dae"]  # lfe_dae: + lfe_pretrained_from, set per seed
+SYSTEMS: dict[str, tuple[str, dict]] = {name: (VARIANTS[name].model_type, dict(VARIANTS[name].config))
+                                        for name in MAIN_SYSTEMS}
 
 #: Robustness variants: a benchmark system trained with feature dropout (each word's factors replaced by
 #: `<unk>`, its dependency links by "unknown", with probability 0.2 each; hf_srcfeat.feature_dropout). Not part of the

@@ -74,6 +74,7 @@ from hf_srcfeat.trainer import (
     metrics_line,
     with_perplexity,
 )
+from hf_srcfeat.variants import VARIANTS, variant
 
 logger = logging.getLogger("hf_srcfeat.train")
 
@@ -86,7 +87,13 @@ class ModelArguments:
         "help": "Start from this trained model (path or Hub id) instead of a new one."})
     tokenizer_name_or_path: str | None = field(default=None, metadata={
         "help": "Use this tokenizer; by default a joint subword tokenizer is trained on the training data."})
-    model_type: str = field(default="srcfeat_transformer", metadata={"help": f"One of {list(MODEL_CONFIGS)}."})
+    model_type: str = field(default="srcfeat_transformer", metadata={
+        "help": f"One of {list(MODEL_CONFIGS)}; `--help_model TYPE` lists its settings, which --config_overrides "
+                "sets."})
+    variant: str | None = field(default=None, metadata={
+        "help": "A named set-up (model type + settings), by the benchmark's names: "
+                + ", ".join(f"{name}{' (CTranslate2)' if one.ctranslate2 else ''}" for name, one in VARIANTS.items())
+                + "; --config_overrides may change its settings."})
     init_from: str | None = field(default=None, metadata={
         "help": "Start from a pretrained translation checkpoint (Marian/OPUS-MT, NLLB or M2M100, mBART; Hub id or "
                 "folder): converted into the backbone, its own tokenizer given source features, and --model_type "
@@ -784,9 +791,47 @@ def read_config_file(path: str) -> dict:
 
 
 def parse_arguments(argv: list[str] | None = None):
-    """The three argument groups of `hf-srcfeat-train` (see `parse_with_config`)."""
+    """The three argument groups of `hf-srcfeat-train` (see `parse_with_config`), a `--variant` applied;
+    `--help_model TYPE` prints that model type's settings and exits."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help_model" in argv:
+        position = argv.index("--help_model")
+        print(model_help(argv[position + 1] if position + 1 < len(argv) else ""))
+        raise SystemExit(0)
     parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
-    return parse_with_config(parser, argv)
+    model_args, data_args, training_args = parse_with_config(parser, argv)
+    apply_variant(model_args)
+    return model_args, data_args, training_args
+
+
+def model_help(model_type: str) -> str:
+    """A model type's settings (its config class's documentation, every argument with its default)."""
+    if model_type not in MODEL_CONFIGS:
+        raise SystemExit(f"--help_model: give one of {', '.join(MODEL_CONFIGS)}, got {model_type!r}.")
+    config_class = MODEL_CONFIGS[model_type]
+    defaults = [f"  {name} = {parameter.default!r}" for name, parameter in
+                inspect.signature(config_class.__init__).parameters.items()
+                if parameter.default is not inspect.Parameter.empty]
+    named = [f"  --variant {name}: {one.description}" for name, one in VARIANTS.items() if one.model_type == model_type]
+    return (f"{model_type} ({config_class.__name__}); set any of these with --config_overrides '{{\"name\": value}}' "
+            f"(or a recipe's config_overrides).\n\n{inspect.getdoc(config_class)}\n\nDefaults:\n" + "\n".join(defaults)
+            + ("\n\nNamed variants:\n" + "\n".join(named) if named else ""))
+
+
+def apply_variant(model_args: ModelArguments) -> None:
+    """`--variant NAME`: its model type, and its settings under any --config_overrides."""
+    if model_args.variant is None:
+        return
+    try:
+        chosen = variant(model_args.variant)
+    except ValueError as error:
+        raise SystemExit(f"--variant: {error}") from None
+    if model_args.model_type not in ("srcfeat_transformer", chosen.model_type):
+        raise SystemExit(f"--variant {model_args.variant} is a {chosen.model_type} model; --model_type "
+                         f"{model_args.model_type} says otherwise. Give one of them.")
+    given = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+    model_args.model_type = chosen.model_type
+    model_args.config_overrides = json.dumps({**chosen.config, **given})
 
 
 def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
