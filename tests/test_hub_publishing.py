@@ -344,7 +344,8 @@ print(json.dumps(generated))
 #: The code every published repository ships: the tokenizer with its annotators, and the pipeline.
 SHIPPED_WITH_EVERY_MODEL = [
     "annotated_sentence.py", "annotation_cache.py", "annotator.py", "annotator_spacy.py", "annotator_stanza.py",
-    "annotators.py", "configuration_srcfeat_transformer.py", "dependency_tree.py", "feature_dropout.py",
+    "annotators.py", "configuration_srcfeat_transformer.py", "damaged_files.py", "decoding_options.py",
+    "dependency_tree.py", "feature_dropout.py",
     "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
     "subword_training.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "embeddings.py", "modeling_srcfeat_transformer.py"]

@@ -335,3 +335,19 @@ def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_
     assert not list(run.glob("test*_predictions.txt")), "the first model's translations do not stay beside the new one"
     saved = json.loads((run / "results.json").read_text())
     assert saved["earlier_results"][0]["global_step"] == 2
+
+
+def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():
+    from datasets import Dataset
+
+    references = Dataset.from_dict({"labels": [[5] * 10, [5] * 20]})
+    assert train.generation_length([references], 128) == 35
+    assert train.generation_length([references], 30) == 30, "never beyond --max_target_length"
+    assert train.generation_length([], 128) == 128
+    _, _, defaults = train.parse_arguments(["--output_dir", "unused"])
+    _, _, given = train.parse_arguments(["--output_dir", "unused", "--learning_rate", "2e-4"])
+    assert (defaults.learning_rate, str(defaults.lr_scheduler_type), defaults.per_device_train_batch_size) == (
+        1e-3, "inverse_sqrt", 64), "from scratch, the recipes' optimiser"
+    assert given.learning_rate == 2e-4 and given.warmup_steps == 400, "what is given wins, the rest stays"
+    _, _, fine_tuning = train.parse_arguments(["--output_dir", "unused", "--init_from", "some/checkpoint"])
+    assert fine_tuning.learning_rate == 5e-5, "a pretrained start keeps Transformers' fine-tuning defaults"

@@ -131,9 +131,9 @@ class ModelArguments:
     decoder_layers: int = 3
     attention_heads: int = 4
     ffn_dim: int = 1024
-    dropout: float = 0.1
+    dropout: float = 0.3
     label_smoothing: float = 0.1
-    layernorm_position: str = "post"
+    layernorm_position: str = "pre"
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'."})
 
@@ -441,6 +441,13 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | N
     except DamagedFileError as error:
         raise SystemExit(f"--resume_from_checkpoint: {error}") from None
     return str(folder)
+
+
+def generation_length(references: list, limit: int) -> int:
+    """How long a translation may grow when evaluating: 1.5 times the longest reference (in tokens) plus 5, at most
+    `limit`, so that an under-trained model that repeats itself stops near where the references do."""
+    longest = max((max(map(len, data["labels"]), default=0) for data in references if len(data)), default=0)
+    return min(limit, int(1.5 * longest) + 5) if longest else limit
 
 
 def earlier_results(output_dir: Path, resumed_from: str | None) -> list[dict]:
@@ -801,7 +808,24 @@ def parse_arguments(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
     model_args, data_args, training_args = parse_with_config(parser, argv)
     apply_variant(model_args)
+    apply_training_defaults(model_args, training_args)
     return model_args, data_args, training_args
+
+
+#: Seq2SeqTrainingArguments defaults for a model trained from scratch (Transformers' own suit fine-tuning): the
+#: recipes' optimiser and schedule (Vaswani et al.'s inverse square root with warm-up, beta2 0.98) and batches.
+FROM_SCRATCH_DEFAULTS = {"learning_rate": 1e-3, "lr_scheduler_type": "inverse_sqrt", "warmup_steps": 400,
+                         "adam_beta2": 0.98, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64}
+
+
+def apply_training_defaults(model_args: ModelArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """From scratch (no --init_from, --model_name_or_path), the options not given take FROM_SCRATCH_DEFAULTS."""
+    if model_args.init_from or model_args.model_name_or_path:
+        return
+    given: set[str] = getattr(training_args, "_given", set())
+    for name, value in FROM_SCRATCH_DEFAULTS.items():
+        if name not in given:
+            setattr(training_args, name, value)
 
 
 def model_help(model_type: str) -> str:
@@ -843,6 +867,7 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", default=None)
     config, argv = config_parser.parse_known_args(argv)
+    values: dict = {}
     if config.config is not None:
         values = read_config_file(config.config)
         actions = {action.dest: action for action in parser._actions}
@@ -852,7 +877,11 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
         for name in values:
             actions[name].required = False  # given by the file; a flag may still override it
         parser.set_defaults(**values)
-    return parser.parse_args_into_dataclasses(args=argv)
+    parsed = parser.parse_args_into_dataclasses(args=argv)
+    given = set(values) | {argument[2:].split("=")[0] for argument in argv if argument.startswith("--")}
+    for arguments in parsed:
+        arguments.__dict__["_given"] = given  # which options were set, for defaults that depend on the run
+    return parsed
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -952,6 +981,11 @@ def main(argv: list[str] | None = None) -> dict:
                      for name, data in splits.items()}
         train_set, eval_set = tokenized["train"], tokenized.get("validation")
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
+    if not training_args.generation_max_length and "generation_max_length" not in getattr(training_args, "_given", ()):
+        model.generation_config.max_length = generation_length(
+            [data for data in (eval_set, *test_sets.values()) if data is not None], data_args.max_target_length)
+        logger.info("generation length %d tokens: 1.5 x the longest reference + 5 (at most --max_target_length); "
+                    "--generation_max_length sets it", model.generation_config.max_length)
 
     callbacks: list[TrainerCallback] = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes \
         else []
