@@ -130,6 +130,8 @@ class SourceFeatureTranslationPipeline(Pipeline):
                  ) -> dict[str, torch.Tensor]:
         batch_size = model_inputs["input_ids"].shape[0]
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        if "max_new_tokens" in generate_kwargs and "generation_config" not in generate_kwargs:
+            generate_kwargs.setdefault("max_length", None)  # the limit asked for wins, without a warning
         inputs = {name: model_inputs[name] for name in model_inputs
                   if name in MODEL_INPUTS or is_user_factor_feature(name)}
         if not return_scores:

@@ -58,3 +58,20 @@ def test_empty_input_raises_a_clear_error(translator):
         translator(["A dog runs.", "  "])
     with pytest.raises(ValueError, match="no sentences to translate"):
         translator([])
+
+
+def test_max_new_tokens_wins_over_a_saved_max_length_without_a_warning(model_folder, feature_tokenizer,
+                                                                        test_sentences, monkeypatch):
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.generation import utils as generation_utils
+
+    from hf_srcfeat import pipeline
+
+    warned: list[str] = []
+    monkeypatch.setattr(generation_utils.logger, "warning", lambda message, *args: warned.append(message))
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_folder)
+    model.generation_config.max_length, model.generation_config.max_new_tokens = 30, None  # as training saves it
+    translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, max_new_tokens=5)
+    translation = translator(test_sentences[0])[0]["translation_text"]
+    assert len(feature_tokenizer(text_target=translation)["input_ids"]) <= 6
+    assert not [message for message in warned if "max_length" in message], warned

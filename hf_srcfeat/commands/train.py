@@ -819,10 +819,13 @@ FROM_SCRATCH_DEFAULTS = {"learning_rate": 1e-3, "lr_scheduler_type": "inverse_sq
 
 
 def apply_training_defaults(model_args: ModelArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """From scratch (no --init_from, --model_name_or_path), the options not given take FROM_SCRATCH_DEFAULTS."""
+    """From scratch (no --init_from, --model_name_or_path), the options not given take FROM_SCRATCH_DEFAULTS; on
+    a machine without CUDA batches are not pinned (pinning needs an accelerator, and torch warns every run)."""
+    given: set[str] = getattr(training_args, "_given", set())
+    if "dataloader_pin_memory" not in given and (training_args.use_cpu or not torch.cuda.is_available()):
+        training_args.dataloader_pin_memory = False
     if model_args.init_from or model_args.model_name_or_path:
         return
-    given: set[str] = getattr(training_args, "_given", set())
     for name, value in FROM_SCRATCH_DEFAULTS.items():
         if name not in given:
             setattr(training_args, name, value)
