@@ -96,6 +96,14 @@ def test_models_ctranslate2_cannot_express_are_refused_with_the_reason(config, r
         check_exportable(config)
 
 
+def test_a_model_ctranslate2_cannot_express_is_refused_from_its_config_before_its_weights_load(tmp_path, capsys):
+    DepsSanConfig(vocab_size=100, d_model=16, encoder_attention_heads=2, decoder_attention_heads=2).save_pretrained(
+        tmp_path / "run")
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"never read")
+    assert main([str(tmp_path / "run"), str(tmp_path / "out")]) != 0
+    assert "score modification" in capsys.readouterr().err
+
+
 def test_an_existing_output_folder_is_not_overwritten(exported, tmp_path, capsys):
     folder, _ = exported
     (tmp_path / "kept.txt").write_text("mine")

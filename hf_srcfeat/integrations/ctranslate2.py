@@ -162,15 +162,15 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 
 def export(model_path: str, output_dir: str, quantization: str | None = None, force: bool = False) -> Path:
     """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
-    from transformers import AutoModelForSeq2SeqLM
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     output = Path(output_dir)
     if output.exists() and any(output.iterdir()) and not force:
         raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
+    check_exportable(AutoConfig.from_pretrained(model_path))  # from the config alone, before the weights load
     model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    check_exportable(model.config)
     tokenizer = load_tokenizer(model_path)
     spec = model_spec(model)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
