@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.safe_writing import output_path, write_json_atomically
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 #: Files copied from the newest checkpoint: everything but the weights and the trainer's own state.
@@ -125,8 +125,8 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
         if path.name not in {"config.json", "generation_config.json", "results.json", "eval_results.json",
                              "model.safetensors.index.json"} and not (output / path.name).exists():
             shutil.copy2(path, output / path.name)
-    save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, output / "model.safetensors",
-              metadata={"format": "pt"})
+    with output_path(output / "model.safetensors") as writable:  # whole or not at all
+        save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, writable, metadata={"format": "pt"})
     write_json_atomically(output / "averaged_from.json", {
         "checkpoints": [str(checkpoint) for checkpoint in checkpoints], "method": "mean of the weights"})
     return output
