@@ -182,20 +182,35 @@ def check_conversion(args: argparse.Namespace) -> dict:
     model = MarianMTModel.from_pretrained(folder).eval()
     tokenizer = MarianTokenizer.from_pretrained(folder)
     converted = convert_pretrained(str(folder))
-    sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, args.max_test_samples)["source"])
+    test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir, args.max_test_samples)
+    sources = list(test["source"])
     identical = 0
+    translations: list[str] = []
     for start in range(0, len(sources), 50):
         batch = tokenizer(sources[start:start + 50], padding=True, return_tensors="pt")
         with torch.no_grad():
             expected = model.generate(**batch, num_beams=4, max_new_tokens=64)
             got = converted.generate(**batch, num_beams=4, max_new_tokens=64)
         identical += sum(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+        translations += [text.strip() for text in tokenizer.batch_decode(expected, skip_special_tokens=True)]
     result = json.loads((args.results_dir / "pretrained.json").read_text())
     result["conversion_check"] = {"sentences": len(sources), "identical_beam4_translations": identical}
+    # The stand-in as it is, before any fine-tuning: what continued training and every graft start from.
+    result["test_scores"] = corpus_scores(translations, list(test["target"]))
     write_json(args.results_dir / "pretrained.json", result)
     if identical != len(sources):
         raise SystemExit(f"the converted model translates {len(sources) - identical} test sentences differently.")
     return result
+
+
+def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
+    """sacreBLEU's BLEU and chrF of the hypotheses, with their signatures."""
+    import sacrebleu
+
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2), "bleu_signature": str(
+        bleu.get_signature()), "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        "chrf_signature": str(chrf.get_signature()), "num_beams": 4, "sentences": len(hypotheses)}
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -303,6 +318,11 @@ def report(args: argparse.Namespace) -> str:
         rows.append(f"| {arm} | `{first['model_type']}` | {trained} | "
                     + " | ".join("–" if b is None else f"{b:.2f}" for b in bleus)
                     + f" | {mean:.2f} | {delta} | {p_values} |")
+    if "test_scores" in pretrained:
+        scores = pretrained["test_scores"]
+        cells = ["the stand-in, not fine-tuned", "`marian`", "–", *[f"{scores['bleu']:.2f}"] * (len(seeds) + 1),
+                 "–", "–"]
+        rows.insert(2, "| " + " | ".join(cells) + " |")
     table = "\n".join(rows)
     steps = next(iter(results))["arguments"]["max_steps"]
     stopped = pretrained.get("stopped_by_hand") or ("stopped early" if pretrained.get("stopped_early") else

@@ -265,6 +265,7 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
                             "--vocab_size", "400"])
     pretrained = json.loads((tmp_path / "results" / "pretrained.json").read_text())
     assert pretrained["conversion_check"] == {"sentences": 12, "identical_beam4_translations": 12}
+    assert 0 <= pretrained["test_scores"]["bleu"] <= 100 and pretrained["test_scores"]["sentences"] == 12
     assert pretrained["marian_config"]["model_type"] == "marian" and pretrained["vocab_size"] <= 402
     (tmp_path / "runs" / "marian_multi30k" / "model.safetensors").unlink()  # as if stopped before the end
     pretrained_grafts.main(["adopt", *folders, "--max_test_samples", "12", "--pretrain_max_steps", "12"])
@@ -281,6 +282,7 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     pretrained_grafts.main(["report", *folders, "--docs_page", "", "--readme", ""])
     table = (tmp_path / "results" / "README.md").read_text()
     assert "| continued | `srcfeat_transformer` | all parameters |" in table
+    assert "| the stand-in, not fine-tuned | `marian` | – |" in table
     assert "| deps_san_frozen | `deps_san` | added parameters only |" in table
 
 
