@@ -762,7 +762,7 @@ def adapter_optimizer(model, model_args: ModelArguments, training_args, callback
 
     if model_args.freeze_pretrained:
         frozen = freeze_pretrained(model)
-        logger.info("--freeze_pretrained: %d pretrained parameter tensors frozen, %d added ones train", frozen,
+        logger.info("--freeze_pretrained: %d pretrained parameter tensors frozen; the method's %d train", frozen,
                     len(getattr(model.config, "grafted_parameters", None) or ()))
     if model_args.unfreeze_after_steps:
         callbacks.append(UnfreezeCallback(model, model_args.unfreeze_after_steps))
