@@ -235,7 +235,8 @@ def translate(model, tokenizer, sources: list, num_beams: int, batch_size: int =
     from hf_srcfeat.annotated_sentence import AnnotatedSentence
 
     def encode(chunk: list):
-        options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt")
+        options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt", return_word_heads=False,
+                       return_dep_distance=getattr(model.config, "reads_dependency_distances", True))
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             return tokenizer(annotations=chunk, **options)
         return tokenizer(chunk, source_features=parse, **options)

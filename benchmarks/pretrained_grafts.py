@@ -219,6 +219,13 @@ def write_json(path: Path, data: dict) -> None:
     write_json_atomically(path, data, default=str)
 
 
+def write_text(path: Path, text: str) -> None:
+    from hf_srcfeat.safe_writing import write_text_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, text)
+
+
 def run_arms(args: argparse.Namespace) -> None:
     from benchmarks.benchmark import as_argv
     from hf_srcfeat.commands import train
@@ -247,6 +254,10 @@ def run_arms(args: argparse.Namespace) -> None:
                       "freeze_pretrained": frozen, "checkpoint": str(checkpoint), "arguments": arguments,
                       "code_version": results["code_version"], "num_parameters": results["num_parameters"],
                       "train_seconds": results.get("train_seconds"), "test_metrics": results.get("test_metrics")}
+            # The test translations are kept with the results: significance against continued training can be
+            # computed again without the run folders.
+            write_text(predictions_file(args, arm, seed),
+                                  (output_dir / "test_predictions.txt").read_text(encoding="utf-8"))
             if arm != "continued":
                 significance = significance_against_continued(args, result)
                 if significance is not None:
@@ -268,14 +279,19 @@ def significance_against_continued(args: argparse.Namespace, result: dict) -> di
     from hf_srcfeat.metrics.translation_scores import paired_bootstrap
 
     seed = result["seed"]
-    baseline_file = args.runs_dir / "continued" / f"seed{seed}" / "test_predictions.txt"
-    predictions_file = args.runs_dir / result["arm"] / f"seed{seed}" / "test_predictions.txt"
-    if not (baseline_file.exists() and predictions_file.exists()):
+    baseline_file = predictions_file(args, "continued", seed)
+    arm_file = predictions_file(args, result["arm"], seed)
+    if not (baseline_file.exists() and arm_file.exists()):
         return None
     references = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir,
                                     result["arguments"].get("max_predict_samples"))["target"])
     return paired_bootstrap(baseline_file.read_text(encoding="utf-8").splitlines(),
-                            predictions_file.read_text(encoding="utf-8").splitlines(), references)
+                            arm_file.read_text(encoding="utf-8").splitlines(), references)
+
+
+def predictions_file(args: argparse.Namespace, arm: str, seed: int) -> Path:
+    """An arm's test_2016_flickr translations, kept in the results folder."""
+    return args.results_dir / "predictions" / f"{arm}_seed{seed}.test_2016_flickr.de"
 
 
 def report(args: argparse.Namespace) -> str:

@@ -1,69 +1,132 @@
-"""hf_srcfeat: source-feature neural machine translation models for Hugging Face Transformers."""
+"""hf_srcfeat: source-feature neural machine translation models for Hugging Face Transformers.
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+Importing the package is quick: the names below load their modules (and torch, Transformers, Stanza) on first use,
+and the zoo's model types join Transformers' Auto classes and `pipeline` as soon as those are loaded.
+"""
 
-from .annotated_sentence import AnnotatedSentence, AnnotatedWord
-from .annotator import Annotator
-from .annotator_spacy import SpacyAnnotator
-from .annotator_stanza import StanzaAnnotator
-from .annotators import ANNOTATORS, annotator_from_settings, make_annotator
-from .attention import ScoreModification, SrcFeatAttention
-from .configuration_composed import SrcFeatComposedConfig
-from .configuration_deps_san import DepsSanConfig
-from .configuration_diverse_input import DiverseInputConfig
-from .configuration_latent_feedback import LatentFeedbackConfig
-from .configuration_phrase_rep import PhraseRepConfig
-from .configuration_relevance_features import RelevanceFeaturesConfig
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
-from .conllu import read_conllu, write_conllu
-from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
-from .modeling_composed import SrcFeatComposedForConditionalGeneration, SrcFeatComposedModel
-from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
-from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
-from .modeling_latent_feedback import LatentFeedbackForConditionalGeneration, LatentFeedbackModel
-from .modeling_phrase_rep import PhraseRepForConditionalGeneration, PhraseRepModel
-from .modeling_relevance_features import RelevanceFeaturesForConditionalGeneration, RelevanceFeaturesModel
-from .modeling_srcfeat_transformer import (
-    DecoderLayerContext,
-    EncoderLayerContext,
-    SrcFeatDecoder,
-    SrcFeatDecoderLayer,
-    SrcFeatEncoder,
-    SrcFeatEncoderLayer,
-    SrcFeatEncoderOutput,
-    SrcFeatTransformerForConditionalGeneration,
-    SrcFeatTransformerModel,
-    SrcFeatTransformerPreTrainedModel,
-)
-from .pipeline_translation import SourceFeatureTranslationPipeline, pipeline, register_pipeline
-from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
-from .tokenization_source_features import SourceFeatureTokenizer, train_source_feature_tokenizer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .auto_registration import register_with_transformers
 from .version import __version__
 
-#: (config, base model, model with LM head) of every model of the zoo.
-MODEL_CLASSES = (
-    (SrcFeatTransformerConfig, SrcFeatTransformerModel, SrcFeatTransformerForConditionalGeneration),
-    (DepsSanConfig, DepsSanModel, DepsSanForConditionalGeneration),
-    (RelevanceFeaturesConfig, RelevanceFeaturesModel, RelevanceFeaturesForConditionalGeneration),
-    (DiverseInputConfig, DiverseInputModel, DiverseInputForConditionalGeneration),
-    (PhraseRepConfig, PhraseRepModel, PhraseRepForConditionalGeneration),
-    (LatentFeedbackConfig, LatentFeedbackModel, LatentFeedbackForConditionalGeneration),
-    (SrcFeatComposedConfig, SrcFeatComposedModel, SrcFeatComposedForConditionalGeneration),
-)
+#: Public name -> the module that defines it.
+_MODULE_OF = {
+    "AnnotatedSentence": "annotated_sentence",
+    "AnnotatedWord": "annotated_sentence",
+    "Annotator": "annotator",
+    "SpacyAnnotator": "annotator_spacy",
+    "StanzaAnnotator": "annotator_stanza",
+    "ANNOTATORS": "annotators",
+    "annotator_from_settings": "annotators",
+    "make_annotator": "annotators",
+    "ScoreModification": "attention",
+    "SrcFeatAttention": "attention",
+    "SrcFeatComposedConfig": "configuration_composed",
+    "DepsSanConfig": "configuration_deps_san",
+    "DiverseInputConfig": "configuration_diverse_input",
+    "LatentFeedbackConfig": "configuration_latent_feedback",
+    "PhraseRepConfig": "configuration_phrase_rep",
+    "RelevanceFeaturesConfig": "configuration_relevance_features",
+    "SrcFeatTransformerConfig": "configuration_srcfeat_transformer",
+    "read_conllu": "conllu",
+    "write_conllu": "conllu",
+    "FeatureVocabularies": "feature_vocabulary",
+    "FeatureVocabulary": "feature_vocabulary",
+    "SrcFeatComposedForConditionalGeneration": "modeling_composed",
+    "SrcFeatComposedModel": "modeling_composed",
+    "DepsSanForConditionalGeneration": "modeling_deps_san",
+    "DepsSanModel": "modeling_deps_san",
+    "DiverseInputForConditionalGeneration": "modeling_diverse_input",
+    "DiverseInputModel": "modeling_diverse_input",
+    "LatentFeedbackForConditionalGeneration": "modeling_latent_feedback",
+    "LatentFeedbackModel": "modeling_latent_feedback",
+    "PhraseRepForConditionalGeneration": "modeling_phrase_rep",
+    "PhraseRepModel": "modeling_phrase_rep",
+    "RelevanceFeaturesForConditionalGeneration": "modeling_relevance_features",
+    "RelevanceFeaturesModel": "modeling_relevance_features",
+    "DecoderLayerContext": "modeling_srcfeat_transformer",
+    "EncoderLayerContext": "modeling_srcfeat_transformer",
+    "SrcFeatDecoder": "modeling_srcfeat_transformer",
+    "SrcFeatDecoderLayer": "modeling_srcfeat_transformer",
+    "SrcFeatEncoder": "modeling_srcfeat_transformer",
+    "SrcFeatEncoderLayer": "modeling_srcfeat_transformer",
+    "SrcFeatEncoderOutput": "modeling_srcfeat_transformer",
+    "SrcFeatTransformerForConditionalGeneration": "modeling_srcfeat_transformer",
+    "SrcFeatTransformerModel": "modeling_srcfeat_transformer",
+    "SrcFeatTransformerPreTrainedModel": "modeling_srcfeat_transformer",
+    "SourceFeatureTranslationPipeline": "pipeline_translation",
+    "pipeline": "pipeline_translation",
+    "register_pipeline": "pipeline_translation",
+    "SOURCE_FEATURE_NAMES": "source_features",
+    "SourceFeatures": "source_features",
+    "SourceFeatureTokenizer": "tokenization_source_features",
+    "train_source_feature_tokenizer": "tokenization_source_features",
+}
 
-MODEL_CLASSES_BY_TYPE = {config.model_type: generation for config, _, generation in MODEL_CLASSES}
+if TYPE_CHECKING:  # the names for type checkers and editors
+    from .annotated_sentence import AnnotatedSentence, AnnotatedWord
+    from .annotator import Annotator
+    from .annotator_spacy import SpacyAnnotator
+    from .annotator_stanza import StanzaAnnotator
+    from .annotators import ANNOTATORS, annotator_from_settings, make_annotator
+    from .attention import ScoreModification, SrcFeatAttention
+    from .configuration_composed import SrcFeatComposedConfig
+    from .configuration_deps_san import DepsSanConfig
+    from .configuration_diverse_input import DiverseInputConfig
+    from .configuration_latent_feedback import LatentFeedbackConfig
+    from .configuration_phrase_rep import PhraseRepConfig
+    from .configuration_relevance_features import RelevanceFeaturesConfig
+    from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+    from .conllu import read_conllu, write_conllu
+    from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
+    from .modeling_composed import SrcFeatComposedForConditionalGeneration, SrcFeatComposedModel
+    from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
+    from .modeling_diverse_input import DiverseInputForConditionalGeneration, DiverseInputModel
+    from .modeling_latent_feedback import LatentFeedbackForConditionalGeneration, LatentFeedbackModel
+    from .modeling_phrase_rep import PhraseRepForConditionalGeneration, PhraseRepModel
+    from .modeling_relevance_features import RelevanceFeaturesForConditionalGeneration, RelevanceFeaturesModel
+    from .modeling_srcfeat_transformer import (
+        DecoderLayerContext,
+        EncoderLayerContext,
+        SrcFeatDecoder,
+        SrcFeatDecoderLayer,
+        SrcFeatEncoder,
+        SrcFeatEncoderLayer,
+        SrcFeatEncoderOutput,
+        SrcFeatTransformerForConditionalGeneration,
+        SrcFeatTransformerModel,
+        SrcFeatTransformerPreTrainedModel,
+    )
+    from .pipeline_translation import SourceFeatureTranslationPipeline, pipeline, register_pipeline
+    from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
+    from .tokenization_source_features import SourceFeatureTokenizer, train_source_feature_tokenizer
 
 
-def _register_auto_classes() -> None:
-    for config_class, model_class, generation_class in MODEL_CLASSES:
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        AutoModel.register(config_class, model_class, exist_ok=True)
-        AutoModelForSeq2SeqLM.register(config_class, generation_class, exist_ok=True)
-        AutoTokenizer.register(config_class, tokenizer_class=SourceFeatureTokenizer, exist_ok=True)
-    register_pipeline()
+def __getattr__(name: str) -> Any:
+    if name == "MODEL_CLASSES":
+        from .auto_registration import model_classes
+
+        value: Any = model_classes()
+    elif name == "MODEL_CLASSES_BY_TYPE":
+        from .auto_registration import model_classes_by_type
+
+        value = model_classes_by_type()
+    elif name in _MODULE_OF:
+        value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-_register_auto_classes()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF) | {"MODEL_CLASSES", "MODEL_CLASSES_BY_TYPE"})
+
+
+register_with_transformers()
 
 __all__ = [
     "ANNOTATORS",
@@ -99,6 +162,7 @@ __all__ = [
     "RelevanceFeaturesForConditionalGeneration",
     "RelevanceFeaturesModel",
     "pipeline",
+    "register_pipeline",
     "read_conllu",
     "write_conllu",
     "train_source_feature_tokenizer",

@@ -119,6 +119,10 @@ class SrcFeatComposedConfig(SrcFeatTransformerConfig):
                 resolved[argument] = next(iter(changed.values()))
         return resolved
 
+    @property
+    def reads_dependency_distances(self) -> bool:
+        return "deps_san" in self.components
+
     def check_arguments(self) -> None:
         super().check_arguments()
         if "latent_feedback" in self.components and len(self.components) > 1:

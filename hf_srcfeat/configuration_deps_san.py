@@ -98,6 +98,10 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         super().__init__(**kwargs)
 
     @property
+    def reads_dependency_distances(self) -> bool:
+        return True
+
+    @property
     def scaled_layers(self) -> list[int]:
         """The encoder layers that use Deps-SAN."""
         if self.deps_san_layers is not None:

@@ -207,6 +207,12 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.check_arguments()
 
+    @property
+    def reads_dependency_distances(self) -> bool:
+        """Whether the model reads the [S, S] `dep_distance` feature: the tokenizer and the pipeline build it
+        only then (it is the one feature whose cost grows with the square of the length)."""
+        return False
+
     def check_arguments(self) -> None:
         """Fail early, naming the argument, instead of with a shape error inside a forward pass.
 

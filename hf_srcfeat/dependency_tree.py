@@ -46,13 +46,17 @@ def ancestor_matrix(heads: Sequence[int]) -> np.ndarray:
 def dependency_distances(heads: Sequence[int]) -> np.ndarray:
     """[W, W] matrix of the number of edges on the tree path between every two words.
 
-    The path between i and j climbs from i to their lowest common ancestor and down to j, so with the
-    ancestor matrix A: distance = |anc(i)| + |anc(j)| - 2 |anc(i) & anc(j)|. One matrix product instead of a
-    breadth-first search per word keeps a 1,000-word sentence cheap.
+    The path between i and j climbs from i to their lowest common ancestor and down to j, so with S[i, j] the
+    number of shared ancestors (i and j themselves included): distance = S[i, i] + S[j, j] - 2 S[i, j]. S is
+    filled top-down in O(W^2), one row per word: a word shares with j what its head shares with j, plus itself
+    when it is an ancestor of j.
     """
     ancestors = ancestor_matrix(heads)
-    sizes = ancestors.sum(axis=1)
-    shared = ancestors @ ancestors.T
+    shared = np.zeros_like(ancestors)
+    for index in top_down_order(heads):
+        head = heads[index]
+        shared[index] = ancestors[:, index] + (shared[head - 1] if head else 0.0)
+    sizes = np.diagonal(shared)
     return np.rint(sizes[:, None] + sizes[None, :] - 2.0 * shared).astype(np.int64)
 
 

@@ -8,6 +8,7 @@ as the task `source-feature-translation` for `transformers.pipeline(...)`.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 from .annotated_sentence import AnnotatedSentence, check_text
 from .decoding_options import check_decoding_options
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
-from .tokenization_source_features import check_tokenizer_matches
+from .tokenization_source_features import NO_WORD, check_tokenizer_matches
 
 TASK = "source-feature-translation"
 MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
@@ -109,8 +110,11 @@ class SourceFeatureTranslationPipeline(Pipeline):
         else:
             name = sentence.name
 
+            reads_distances = getattr(self.model.config, "reads_dependency_distances", True)
+
             def encode(**options):
-                return self.tokenizer(annotations=sentence, return_tensors="pt", **options)
+                return self.tokenizer(annotations=sentence, return_tensors="pt", return_dep_distance=reads_distances,
+                                      return_word_heads=False, **options)
         encoded = encode()
         length = encoded["input_ids"].shape[-1]
         positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -161,15 +165,32 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if batch_size == 1:
             return super().get_iterator(inputs, num_workers, batch_size, preprocess_params, forward_params,
                                         postprocess_params)
-        # The default collate pads only the sequence axis; the tokenizer pads every feature, [S, S] included.
+        # The default collate pads only the sequence axis; the tokenizer pads every per-token feature, and the
+        # [S, S] distances are padded here as tensors (the tokenizer would turn them into nested lists).
         def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-            return dict(self.tokenizer.pad([{name: value[0] for name, value in item.items()} for item in items],
-                                           return_tensors="pt"))
+            matrices = [item["dep_distance"][0] for item in items if "dep_distance" in item]
+            batch = dict(self.tokenizer.pad([{name: value[0] for name, value in item.items() if name != "dep_distance"}
+                                             for item in items], return_tensors="pt"))
+            if matrices:
+                batch["dep_distance"] = pad_distance_matrices(matrices, batch["input_ids"].shape[-1],
+                                                              left=self.tokenizer.padding_side == "left")
+            return batch
 
         loader = DataLoader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers=num_workers,
                             batch_size=batch_size, collate_fn=collate)
         model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
         return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+
+def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: bool) -> torch.Tensor:
+    """[batch, length, length] of [S, S] `dep_distance` matrices padded with -1 rows and columns, on the side the
+    tokens were padded."""
+    padded = torch.full((len(matrices), length, length), NO_WORD, dtype=torch.long)
+    for index, matrix in enumerate(matrices):
+        size = matrix.shape[-1]
+        start = length - size if left else 0
+        padded[index, start:start + size, start:start + size] = matrix
+    return padded
 
 
 def check_input(index: int, item: object) -> None:

@@ -34,8 +34,10 @@ from .safe_writing import write_json_atomically
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import (
     FEATURE_VOCAB_FILE,
+    TREE_COLUMN,
     SourceFeatureTokenizer,
     check_same_text,
+    dependency_distance_column,
     pad_feature_columns,
     vocabulary_fingerprint,
     word_features,
@@ -252,8 +254,11 @@ class PretrainedSourceFeatureTokenizer:
     # ---------------------------------------------------------------- encoding
 
     def __call__(self, text=None, text_target=None, *, annotations=None, source_features: bool = True,
-                 return_dep_distance: bool = True, padding=False, truncation=None, max_length: int | None = None,
-                 return_tensors=None, add_special_tokens: bool = True, **kwargs) -> BatchEncoding:
+                 return_dep_distance: bool = True, return_word_heads: bool | None = None, padding=False,
+                 truncation=None, max_length: int | None = None, return_tensors=None, add_special_tokens: bool = True,
+                 **kwargs) -> BatchEncoding:
+        """Encodings with source features, `input_ids` exactly the base tokenizer's; `return_dep_distance` and
+        `return_word_heads` as for `SourceFeatureTokenizer`."""
         options = dict(padding=padding, truncation=truncation, max_length=max_length,
                        add_special_tokens=add_special_tokens)
         if not source_features or (text is None and annotations is None):
@@ -276,8 +281,11 @@ class PretrainedSourceFeatureTokenizer:
             raise ValueError("no sentences to encode.")
         limit = (max_length or self.base.model_max_length) if truncation not in (None, False, "do_not_truncate") \
             else None
-        rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, return_dep_distance)
+        rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, dep_distance=False)
                 for one, sentence in zip(texts, sentences, strict=True)]
+        heads = None  # the tree: [S, S] matrices, stored `word_heads` (left in the rows), or not at all
+        if return_dep_distance or return_word_heads is False:
+            heads = [row.pop(TREE_COLUMN) for row in rows]
         data: dict[str, Any]
         if padding not in (False, None, "do_not_pad"):
             # Truncation is done: max_length is a padding length only with padding="max_length".
@@ -285,6 +293,9 @@ class PretrainedSourceFeatureTokenizer:
             data = data if batched else {name: values[0] for name, values in data.items()}
         else:
             data = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
+        if return_dep_distance and heads is not None:
+            data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
+                                                              as_lists=return_tensors is None)
         if text_target is not None:
             data["labels"] = self.base(text_target=text_target, **options)["input_ids"]
         return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)

@@ -29,7 +29,7 @@ import json
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -177,7 +177,11 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *,
                  annotations: AnnotatedSentence | Sequence[AnnotatedSentence] | None = None,
-                 source_features: bool = True, return_dep_distance: bool = True, **kwargs) -> BatchEncoding:
+                 source_features: bool = True, return_dep_distance: bool = True,
+                 return_word_heads: bool | None = None, **kwargs) -> BatchEncoding:
+        """Encodings with source features. `return_dep_distance=False` gives the tree as the words' heads
+        (`word_heads`, O(S), for storing encodings; `SourceFeatureCollator` builds the matrices per batch), or, with
+        `return_word_heads=False` too, no tree at all (for a model that reads no tree distances)."""
         if not source_features or (text is None and annotations is None):
             return super().__call__(text, text_pair, text_target, text_pair_target, **kwargs)
         if text_pair is not None or text_pair_target is not None:
@@ -202,11 +206,17 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if truncation and max_length is None:
             max_length = self.model_max_length
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
-        if not return_dep_distance and padding not in (False, None, PaddingStrategy.DO_NOT_PAD, "do_not_pad"):
+        if (not return_dep_distance and return_word_heads is not False
+                and padding not in (False, None, PaddingStrategy.DO_NOT_PAD, "do_not_pad")):
             raise ValueError("return_dep_distance=False is for storing encodings (no padding): the word-level "
-                             "`word_heads` are not padded; SourceFeatureCollator builds `dep_distance` per batch.")
+                             "`word_heads` are not padded; SourceFeatureCollator builds `dep_distance` per batch. "
+                             "For no tree at all, pass return_word_heads=False.")
         rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit,
-                                     dep_distance=return_dep_distance)
+                                     dep_distance=False)
+        # The [S, S] matrices are built once the word_ids are padded, as arrays (not lists padded row by row).
+        heads = None  # the tree: [S, S] matrices, stored `word_heads` (left in the rows), or not at all
+        if return_dep_distance or return_word_heads is False:
+            heads = [row.pop(TREE_COLUMN) for row in rows]
         columns = {name: [row[name] for row in rows] for name in rows[0]}
         # Truncation is done; `pad` reads max_length as a padding length only, and warns when it cannot use it.
         pad_length = max_length if padding == PaddingStrategy.MAX_LENGTH else None
@@ -214,6 +224,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
                            pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
                            return_attention_mask=return_attention_mask)
         data = dict(encoded)
+        if return_dep_distance and heads is not None:
+            data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
+                                                              as_lists=return_tensors is None)
         if text_target is not None:
             data["labels"] = super().__call__(
                 text_target=text_target, add_special_tokens=add_special_tokens, padding=padding,
@@ -352,6 +365,22 @@ def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left
         rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
         blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
         encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+
+
+def dependency_distance_column(heads: Sequence[Sequence[int]], word_ids: list, batched: bool, as_lists: bool):
+    """The `dep_distance` of encodings from their words' heads and their (padded) `word_ids`: one [S, S] matrix
+    per encoding (rows and columns of special tokens and padding -1), stacked into one array when the lengths
+    agree, nested lists only when no tensors were asked for."""
+    matrices = [token_distance_matrix(tree, words) for tree, words in zip(heads, word_ids if batched else [word_ids],
+                                                                          strict=True)]
+    column: Any
+    if as_lists:
+        column = [matrix.tolist() for matrix in matrices]
+    elif len({matrix.shape for matrix in matrices}) == 1:
+        column = np.stack(matrices)
+    else:
+        column = matrices
+    return column if batched else column[0]
 
 
 def vocabulary_fingerprint(subwords: dict[str, int], feature_vocabularies: FeatureVocabularies | None) -> str:

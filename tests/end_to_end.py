@@ -71,6 +71,22 @@ class EndToEndFromRawText:
         outputs = translator(test_sentences[:3], batch_size=3)
         assert outputs == [translator(sentence)[0] for sentence in test_sentences[:3]]
         assert all(output["translation_text"] for output in outputs)
+        for sentence, output in zip(test_sentences[:3], outputs, strict=True):  # every feature the model reads
+            alone = model.generate(**feature_tokenizer(sentence, return_tensors="pt"), num_beams=4)
+            assert output["translation_text"] == feature_tokenizer.decode(alone[0], skip_special_tokens=True).strip()
+
+    def test_the_pipeline_builds_tree_distances_only_for_a_model_that_reads_them(self, trained, feature_tokenizer,
+                                                                                 test_sentences, monkeypatch):
+        from hf_srcfeat import tokenization_source_features
+
+        model, _ = trained
+        built = []
+        distance_matrix = tokenization_source_features.token_distance_matrix
+        monkeypatch.setattr(tokenization_source_features, "token_distance_matrix",
+                            lambda *args: built.append(1) or distance_matrix(*args))
+        translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=1)
+        translator(test_sentences[:3], batch_size=2)
+        assert bool(built) == model.config.reads_dependency_distances
 
     def test_save_and_load_round_trip_gives_identical_logits(self, trained, feature_tokenizer, test_sentences,
                                                              tmp_path):

@@ -279,6 +279,8 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     frozen = json.loads((tmp_path / "results" / "deps_san_frozen_seed1.json").read_text())
     assert frozen["freeze_pretrained"] and frozen["model_type"] == "deps_san" and frozen["code_version"]
     assert "test_bleu" in frozen["test_metrics"] and "p_value" in frozen["significance_vs_continued"]
+    kept = (tmp_path / "results" / "predictions" / "deps_san_frozen_seed1.test_2016_flickr.de").read_text()
+    assert len(kept.splitlines()) == 6  # significance can be computed again without the run folders
     pretrained_grafts.main(["report", *folders, "--docs_page", "", "--readme", ""])
     table = (tmp_path / "results" / "README.md").read_text()
     assert "| continued | `srcfeat_transformer` | all parameters |" in table

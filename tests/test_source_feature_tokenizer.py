@@ -321,6 +321,16 @@ def test_stored_trees_collate_into_the_distances_the_tokenizer_gives(feature_tok
         feature_tokenizer(sentences, padding=True, return_dep_distance=False)
 
 
+def test_no_tree_at_all_for_a_model_that_reads_no_distances(feature_tokenizer, test_sentences):
+    annotations = feature_tokenizer.annotate(test_sentences[:4])
+    with_tree = feature_tokenizer(annotations=annotations, padding=True, return_tensors="pt")
+    without = feature_tokenizer(annotations=annotations, padding=True, return_tensors="pt",
+                                return_dep_distance=False, return_word_heads=False)
+    assert set(with_tree) - set(without) == {"dep_distance"}
+    for name in without:
+        assert torch.equal(without[name], with_tree[name]), name
+
+
 def test_a_word_level_vocabulary_keeps_the_most_frequent_word_forms_and_maps_the_rest_to_unk(train_pairs):
     from hf_srcfeat.subword_training import build_subword_tokenizer
 

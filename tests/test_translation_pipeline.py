@@ -75,3 +75,14 @@ def test_max_new_tokens_wins_over_a_saved_max_length_without_a_warning(model_fol
     translation = translator(test_sentences[0])[0]["translation_text"]
     assert len(feature_tokenizer(text_target=translation)["input_ids"]) <= 6
     assert not [message for message in warned if "max_length" in message], warned
+
+
+def test_a_baseline_is_never_given_tree_distances_it_does_not_read(translator, test_sentences, monkeypatch):
+    from hf_srcfeat import tokenization_source_features
+
+    def refuse(*args):
+        raise AssertionError("the [S, S] distances were built for a model that does not read them")
+
+    monkeypatch.setattr(tokenization_source_features, "token_distance_matrix", refuse)
+    assert not translator.model.config.reads_dependency_distances
+    assert translator(test_sentences[:3], batch_size=2) == translator(test_sentences[:3])

@@ -20,10 +20,12 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from hf_srcfeat.safe_writing import output_path, write_json_atomically
+
+if TYPE_CHECKING:  # torch loads when checkpoints are read, not for --help
+    import torch
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 #: Files copied from the newest checkpoint: everything but the weights and the trainer's own state.
@@ -75,6 +77,8 @@ def read_checkpoint(checkpoint: Path) -> tuple[str, dict[str, torch.Tensor]]:
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequence[str]) -> dict[str, torch.Tensor]:
     """The element-wise mean of floating-point tensors (computed in float64, stored in their dtype); other tensors
     must be equal in every state dict. Different parameter names or shapes are refused, naming the checkpoint."""
+    import torch
+
     reference = states[0]
     for state, name in zip(states[1:], names[1:], strict=True):
         if set(state) != set(reference):

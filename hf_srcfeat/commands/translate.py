@@ -34,8 +34,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
-import torch
-
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
 from hf_srcfeat.annotator import AnnotatorLoadError
@@ -50,7 +48,8 @@ from hf_srcfeat.safe_writing import (
     write_json_atomically,
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: `--dtype` choices: names of torch dtypes (torch itself loads only when a model does, so `--help` is quick).
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -300,6 +299,8 @@ def format_output(index: int, translations: list[dict], num_return_sequences: in
 
 def resolve_device(name: str) -> str:
     """`--device`: cpu, cuda, cuda:N or auto (cuda when there is one)."""
+    import torch
+
     if not (name in ("cpu", "cuda", "auto") or (name.startswith("cuda:") and name[5:].isdigit())):
         raise SystemExit(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}.")
     if name == "auto":
@@ -322,6 +323,7 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def load_translator(args: argparse.Namespace):
     """The translation pipeline for the model, its tokenizer and the annotator the options ask for (or, with
     `--backend ctranslate2`, the translator of a CTranslate2 export)."""
+    import torch
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat.pipeline_translation import pipeline
@@ -353,7 +355,7 @@ def load_translator(args: argparse.Namespace):
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
     if args.input_format in ("text", "factored") and not args.no_parse:
         tokenizer.annotator = command_annotator(tokenizer, args, device)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=DTYPES[args.dtype]).eval()
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).eval()
     generation = {"num_beams": args.num_beams, **given_decoding_options(args)}
     if args.max_new_tokens is not None:
         generation["max_new_tokens"] = args.max_new_tokens
@@ -391,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_new_tokens", type=int, default=None,
                         help="longest translation in tokens (default: the model's generation config)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
-    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="weights' precision")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="weights' precision")
     parser.add_argument("--annotation_cache", default=None,
                         help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")

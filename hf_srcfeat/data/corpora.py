@@ -24,8 +24,10 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from datasets import Dataset, Features, Value, concatenate_datasets, load_dataset
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 from hf_srcfeat.data.multi30k import multi30k_file
 
@@ -142,6 +144,8 @@ def check_text_pair(source_file: Path, target_file: Path) -> None:
 # disk: memory-mapped, and `map` over them is cached, so a second run over the same corpus reuses the work.
 def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
                     factor_columns: Sequence[str] = ()) -> Dataset:
+    from datasets import load_dataset
+
     check_json_lines(path, source_lang, target_lang)
     loaded = load_dataset("json", data_files=str(path), split="train")
     _check_carried(str(path), loaded.column_names, parse_column, factor_columns)
@@ -155,6 +159,8 @@ def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column
 
 
 def read_tsv(path: Path) -> Dataset:
+    from datasets import Features, Value, load_dataset
+
     check_tsv(path)
     # QUOTE_NONE and string columns: quotes, "NA" or "12" in a sentence stay text.
     return load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
@@ -163,6 +169,8 @@ def read_tsv(path: Path) -> Dataset:
 
 
 def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
+    from datasets import concatenate_datasets, load_dataset
+
     check_text_pair(source_file, target_file)
     # utf-8-sig: a byte-order mark at the start of a file is not part of its first sentence.
     sides = [load_dataset("text", data_files=str(path), split="train", encoding="utf-8-sig").rename_column("text", side)
@@ -247,6 +255,8 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
     if dataset_name and dataset_name != MULTI30K:
+        from datasets import load_dataset
+
         loaded = load_dataset(dataset_name, dataset_config_name)
         origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         for split in loaded:

@@ -10,8 +10,10 @@ import gzip
 import os
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from datasets import Dataset
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 MULTI30K_ENV = "HF_SRCFEAT_MULTI30K_DIR"
 MULTI30K_BLIND_ENV = "HF_SRCFEAT_MULTI30K_BLIND_DIR"
@@ -84,4 +86,6 @@ def load_multi30k(split: str, source_language: str = "en", target_language: str 
                          f"{len(targets)} {target_language} lines.")
     if limit is not None:
         sources, targets = sources[:limit], targets[:limit]
+    from datasets import Dataset
+
     return Dataset.from_dict({"source": sources, "target": targets})

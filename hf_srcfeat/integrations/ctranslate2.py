@@ -24,12 +24,13 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
-
-import torch
+from typing import TYPE_CHECKING, Any, cast
 
 from hf_srcfeat.decoding_options import check_decoding_options
 from hf_srcfeat.safe_writing import write_json_atomically
+
+if TYPE_CHECKING:  # torch loads with the model, not with the command's --help
+    import torch
 
 #: Model types CTranslate2 cannot run, with the reason.
 UNSUPPORTED = {
@@ -50,6 +51,8 @@ CONFIG_FILE = "hf_srcfeat_export.json"
 
 
 def _numpy(tensor: torch.Tensor):
+    import torch
+
     return tensor.detach().to(torch.float32).cpu().numpy()
 
 
@@ -61,6 +64,8 @@ def _linear(spec, module: torch.nn.Linear) -> None:
 
 def _fused_linear(spec, modules: Sequence[torch.nn.Linear]) -> None:
     """One linear layer computing several (CTranslate2 fuses q/k/v and k/v projections)."""
+    import torch
+
     spec.weight = _numpy(torch.cat([module.weight for module in modules]))
     spec.bias = _numpy(torch.cat([module.bias for module in modules]))
 
@@ -86,6 +91,8 @@ def _embeddings(spec, embedding, config, factors: Sequence[str] = ()) -> None:
     table.weight = _numpy(embedding.embed_tokens.weight)
     for table, factor in zip(spec.embeddings[1:] if factors else [], factors, strict=True):
         table.weight = _numpy(embedding.factor_embeddings[factor].weight)
+    import torch
+
     spec.scale_embeddings = embedding.embed_scale
     positions = torch.arange(config.max_position_embeddings)
     with torch.no_grad():
@@ -162,6 +169,7 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 
 def export(model_path: str, output_dir: str, quantization: str | None = None, force: bool = False) -> Path:
     """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
+    import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
@@ -281,12 +289,14 @@ class CTranslate2Translator:
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
+        no_tree = dict(return_dep_distance=False, return_word_heads=False)  # the factors CTranslate2 takes have none
         if parsed:
-            encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length)
-            self.warn_truncated(parsed, encoded["input_ids"], lambda sentence: self.tokenizer(annotations=sentence))
+            encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length, **no_tree)
+            self.warn_truncated(parsed, encoded["input_ids"],
+                                lambda sentence: self.tokenizer(annotations=sentence, **no_tree))
         else:
-            encoded = self.tokenizer(sources, truncation=True, max_length=self.max_length)
-            self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text))
+            encoded = self.tokenizer(sources, truncation=True, max_length=self.max_length, **no_tree)
+            self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text, **no_tree))
         vocabularies = self.tokenizer.feature_vocabularies
         rows = []
         for index, ids in enumerate(encoded["input_ids"]):

@@ -1,0 +1,64 @@
+"""`import hf_srcfeat` and the commands' `--help` load neither torch nor Transformers, yet importing the package
+still puts the zoo's model types into Transformers' Auto classes and `pipeline`, whatever the import order."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run_python(code: str) -> str:
+    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", textwrap.dedent(code)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_importing_the_package_loads_neither_torch_nor_transformers():
+    output = run_python("""
+        import sys
+        import hf_srcfeat
+        print(sorted(name for name in ("torch", "transformers", "datasets", "stanza") if name in sys.modules))
+        print(hf_srcfeat.__version__)
+    """)
+    assert output.splitlines()[0] == "[]"
+
+
+@pytest.mark.parametrize("command", ["translate", "annotate", "score", "export_ct2", "average_checkpoints"])
+def test_help_of_a_command_loads_no_torch(command):
+    output = run_python(f"""
+        import contextlib, io, sys
+        from hf_srcfeat.commands.{command} import main
+        with contextlib.redirect_stdout(io.StringIO()) as help_text, contextlib.suppress(SystemExit):
+            main(["--help"])
+        print("usage:" in help_text.getvalue(), "torch" in sys.modules)
+    """)
+    assert output.split() == ["True", "False"]
+
+
+CHECK_REGISTERED = """
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    config = AutoConfig.for_model("deps_san", vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
+                                  decoder_ffn_dim=16)
+    print(type(AutoModelForSeq2SeqLM.from_config(config)).__name__)
+    tokenizer_class = TOKENIZER_MAPPING[type(config)]
+    print((tokenizer_class if isinstance(tokenizer_class, type) else tokenizer_class[0]).__name__)
+    print("source-feature-translation" in PIPELINE_REGISTRY.get_supported_tasks())
+"""
+
+
+@pytest.mark.parametrize("imports", [
+    "from transformers import AutoModelForSeq2SeqLM\nimport hf_srcfeat\n",  # Transformers first
+    "import hf_srcfeat\nfrom transformers import AutoModelForSeq2SeqLM\n",  # the Auto classes load afterwards
+    # the Auto modules load in the middle of Transformers' modeling_utils, the trainer's import
+    "import hf_srcfeat\nfrom transformers import Seq2SeqTrainer\n",
+    "import hf_srcfeat\nfrom hf_srcfeat import DepsSanConfig\n",  # the package's own modules import Transformers
+], ids=["transformers-first", "auto-after", "trainer-after", "own-module-after"])
+def test_importing_the_package_registers_the_model_types_in_any_import_order(imports):
+    output = run_python(imports + textwrap.dedent(CHECK_REGISTERED))
+    assert output.split() == ["DepsSanForConditionalGeneration", "SourceFeatureTokenizer", "True"]
