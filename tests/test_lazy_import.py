@@ -25,7 +25,7 @@ def test_importing_the_package_loads_neither_torch_nor_transformers():
     assert output.splitlines()[0] == "[]"
 
 
-@pytest.mark.parametrize("command", ["translate", "annotate", "score", "export_ct2", "average_checkpoints"])
+@pytest.mark.parametrize("command", ["translate", "annotate", "score", "export_ct2", "average_checkpoints", "publish"])
 def test_help_of_a_command_loads_no_torch(command):
     output = run_python(f"""
         import contextlib, io, sys

@@ -286,6 +286,14 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     assert "| continued | `srcfeat_transformer` | all parameters |" in table
     assert "| the stand-in, not fine-tuned | `marian` | – |" in table
     assert "| deps_san_frozen | `deps_san` | added parameters only |" in table
+    earlier = tmp_path / "results" / "earlier_stand_in"  # runs from another stand-in are reported apart
+    earlier.mkdir()
+    for name in ("pretrained.json", "continued_seed1.json", "deps_san_frozen_seed1.json"):
+        (earlier / name).write_text((tmp_path / "results" / name).read_text())
+    pretrained_grafts.main(["report", *folders, "--docs_page", "", "--readme", ""])
+    page = (tmp_path / "results" / "README.md").read_text()
+    assert "## Runs from a first stand-in" in page and page.count("| deps_san_frozen | `deps_san` |") == 2
+    assert "| continued |" in (earlier / "README.md").read_text()
 
 
 def test_overwrite_output_dir_removes_a_wrapped_tokenizer_so_a_new_start_builds_its_own(tmp_path):

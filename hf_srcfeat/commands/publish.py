@@ -28,17 +28,16 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from transformers import AutoModelForSeq2SeqLM
 
-import hf_srcfeat  # registers the model classes and the translation pipeline
-from hf_srcfeat.commands import run_as_script, train
+from hf_srcfeat.commands import run_as_script
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
-from hf_srcfeat.tokenization_pretrained_source_features import (
-    PretrainedSourceFeatureTokenizer,
-    load_tokenizer,
-)
+
+if TYPE_CHECKING:  # the model code loads when a model is published, not for --help
+    from hf_srcfeat.tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer
 
 #: The source checkout this module runs from (the benchmark's results live there; a wheel install has none).
 REPO = Path(__file__).resolve().parents[2]
@@ -205,6 +204,14 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
         raise SystemExit(f"--output {output} is a file; name a folder to build the repository in.")
     if output.exists() and any(output.iterdir()):
         raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat.pipeline_translation import pipeline
+    from hf_srcfeat.tokenization_pretrained_source_features import (
+        PretrainedSourceFeatureTokenizer,
+        load_tokenizer,
+    )
+
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir)
     tokenizer = load_tokenizer(run_dir)
     # auto_map entries + code files, so that the repository loads with trust_remote_code=True alone.
@@ -216,7 +223,7 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
     # The translation pipeline ships too (`custom_pipelines` in config.json and its module), so that
     # `transformers.pipeline(model=repo_id, trust_remote_code=True)` translates without hf_srcfeat installed; saving
     # the pipeline saves the model and the tokenizer.
-    hf_srcfeat.pipeline("translation", model=model, tokenizer=tokenizer).save_pretrained(output)
+    pipeline("translation", model=model, tokenizer=tokenizer).save_pretrained(output)
     if wrapped:
         ship_wrapped_tokenizer(tokenizer, output)
     else:
@@ -364,7 +371,7 @@ def main(argv: list[str] | None = None) -> Path:
         "repo_id": args.repo_id, "model_type": json.loads((folder / "config.json").read_text())["model_type"],
         "destination": destination, "revision": revision,
         "published": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "code_version": train.code_version(), "results": results})
+        "code_version": code_version(), "results": results})
     return folder
 
 

@@ -20,8 +20,6 @@ import inspect
 import json
 import logging
 import math
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -55,6 +53,7 @@ from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_co
 from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     SETTINGS_FILE,
@@ -235,28 +234,6 @@ class TimeBudgetCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start >= self.seconds:
             control.should_training_stop = True  # train.py then saves the model as after any training
-
-
-@functools.cache
-def code_version() -> str:
-    """Git commit of the code this process runs, taken at the first call (a long benchmark worker keeps the
-    code it imported even when the checkout moves on), with '+dirty' when the library, the training scripts or
-    pyproject.toml had uncommitted changes; $HF_SRCFEAT_CODE_VERSION where set, else 'unknown', outside a git
-    checkout."""
-    if os.environ.get("HF_SRCFEAT_CODE_VERSION"):  # a copy of a commit without its git folder (e.g. a GPU machine)
-        return os.environ["HF_SRCFEAT_CODE_VERSION"]
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        # Result files written by the measurement scripts themselves do not make the code dirty.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)hf_srcfeat",
-                                ":(top)benchmarks", ":(top)examples", ":(top)pyproject.toml",
-                                ":(exclude,top)benchmarks/results"],
-                               cwd=here, capture_output=True, text=True, check=True).stdout.strip()
-        return commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:
