@@ -262,6 +262,7 @@ def run_arms(args: argparse.Namespace) -> None:
                 significance = significance_against_continued(args, result)
                 if significance is not None:
                     result["significance_vs_continued"] = significance
+                result["graft_gates"] = graft_gates(output_dir)
             blind = args.results_dir / "blind" / f"{arm}_seed{seed}"
             blind.mkdir(parents=True, exist_ok=True)
             for source in sorted(Path(args.blind_dir).glob("*.en.gz")) if args.blind_dir else []:
@@ -289,6 +290,16 @@ def significance_against_continued(args: argparse.Namespace, result: dict) -> di
                             arm_file.read_text(encoding="utf-8").splitlines(), references)
 
 
+def graft_gates(run_folder: Path) -> dict[str, list[float]]:
+    """The learned gates of a grafted model after fine-tuning (0: the added part is unused; 1: the method as
+    published), by parameter name."""
+    from safetensors import safe_open
+
+    with safe_open(str(run_folder / "model.safetensors"), framework="pt") as weights:
+        return {name: [round(value, 6) for value in weights.get_tensor(name).flatten().tolist()]
+                for name in weights.keys() if name.endswith("gates.values")}
+
+
 def predictions_file(args: argparse.Namespace, arm: str, seed: int) -> Path:
     """An arm's test_2016_flickr translations, kept in the results folder."""
     return args.results_dir / "predictions" / f"{arm}_seed{seed}.test_2016_flickr.de"
@@ -309,6 +320,10 @@ def stand_in_report(args: argparse.Namespace) -> tuple[str, str]:
             if significance is not None:
                 result["significance_vs_continued"] = significance
                 write_json(path, result)
+        run_folder = args.runs_dir / result["arm"] / f"seed{result['seed']}"
+        if result["arm"] != "continued" and "graft_gates" not in result and (run_folder / "model.safetensors").exists():
+            result["graft_gates"] = graft_gates(run_folder)
+            write_json(path, result)
         results.append(result)
     if not results:
         raise SystemExit(f"no arm results in {args.results_dir}.")
@@ -359,6 +374,12 @@ def stand_in_report(args: argparse.Namespace) -> tuple[str, str]:
                f"{check.get('sentences', '?')} test sentences exactly as it does (beam 4). Each arm fine-tunes it for "
                f"the same {steps} steps with `hf-srcfeat-train --init_from`; test_2016_flickr, beam 4, sacreBLEU; "
                "p from paired bootstrap resampling against continued training of the same seed.")
+    gates = [f"{result['arm']} seed {result['seed']}: " + ", ".join(
+                 f"{value:.4f}" for values in result["graft_gates"].values() for value in values)
+             for result in results if result.get("graft_gates")]
+    if gates:
+        summary += (" The gates that mix each grafted part in (0 at the start, 1 = the method as published) ended "
+                    "at " + "; ".join(gates) + ".")
     return summary, table
 
 

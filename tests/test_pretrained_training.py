@@ -286,6 +286,8 @@ def test_the_grafting_experiment_pretrains_a_marian_stand_in_checks_its_conversi
     assert "| continued | `srcfeat_transformer` | all parameters |" in table
     assert "| the stand-in, not fine-tuned | `marian` | – |" in table
     assert "| deps_san_frozen | `deps_san` | added parameters only |" in table
+    assert list(frozen["graft_gates"]) == ["model.encoder.deps_san_gates.values"]  # how far the graft opened
+    assert "The gates that mix each grafted part in" in table
     earlier = tmp_path / "results" / "earlier_stand_in"  # runs from another stand-in are reported apart
     earlier.mkdir()
     for name in ("pretrained.json", "continued_seed1.json", "deps_san_frozen_seed1.json"):
