@@ -297,7 +297,7 @@ def graft_gates(run_folder: Path) -> dict[str, list[float]]:
 
     with safe_open(str(run_folder / "model.safetensors"), framework="pt") as weights:
         return {name: [round(value, 6) for value in weights.get_tensor(name).flatten().tolist()]
-                for name in weights.keys() if name.endswith("gates.values")}
+                for name in weights.keys() if name.endswith(".values") and "gate" in name}
 
 
 def predictions_file(args: argparse.Namespace, arm: str, seed: int) -> Path:

@@ -159,3 +159,17 @@ def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_fol
     assert record["items"] == 6 and record["code_version"]
     index = (tmp_path / "out" / "README.md").read_text()
     assert "| `baseline_seed1.tsv` |" in index and "Which candidate is correct is not known here" in index
+
+
+def test_paired_bootstrap_gives_identical_translations_no_significance_and_counts_what_differs(multi30k_dir):
+    from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.metrics.translation_scores import paired_bootstrap
+
+    test = load_multi30k("test_2016_flickr", "en", "de", multi30k_dir, 200)
+    references = list(test["target"])
+    system = [" ".join(reference.split()[:-2]) for reference in references]  # two words short of each reference
+    assert paired_bootstrap(system, list(system), references) == {
+        "test": "paired bootstrap resampling (sacrebleu)", "samples": 0, "p_value": 1.0,
+        "baseline_bleu": paired_bootstrap(system, references, references)["baseline_bleu"], "differing_sentences": 0}
+    better = paired_bootstrap(system, references, references, samples=200)
+    assert better["differing_sentences"] == 200 and better["p_value"] < 0.05

@@ -29,9 +29,18 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
                      samples: int = 1000, seed: int = 12345) -> dict:
-    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of the system's BLEU against the baseline's."""
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of the system's BLEU against the baseline's.
+
+    Identical translations get p = 1: sacreBLEU counts only resamples whose difference exceeds the observed one
+    (MultEval's rule), which gives a system scored against itself its smallest p-value."""
     import sacrebleu
     from sacrebleu.significance import PairedTest, Result
+
+    differing = sum(one != other for one, other in zip(baseline, system, strict=True))
+    if not differing:
+        bleu = sacrebleu.BLEU().corpus_score(list(baseline), [list(references)]).score
+        return {"test": "paired bootstrap resampling (sacrebleu)", "samples": 0, "p_value": 1.0,
+                "baseline_bleu": round(bleu, 2), "differing_sentences": 0}
 
     os.environ.setdefault("SACREBLEU_SEED", str(seed))
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": sacrebleu.BLEU()},
@@ -39,4 +48,5 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     _, scores = test()
     result = cast(Result, scores["BLEU"][1])  # sacrebleu types its entries loosely
     return {"test": "paired bootstrap resampling (sacrebleu)", "samples": samples,
-            "p_value": float(cast(float, result.p_value)), "baseline_bleu": round(float(cast(Result, scores["BLEU"][0]).score), 2)}
+            "p_value": float(cast(float, result.p_value)),
+            "baseline_bleu": round(float(cast(Result, scores["BLEU"][0]).score), 2), "differing_sentences": differing}
