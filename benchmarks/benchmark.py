@@ -233,10 +233,11 @@ def translate(model, tokenizer, sources: list, num_beams: int, batch_size: int =
     (source encoding, i.e. parsing, happens before the clock starts). `parse=False`: raw sources as subwords alone,
     the model's features at their defaults."""
     from hf_srcfeat.annotated_sentence import AnnotatedSentence
+    from hf_srcfeat.tokenization_source_features import tree_options
 
     def encode(chunk: list):
-        options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt", return_word_heads=False,
-                       return_dep_distance=getattr(model.config, "reads_dependency_distances", True))
+        options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt",
+                       **tree_options(model.config))
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             return tokenizer(annotations=chunk, **options)
         return tokenizer(chunk, source_features=parse, **options)

@@ -175,6 +175,7 @@ def check_conversion(args: argparse.Namespace) -> dict:
     from transformers import MarianMTModel, MarianTokenizer
 
     from hf_srcfeat.data.multi30k import load_multi30k
+    from hf_srcfeat.metrics.translation_scores import corpus_scores
     from hf_srcfeat.pretrained_checkpoints import convert_pretrained
 
     torch.set_num_threads(args.threads)
@@ -196,21 +197,13 @@ def check_conversion(args: argparse.Namespace) -> dict:
     result = json.loads((args.results_dir / "pretrained.json").read_text())
     result["conversion_check"] = {"sentences": len(sources), "identical_beam4_translations": identical}
     # The stand-in as it is, before any fine-tuning: what continued training and every graft start from.
-    result["test_scores"] = corpus_scores(translations, list(test["target"]))
+    scores = corpus_scores(translations, list(test["target"]))
+    result["test_scores"] = {**{name: round(value, 2) if isinstance(value, float) else value
+                                for name, value in scores.items()}, "num_beams": 4, "sentences": len(sources)}
     write_json(args.results_dir / "pretrained.json", result)
     if identical != len(sources):
         raise SystemExit(f"the converted model translates {len(sources) - identical} test sentences differently.")
     return result
-
-
-def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
-    """sacreBLEU's BLEU and chrF of the hypotheses, with their signatures."""
-    import sacrebleu
-
-    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-    return {"bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2), "bleu_signature": str(
-        bleu.get_signature()), "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
-        "chrf_signature": str(chrf.get_signature()), "num_beams": 4, "sentences": len(hypotheses)}
 
 
 def write_json(path: Path, data: dict) -> None:

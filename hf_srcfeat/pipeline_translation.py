@@ -21,7 +21,7 @@ from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 from .annotated_sentence import AnnotatedSentence, check_text
 from .decoding_options import check_decoding_options
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
-from .tokenization_source_features import NO_WORD, check_tokenizer_matches
+from .tokenization_source_features import NO_WORD, check_tokenizer_matches, tree_options
 
 TASK = "source-feature-translation"
 MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
@@ -110,11 +110,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
         else:
             name = sentence.name
 
-            reads_distances = getattr(self.model.config, "reads_dependency_distances", True)
-
             def encode(**options):
-                return self.tokenizer(annotations=sentence, return_tensors="pt", return_dep_distance=reads_distances,
-                                      return_word_heads=False, **options)
+                return self.tokenizer(annotations=sentence, return_tensors="pt", **tree_options(self.model.config),
+                                      **options)
         encoded = encode()
         length = encoded["input_ids"].shape[-1]
         positions = getattr(self.model.config, "max_position_embeddings", None)

@@ -367,6 +367,12 @@ def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left
         encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
 
 
+def tree_options(config) -> dict[str, bool]:
+    """Tokenizer options for encoding a model's inputs: the [S, S] `dep_distance` only when its config reads it
+    (a config that does not say is given it), and never the stored `word_heads`."""
+    return {"return_dep_distance": getattr(config, "reads_dependency_distances", True), "return_word_heads": False}
+
+
 def dependency_distance_column(heads: Sequence[Sequence[int]], word_ids: list, batched: bool, as_lists: bool):
     """The `dep_distance` of encodings from their words' heads and their (padded) `word_ids`: one [S, S] matrix
     per encoding (rows and columns of special tokens and padding -1), stacked into one array when the lengths

@@ -87,12 +87,12 @@ def _attention(spec, attention, self_attention: bool) -> None:
 def _embeddings(spec, embedding, config, factors: Sequence[str] = ()) -> None:
     """Token table (and the encoder's factor tables), embedding scale and its LayerNorm, and the position encodings
     (written out as the model computes them: CTranslate2's own sinusoids differ)."""
+    import torch
+
     table = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: one per factor
     table.weight = _numpy(embedding.embed_tokens.weight)
     for table, factor in zip(spec.embeddings[1:] if factors else [], factors, strict=True):
         table.weight = _numpy(embedding.factor_embeddings[factor].weight)
-    import torch
-
     spec.scale_embeddings = embedding.embed_scale
     positions = torch.arange(config.max_position_embeddings)
     with torch.no_grad():

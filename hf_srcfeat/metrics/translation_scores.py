@@ -38,9 +38,8 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
 
     differing = sum(one != other for one, other in zip(baseline, system, strict=True))
     if not differing:
-        bleu = sacrebleu.BLEU().corpus_score(list(baseline), [list(references)]).score
         return {"test": "paired bootstrap resampling (sacrebleu)", "samples": 0, "p_value": 1.0,
-                "baseline_bleu": round(bleu, 2), "differing_sentences": 0}
+                "baseline_bleu": round(corpus_scores(baseline, references)["bleu"], 2), "differing_sentences": 0}
 
     os.environ.setdefault("SACREBLEU_SEED", str(seed))
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": sacrebleu.BLEU()},
