@@ -3,11 +3,15 @@ A backend implements the four methods its docstring lists; `annotators.py` regis
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
+import queue
 import threading
-from collections.abc import Sequence
+import weakref
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, check_text
@@ -53,6 +57,7 @@ class Annotator:
         self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
         self._pipeline = None
         self._lock = threading.Lock()  # one pipeline, used by one thread at a time
+        self._helpers: tuple[int, object] | None = None  # (count, multiprocessing pool) of `annotate(num_proc=...)`
 
     # ------------------------------------------------------------------ what a backend implements
 
@@ -83,16 +88,25 @@ class Annotator:
     # ------------------------------------------------------------------ shared
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pipeline": None, "_lock": None}  # the pipeline is rebuilt on first use
+        # The pipeline is rebuilt on first use; helper processes belong to the process that started them.
+        return {**self.__dict__, "_pipeline": None, "_lock": None, "_helpers": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
+        self.__dict__.setdefault("_helpers", None)
 
     def with_pretokenized_input(self) -> Annotator:
         """The same annotator for texts whose words are already separated by spaces."""
         twin = copy.copy(self)
-        twin.pretokenized, twin._pipeline, twin._lock = True, None, threading.Lock()
+        twin.pretokenized, twin._pipeline, twin._lock, twin._helpers = True, None, threading.Lock(), None
         return twin
+
+    def close(self) -> None:
+        """Stop the helper processes `annotate(num_proc=...)` started (they otherwise stay up for the next call
+        and end with this annotator or the interpreter)."""
+        if self._helpers is not None:
+            self._helpers[1].terminate()
+            self._helpers = None
 
     @property
     def pipeline(self):
@@ -119,8 +133,8 @@ class Annotator:
     def annotate(self, texts: Sequence[str], show_progress: bool = True, num_proc: int = 1
                  ) -> list[AnnotatedSentence]:
         """One AnnotatedSentence per text (cached texts are not parsed again). With `num_proc` > 1 the texts not
-        yet cached are parsed by that many worker processes (each with one torch thread and its own pipeline),
-        which write to the same cache."""
+        yet cached are parsed by that many processes, one torch thread each: this one and `num_proc` - 1 helpers
+        with their own pipeline, which stay up for later calls (`close()` stops them)."""
         for index, text in enumerate(texts):
             check_text(index, text)
             if len(text) > self.max_characters:
@@ -131,34 +145,101 @@ class Annotator:
         identity = self.identity
         done = self.cache.get_many(identity, unique) if self.cache is not None else {}
         missing = [text for text in unique if text not in done]
-        if missing and num_proc > 1 and len(missing) >= 2 * num_proc:
-            done.update(self._annotate_in_processes(missing, num_proc, show_progress))
-        elif missing:
+        if missing:
             from tqdm.auto import tqdm
 
             progress = tqdm(total=len(missing), desc=self.backend, unit="sent", disable=not show_progress)
-            for start in range(0, len(missing), self.batch_size):
-                chunk = missing[start:start + self.batch_size]
-                with self._lock:
-                    parsed = dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+            chunks = [missing[start:start + self.batch_size] for start in range(0, len(missing), self.batch_size)]
+            for parsed in self._parse_chunks(chunks, num_proc):
                 if self.cache is not None:
                     self.cache.put_many(identity, parsed)
                 done.update(parsed)
-                progress.update(len(chunk))
+                progress.update(len(parsed))
             progress.close()
         return [done[text] for text in texts]
 
-    def _annotate_in_processes(self, texts: list[str], num_proc: int, show_progress: bool
-                               ) -> dict[str, AnnotatedSentence]:
-        """Parse `texts` in `num_proc` spawned processes, every num_proc-th text each; the parses come back as JSON."""
+    def _parse_chunks(self, chunks: list[list[str]], num_proc: int) -> Iterator[dict[str, AnnotatedSentence]]:
+        """The parses of each chunk, as each is done. With `num_proc` > 1 this process parses too, and
+        `num_proc` - 1 helper processes take chunks from the same queue: a helper that is still loading its models
+        holds up nothing, and helpers stay up for the next call (a corpus is annotated chunk by chunk), so the
+        models load once per process."""
+        if num_proc <= 1 or len(chunks) < 2:
+            for chunk in chunks:
+                with self._lock:
+                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+            return
+        helpers = self._helper_pool(num_proc - 1)
+        pending = deque(chunks)
+        finished: queue.Queue = queue.Queue()  # (chunk, parses as JSON, error) from the helpers
+        state = {"outstanding": 0}
+        guard = threading.Lock()
+
+        def hand_out() -> None:
+            """Give a helper the next chunk; runs again as each of its chunks comes back, so it never waits on
+            this process."""
+            with guard:
+                if not pending:
+                    return
+                chunk = pending.popleft()
+                state["outstanding"] += 1
+            helpers.apply_async(_parse_in_helper, (chunk,),
+                                callback=lambda parses: (finished.put((chunk, parses, None)), hand_out()),
+                                error_callback=lambda error: finished.put((chunk, None, error)))
+
+        def collected(item) -> dict[str, AnnotatedSentence]:
+            chunk, parses, error = item
+            with guard:
+                state["outstanding"] -= 1
+            if error is not None:
+                raise error
+            return dict(zip(chunk, (AnnotatedSentence.from_json(parse) for parse in parses), strict=True))
+
+        for _ in range(num_proc - 1):
+            hand_out()
+        with one_torch_thread():
+            while True:
+                while not finished.empty():
+                    yield collected(finished.get())
+                with guard:
+                    chunk = pending.popleft() if pending else None
+                    if chunk is None and state["outstanding"] == 0:
+                        return
+                if chunk is None:  # the rest is with the helpers
+                    yield collected(finished.get())
+                    continue
+                with self._lock:
+                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+
+    def _helper_pool(self, count: int):
+        """`count` spawned processes holding a copy of this annotator (no cache: this process writes it), each with
+        one torch thread, loading the models as soon as they start; kept for later calls."""
+        if self._helpers is not None and self._helpers[0] == count:
+            return self._helpers[1]
+        self.close()
         import multiprocessing
 
-        chunks = [texts[start::num_proc] for start in range(num_proc)]
-        with multiprocessing.get_context("spawn").Pool(num_proc) as pool:
-            results = pool.starmap(_parse_chunk, [(self, chunk, show_progress and index == 0)
-                                                  for index, chunk in enumerate(chunks)])
-        return {text: AnnotatedSentence.from_json(parse) for chunk, parses in zip(chunks, results, strict=True)
-                for text, parse in zip(chunk, parses, strict=True)}
+        helper = copy.copy(self)
+        helper.cache = None
+        pool = multiprocessing.get_context("spawn").Pool(count, initializer=_start_helper, initargs=(helper,))
+        weakref.finalize(self, pool.terminate)
+        self._helpers = (count, pool)
+        return pool
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """This process parses with one torch thread while its helpers work (one thread per process, as they have)."""
+    try:
+        import torch
+    except ImportError:  # a backend without torch (spaCy can run without it)
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def join_sentence_roots(words: list[AnnotatedWord], roots: list[int]) -> list[AnnotatedWord]:
@@ -199,9 +280,29 @@ def join_pieces(text: str, pieces: Sequence[AnnotatedSentence]) -> AnnotatedSent
     return AnnotatedSentence(join_sentence_roots(words, roots), text=text)
 
 
-def _parse_chunk(annotator: Annotator, texts: list[str], show_progress: bool) -> list[str]:
-    """A worker process of `Annotator.annotate(num_proc=...)`: one torch thread, its own pipeline."""
-    import torch
+#: The annotator a helper process of `Annotator.annotate(num_proc=...)` parses with, or why it cannot load.
+_HELPER_ANNOTATOR: Annotator | None = None
+_HELPER_LOAD_ERROR: Exception | None = None
 
-    torch.set_num_threads(1)
-    return [sentence.to_json() for sentence in annotator.annotate(texts, show_progress=show_progress)]
+
+def _start_helper(annotator: Annotator) -> None:
+    """A helper process starts: one torch thread, the models loaded once, before the first chunk arrives. A
+    failure is kept for the first chunk to raise: a pool whose initializer raises restarts the process forever."""
+    global _HELPER_ANNOTATOR, _HELPER_LOAD_ERROR
+    with contextlib.suppress(ImportError):
+        import torch
+
+        torch.set_num_threads(1)
+    _HELPER_ANNOTATOR = annotator
+    try:
+        annotator.pipeline  # noqa: B018 - loads the models
+    except Exception as error:  # noqa: BLE001 - raised again with the first chunk, in the calling process
+        _HELPER_LOAD_ERROR = error
+
+
+def _parse_in_helper(texts: list[str]) -> list[str]:
+    """A chunk parsed in a helper process; the parses go back as JSON."""
+    if _HELPER_LOAD_ERROR is not None:
+        raise _HELPER_LOAD_ERROR
+    assert _HELPER_ANNOTATOR is not None, "set by _start_helper"
+    return [sentence.to_json() for sentence in _HELPER_ANNOTATOR.parse_batch(texts)]

@@ -18,23 +18,25 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-#: (configuration module, config class, modeling module, base model class, model with LM head) per model type.
+#: (model type, configuration module, config class, modeling module, base model class, model with LM head).
 _MODEL_MODULES = (
-    ("configuration_srcfeat_transformer", "SrcFeatTransformerConfig", "modeling_srcfeat_transformer",
-     "SrcFeatTransformerModel", "SrcFeatTransformerForConditionalGeneration"),
-    ("configuration_deps_san", "DepsSanConfig", "modeling_deps_san", "DepsSanModel",
+    ("srcfeat_transformer", "configuration_srcfeat_transformer", "SrcFeatTransformerConfig",
+     "modeling_srcfeat_transformer", "SrcFeatTransformerModel", "SrcFeatTransformerForConditionalGeneration"),
+    ("deps_san", "configuration_deps_san", "DepsSanConfig", "modeling_deps_san", "DepsSanModel",
      "DepsSanForConditionalGeneration"),
-    ("configuration_relevance_features", "RelevanceFeaturesConfig", "modeling_relevance_features",
-     "RelevanceFeaturesModel", "RelevanceFeaturesForConditionalGeneration"),
-    ("configuration_diverse_input", "DiverseInputConfig", "modeling_diverse_input", "DiverseInputModel",
-     "DiverseInputForConditionalGeneration"),
-    ("configuration_phrase_rep", "PhraseRepConfig", "modeling_phrase_rep", "PhraseRepModel",
+    ("relevance_features", "configuration_relevance_features", "RelevanceFeaturesConfig",
+     "modeling_relevance_features", "RelevanceFeaturesModel", "RelevanceFeaturesForConditionalGeneration"),
+    ("diverse_input", "configuration_diverse_input", "DiverseInputConfig", "modeling_diverse_input",
+     "DiverseInputModel", "DiverseInputForConditionalGeneration"),
+    ("phrase_rep", "configuration_phrase_rep", "PhraseRepConfig", "modeling_phrase_rep", "PhraseRepModel",
      "PhraseRepForConditionalGeneration"),
-    ("configuration_latent_feedback", "LatentFeedbackConfig", "modeling_latent_feedback", "LatentFeedbackModel",
-     "LatentFeedbackForConditionalGeneration"),
-    ("configuration_composed", "SrcFeatComposedConfig", "modeling_composed", "SrcFeatComposedModel",
-     "SrcFeatComposedForConditionalGeneration"),
+    ("latent_feedback", "configuration_latent_feedback", "LatentFeedbackConfig", "modeling_latent_feedback",
+     "LatentFeedbackModel", "LatentFeedbackForConditionalGeneration"),
+    ("srcfeat_composed", "configuration_composed", "SrcFeatComposedConfig", "modeling_composed",
+     "SrcFeatComposedModel", "SrcFeatComposedForConditionalGeneration"),
 )
+#: The zoo's model types, known without importing a model (for help texts).
+MODEL_TYPES = tuple(model_type for model_type, *_ in _MODEL_MODULES)
 
 
 def _attribute(module: str, name: str) -> Any:
@@ -43,14 +45,14 @@ def _attribute(module: str, name: str) -> Any:
 
 def config_classes() -> list[Any]:
     """Every model type's config class."""
-    return [_attribute(module, name) for module, name, *_ in _MODEL_MODULES]
+    return [_attribute(module, name) for _, module, name, *_ in _MODEL_MODULES]
 
 
 def model_classes() -> tuple[tuple[Any, Any, Any], ...]:
     """(config, base model, model with LM head) of every model of the zoo."""
     return tuple((_attribute(config_module, config_name), _attribute(model_module, base_name),
                   _attribute(model_module, generation_name))
-                 for config_module, config_name, model_module, base_name, generation_name in _MODEL_MODULES)
+                 for _, config_module, config_name, model_module, base_name, generation_name in _MODEL_MODULES)
 
 
 def model_classes_by_type() -> dict[str, type]:

@@ -179,11 +179,29 @@ def test_stanza_tags_gold_tokenized_ewt_test_sentences_mostly_right(ewt_dir, tmp
 
 
 @pytest.mark.slow
-def test_two_worker_processes_parse_as_one_does(stanza_annotator, test_sentences, tmp_path):
-    texts = test_sentences[:8]
-    parallel = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cold.sqlite")
+def test_two_processes_parse_as_one_does_and_the_helper_stays_up(stanza_annotator, test_sentences, tmp_path):
+    texts = test_sentences[:12]
+    parallel = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cold.sqlite",
+                               batch_size=2)  # six chunks, shared between this process and one helper
+    assert parallel.annotate(texts[:8], show_progress=False, num_proc=2) == stanza_annotator.annotate(texts[:8])
+    helpers = parallel._helpers
     assert parallel.annotate(texts, show_progress=False, num_proc=2) == stanza_annotator.annotate(texts)
-    assert len(parallel.cache) == len(texts), "the workers filled the cache"
+    assert parallel._helpers is helpers, "the next call reuses the helper, whose models are loaded"
+    assert len(parallel.cache) == len(texts), "every parse is cached"
+    parallel.close()
+    assert parallel._helpers is None
+
+
+@pytest.mark.slow
+def test_a_helper_that_cannot_load_its_models_fails_the_call(test_sentences, tmp_path):
+    from hf_srcfeat.annotator import AnnotatorLoadError
+
+    models = tmp_path / "stanza"
+    (models / "en").mkdir(parents=True)  # a folder without the models: nothing can load
+    annotator = StanzaAnnotator(model_dir=models, use_cache=False, batch_size=2)
+    with pytest.raises(AnnotatorLoadError):
+        annotator.annotate(test_sentences[:6], show_progress=False, num_proc=2)
+    annotator.close()
 
 
 def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator, multi30k_dir, tmp_path):

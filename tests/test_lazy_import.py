@@ -37,6 +37,36 @@ def test_help_of_a_command_loads_no_torch(command):
     assert output.split() == ["True", "False"]
 
 
+@pytest.mark.parametrize("command", ["train", "pretrain_dae"])
+def test_help_of_a_training_command_lists_its_options_without_torch_and_points_to_the_trainer_options(command):
+    output = run_python(f"""
+        import contextlib, io, sys
+        from hf_srcfeat.commands.console_scripts import {command}
+        sys.argv = ["prog", "--help"]
+        with contextlib.redirect_stdout(io.StringIO()) as help_text:
+            {command}()
+        text = " ".join(help_text.getvalue().split())
+        print("--max_train_samples" in text, "--help_all` lists them" in text, "torch" in sys.modules)
+    """)
+    assert output.split() == ["True", "True", "False"]
+
+
+def test_help_all_lists_the_trainers_options_too(capsys):
+    from hf_srcfeat.commands import train
+
+    with pytest.raises(SystemExit) as stopped:
+        train.parse_arguments(["--help_all"])
+    text = capsys.readouterr().out
+    assert stopped.value.code == 0
+    assert "--learning_rate" in text and "--max_train_samples" in text
+
+
+def test_the_model_types_known_without_importing_a_model_are_the_registered_ones():
+    from hf_srcfeat.auto_registration import MODEL_TYPES, config_classes
+
+    assert list(MODEL_TYPES) == [config_class.model_type for config_class in config_classes()]
+
+
 CHECK_REGISTERED = """
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
     from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
