@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps_per_round", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--compiled", action="store_true",
+                        help="also token batches with the step under torch.compile (inductor) and fused Adam")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -100,16 +102,34 @@ def main(argv: list[str] | None = None) -> None:
     model = train.build_model(model_arguments, tokenizer, seed=1).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
-    def step(batch: dict) -> None:
+    def eager_step(batch: dict) -> None:
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches}
+    steps = {"sentence_batches": eager_step, "token_batches": eager_step}
+    if args.compiled:
+        # The same model, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
+        # dropout, the loss); the optimizer updates all parameters in one fused kernel.
+        compiled_model = train.build_model(model_arguments, tokenizer, seed=1).train()
+        compiled_forward = torch.compile(compiled_model, dynamic=True)
+        fused_optimizer = torch.optim.Adam(compiled_model.parameters(), lr=1e-4, fused=True)
+
+        def compiled_step(batch: dict) -> None:
+            compiled_forward(**batch).loss.backward()
+            fused_optimizer.step()
+            fused_optimizer.zero_grad(set_to_none=True)
+
+        kinds["token_batches_compiled"] = token_batches
+        steps["token_batches_compiled"] = compiled_step
     totals = {kind: {"seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
                      "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
-    for batches in kinds.values():
-        step(batches[0])  # warm-up
+    for kind, batches in kinds.items():
+        compile_start = time.perf_counter()
+        for batch in batches[:3 if kind.endswith("compiled") else 1]:  # warm-up (compilation, incl. a new shape)
+            steps[kind](batch)
+        print(kind, f"warm-up {time.perf_counter() - compile_start:.1f} s", flush=True)
     peaks = []
     for round_index in range(args.rounds):
         peaks.append(matmul_peak())
@@ -117,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
             for offset in range(args.steps_per_round):
                 batch = batches[(1 + round_index * args.steps_per_round + offset) % len(batches)]
                 start = time.perf_counter()
-                step(batch)
+                steps[kind](batch)
                 elapsed = time.perf_counter() - start
                 sources, targets, padded_sources, padded_targets = batch_lengths(batch)
                 total = totals[kind]

@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     start = time.perf_counter()
-    parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+    try:
+        parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+    finally:
+        annotator.close()
     for line, characters, pieces in long_lines:
         print(f"hf-srcfeat-annotate: {args.input} line {line} has {characters:,} characters, more than the parser "
               f"takes at once ({annotator.max_characters:,}): parsed in {pieces} pieces cut at spaces, joined into "
