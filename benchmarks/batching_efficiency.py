@@ -9,7 +9,9 @@ The benchmark's baseline (d_model 256, 3+3 layers) trains on real Multi30k pairs
 `--max_tokens`), round by round so that changes in machine load hit both alike. Reported per batching: the share
 of padded positions, target tokens/s, and the matrix-multiplication FLOP/s of the steps counted twice: over the
 padded shapes (what the machine computes) and over the real tokens only (what is useful), each as a fraction of the
-machine's float32 matmul peak on the same threads (a large square product timed in the same run).
+machine's float32 matmul peak on the same threads (a large square product timed in the same run). With
+`--compiled`, a third arm trains a copy of the model on the token batches with its forward under `torch.compile`
+(inductor, dynamic shapes) and fused Adam; compilation is done in the warm-up, before any timing.
 """
 
 from __future__ import annotations

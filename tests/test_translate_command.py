@@ -233,3 +233,39 @@ def test_decoding_options_reach_generate_and_sampling_with_a_seed_is_reproducibl
         outputs.append(output.read_text(encoding="utf-8").splitlines())
     assert outputs[0] == outputs[1], "the same seed gives the same samples"
     assert outputs[0] != translate(model_folder, tmp_path, lines=lines), "sampling is not beam search"
+
+
+def test_int8_quantization_translates_mostly_as_float32_and_is_refused_where_it_cannot_run(
+        model_folder, translator, test_sentences, tmp_path, capsys):
+    lines = test_sentences[:12]
+    quantized = translate(model_folder, tmp_path, "--quantize", "int8", lines=lines)
+    expected = [result["translation_text"] for result in translator(lines)]
+    assert len(quantized) == len(lines) and all(quantized)
+    assert sum(a == b for a, b in zip(quantized, expected, strict=True)) >= len(lines) // 2, (quantized, expected)
+    source = write_lines(tmp_path / "input.en", ["A dog runs."])
+    for options, named in ((["--dtype", "bfloat16"], "--dtype bfloat16"),
+                           (["--backend", "ctranslate2"], "--compute_type int8")):
+        with pytest.raises(SystemExit):
+            main(["--model", str(model_folder), "--input", source, "--quantize", "int8", *options])
+        assert named in capsys.readouterr().err
+
+
+def test_quantization_covers_the_linear_layers_but_leaves_tied_embeddings():
+    import torch
+
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+    from hf_srcfeat.quantization import quantize_linear_layers
+
+    def config() -> DepsSanConfig:
+        return DepsSanConfig(vocab_size=100, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                             decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+
+    model = DepsSanForConditionalGeneration(config()).eval()
+    linear_count = sum(isinstance(module, torch.nn.Linear) for module in model.modules())
+    embedding = model.get_input_embeddings().weight
+    quantize_linear_layers(model)
+    dynamic = torch.ao.nn.quantized.dynamic.Linear
+    assert sum(isinstance(module, dynamic) for module in model.modules()) >= linear_count - 1
+    assert model.get_input_embeddings().weight is embedding
+    with pytest.raises(ValueError, match="float32 weights"):
+        quantize_linear_layers(DepsSanForConditionalGeneration(config()).to(torch.bfloat16))
