@@ -92,14 +92,16 @@ class AnnotationCache:
             self._unusable(error)
         return found
 
-    def put_many(self, identity: str, sentences: dict[str, AnnotatedSentence]) -> None:
+    def put_many(self, identity: str, sentences: dict[str, AnnotatedSentence] | dict[str, str]) -> None:
+        """Store parses, given as AnnotatedSentence or as their JSON (`to_json`, as helper processes send them)."""
         if not self.usable:
             return
         try:
             with self.connection:
                 self.connection.executemany(
                     "INSERT OR REPLACE INTO annotations VALUES (?, ?)",
-                    [(self.key(identity, text), sentence.to_json()) for text, sentence in sentences.items()])
+                    [(self.key(identity, text), sentence if isinstance(sentence, str) else sentence.to_json())
+                     for text, sentence in sentences.items()])
         except sqlite3.DatabaseError as error:
             self._unusable(error)
 

@@ -150,23 +150,24 @@ class Annotator:
 
             progress = tqdm(total=len(missing), desc=self.backend, unit="sent", disable=not show_progress)
             chunks = [missing[start:start + self.batch_size] for start in range(0, len(missing), self.batch_size)]
-            for parsed in self._parse_chunks(chunks, num_proc):
+            for parsed, as_json in self._parse_chunks(chunks, num_proc):
                 if self.cache is not None:
-                    self.cache.put_many(identity, parsed)
+                    self.cache.put_many(identity, as_json or parsed)
                 done.update(parsed)
                 progress.update(len(parsed))
             progress.close()
         return [done[text] for text in texts]
 
-    def _parse_chunks(self, chunks: list[list[str]], num_proc: int) -> Iterator[dict[str, AnnotatedSentence]]:
-        """The parses of each chunk, as each is done. With `num_proc` > 1 this process parses too, and
+    def _parse_chunks(self, chunks: list[list[str]], num_proc: int
+                      ) -> Iterator[tuple[dict[str, AnnotatedSentence], dict[str, str] | None]]:
+        """The parses of each chunk as each is done, with their JSON where a helper sent it. With `num_proc` > 1 this process parses too, and
         `num_proc` - 1 helper processes take chunks from the same queue: a helper that is still loading its models
         holds up nothing, and helpers stay up for the next call (a corpus is annotated chunk by chunk), so the
         models load once per process."""
         if num_proc <= 1 or len(chunks) < 2:
             for chunk in chunks:
                 with self._lock:
-                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True)), None
             return
         helpers = self._helper_pool(num_proc - 1)
         pending = deque(chunks)
@@ -186,13 +187,14 @@ class Annotator:
                                 callback=lambda parses: (finished.put((chunk, parses, None)), hand_out()),
                                 error_callback=lambda error: finished.put((chunk, None, error)))
 
-        def collected(item) -> dict[str, AnnotatedSentence]:
+        def collected(item) -> tuple[dict[str, AnnotatedSentence], dict[str, str]]:
             chunk, parses, error = item
             with guard:
                 state["outstanding"] -= 1
             if error is not None:
                 raise error
-            return dict(zip(chunk, (AnnotatedSentence.from_json(parse) for parse in parses), strict=True))
+            return (dict(zip(chunk, (AnnotatedSentence.from_json(parse) for parse in parses), strict=True)),
+                    dict(zip(chunk, parses, strict=True)))
 
         for _ in range(num_proc - 1):
             hand_out()
@@ -208,7 +210,7 @@ class Annotator:
                     yield collected(finished.get())
                     continue
                 with self._lock:
-                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
+                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True)), None
 
     def _helper_pool(self, count: int):
         """`count` spawned processes holding a copy of this annotator (no cache: this process writes it), each with
