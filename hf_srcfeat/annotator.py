@@ -13,6 +13,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from multiprocessing.pool import Pool
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, check_text
 from .annotation_cache import AnnotationCache, default_cache_path
@@ -57,7 +58,7 @@ class Annotator:
         self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
         self._pipeline = None
         self._lock = threading.Lock()  # one pipeline, used by one thread at a time
-        self._helpers: tuple[int, object] | None = None  # (count, multiprocessing pool) of `annotate(num_proc=...)`
+        self._helpers: tuple[int, Pool] | None = None  # (count, process pool) of `annotate(num_proc=...)`
 
     # ------------------------------------------------------------------ what a backend implements
 
@@ -183,8 +184,12 @@ class Annotator:
                     return
                 chunk = pending.popleft()
                 state["outstanding"] += 1
-            helpers.apply_async(_parse_in_helper, (chunk,),
-                                callback=lambda parses: (finished.put((chunk, parses, None)), hand_out()),
+
+            def done(parses: list[str]) -> None:
+                finished.put((chunk, parses, None))
+                hand_out()
+
+            helpers.apply_async(_parse_in_helper, (chunk,), callback=done,
                                 error_callback=lambda error: finished.put((chunk, None, error)))
 
         def collected(item) -> tuple[dict[str, AnnotatedSentence], dict[str, str]]:
@@ -203,16 +208,16 @@ class Annotator:
                 while not finished.empty():
                     yield collected(finished.get())
                 with guard:
-                    chunk = pending.popleft() if pending else None
-                    if chunk is None and state["outstanding"] == 0:
+                    own = pending.popleft() if pending else None
+                    if own is None and state["outstanding"] == 0:
                         return
-                if chunk is None:  # the rest is with the helpers
+                if own is None:  # the rest is with the helpers
                     yield collected(finished.get())
                     continue
                 with self._lock:
-                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True)), None
+                    yield dict(zip(own, self.parse_batch(list(own)), strict=True)), None
 
-    def _helper_pool(self, count: int):
+    def _helper_pool(self, count: int) -> Pool:
         """`count` spawned processes holding a copy of this annotator (no cache: this process writes it), each with
         one torch thread, loading the models as soon as they start; kept for later calls."""
         if self._helpers is not None and self._helpers[0] == count:
