@@ -30,9 +30,9 @@ class AnnotatedWord:
         return dict(self.factors).get(name)
 
 
-
 #: AnnotatedWord's fields in order: the keys of a word in `AnnotatedSentence.to_json`.
 WORD_FIELDS = tuple(field_.name for field_ in fields(AnnotatedWord))
+
 
 @dataclass
 class AnnotatedSentence:

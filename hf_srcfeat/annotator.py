@@ -161,14 +161,13 @@ class Annotator:
 
     def _parse_chunks(self, chunks: list[list[str]], num_proc: int
                       ) -> Iterator[tuple[dict[str, AnnotatedSentence], dict[str, str] | None]]:
-        """The parses of each chunk as each is done, with their JSON where a helper sent it. With `num_proc` > 1 this process parses too, and
-        `num_proc` - 1 helper processes take chunks from the same queue: a helper that is still loading its models
-        holds up nothing, and helpers stay up for the next call (a corpus is annotated chunk by chunk), so the
-        models load once per process."""
+        """The parses of each chunk as each is done, with their JSON where a helper sent it. With `num_proc` > 1
+        this process parses too, and `num_proc` - 1 helper processes take chunks from the same queue: a helper that
+        is still loading its models holds up nothing, and helpers stay up for the next call (a corpus is annotated
+        chunk by chunk), so the models load once per process."""
         if num_proc <= 1 or len(chunks) < 2:
             for chunk in chunks:
-                with self._lock:
-                    yield dict(zip(chunk, self.parse_batch(list(chunk)), strict=True)), None
+                yield self._parse_here(chunk), None
             return
         helpers = self._helper_pool(num_proc - 1)
         pending = deque(chunks)
@@ -214,8 +213,12 @@ class Annotator:
                 if own is None:  # the rest is with the helpers
                     yield collected(finished.get())
                     continue
-                with self._lock:
-                    yield dict(zip(own, self.parse_batch(list(own)), strict=True)), None
+                yield self._parse_here(own), None
+
+    def _parse_here(self, chunk: list[str]) -> dict[str, AnnotatedSentence]:
+        """A chunk parsed by this process's pipeline."""
+        with self._lock:
+            return dict(zip(chunk, self.parse_batch(list(chunk)), strict=True))
 
     def _helper_pool(self, count: int) -> Pool:
         """`count` spawned processes holding a copy of this annotator (no cache: this process writes it), each with

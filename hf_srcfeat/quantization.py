@@ -23,10 +23,9 @@ def quantize_linear_layers(model, quantization: str = "int8"):
     if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
         raise ValueError(f"int8 dynamic quantization runs on the CPU from float32 weights; the model is "
                          f"{parameter.dtype} on {parameter.device}.")
-    tied = {id(module) for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and _is_tied(model, module)}
+    embedding_tables = {id(module.weight) for module in model.modules() if isinstance(module, torch.nn.Embedding)}
     names = {name for name, module in model.named_modules()
-             if isinstance(module, torch.nn.Linear) and id(module) not in tied}
+             if isinstance(module, torch.nn.Linear) and id(module.weight) not in embedding_tables}
     with warnings.catch_warnings():
         # torch 2.13 marks its quantized tensor types as deprecated in favour of torchao, yet they are what
         # `quantize_dynamic` builds and they work; the warning would come with every translate --quantize run.
@@ -34,10 +33,3 @@ def quantize_linear_layers(model, quantization: str = "int8"):
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization.*deprecated", category=DeprecationWarning)
         return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8, inplace=True)
 
-
-def _is_tied(model, linear) -> bool:
-    """Whether `linear`'s weight is also an embedding table's."""
-    import torch
-
-    return any(isinstance(module, torch.nn.Embedding) and module.weight is linear.weight
-               for module in model.modules())
