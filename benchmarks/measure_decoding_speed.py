@@ -1,21 +1,30 @@
 #!/usr/bin/env python
-"""Decoding speed of every model type against a baseline of the same size, and of that baseline against its
-CTranslate2 export, in one interleaved run: where each method stands against "within 1.15x of the baseline" and the
-baseline against "within 1.5x (batch 32, beam 4) / 2x (batch 1, greedy) of CTranslate2".
+"""Decoding speed of every model type with the zoo's decoding loops (`hf_srcfeat.decoding`, what `generate` runs
+by default), against Transformers' own loops and against the baseline's CTranslate2 export, in one interleaved run:
+where each method stands against "within 1.15x of the baseline" and the baseline against "within 1.5x (batch 32,
+beam 4) / 2x (batch 1, greedy) of CTranslate2".
 
-    python -m benchmarks.measure_decoding_speed --models runs/pretrained_grafts/continued/seed1 \
-        runs/pretrained_grafts/{relevance,deps_san,fusing_diverse}/seed1 --sentences 100 --rounds 2 \
-        --ctranslate2 --output benchmarks/results/decoding_speed.json
+    python -m benchmarks.measure_decoding_speed --models runs/quickstart \
+        --graft relevance_features deps_san diverse_input phrase_rep latent_feedback composed \
+        --sentences 100 --rounds 2 --ctranslate2 --output benchmarks/results/decoding_speed.json
 
-The first model is the baseline. On the first `--sentences` sources of test_2016_flickr, every model's inputs are
-encoded once with the features it reads (parses through the cache), outside the timings; then, for each setting,
-the models (and the baseline's CTranslate2 float32 export, which tokenizes inside its timing) take turns on one
-thread, `--rounds` times. Only decoding is timed; generation runs to `--max_new_tokens` at most.
+The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
+translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost
+per token). Each model runs three arms: `fast` (the zoo's loops, oneDNN matrix products: the default),
+`transformers` (Transformers' loops, same kernels) and `transformers_mkl` (Transformers' loops with PyTorch's default
+matrix kernels: the path before either change). On the first `--sentences` sources of test_2016_flickr, every
+model's inputs are encoded once with the features it reads (parses through the cache), outside the timings; then,
+for each setting, the arms and the baseline's CTranslate2 float32 export (which tokenizes inside its timing, with
+the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
+generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
+(`identical_to_...`).
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,88 +33,160 @@ from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating points
+#: Arm -> (generate's fast_decoding, oneDNN for the backbone's linear layers): the zoo's loops, Transformers' loops,
+#: and Transformers' loops with PyTorch's default matrix kernels (the path before either change).
+LOOPS = {"fast": (True, True), "transformers": (False, True), "transformers_mkl": (False, False)}
+#: --graft name -> (model type, method arguments): the published method each stands for, in its graft form.
+GRAFTS = {
+    "relevance_features": ("relevance_features", {}),
+    "deps_san": ("deps_san", {}),
+    "diverse_input": ("diverse_input", {"diverse_variant": "fusing_diverse"}),
+    "phrase_rep": ("phrase_rep", {}),
+    "latent_feedback": ("latent_feedback", {}),
+    "composed": ("srcfeat_composed", {"components": ["relevance_features", "deps_san"]}),
+}
+
+
+def processor_name() -> str:
+    """The CPU's model name (the speed of each matrix kernel depends on it), from /proc/cpuinfo where there is one."""
+    cpuinfo = Path("/proc/cpuinfo")
+    found = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else None
+    return found.group(1).strip() if found else platform.machine()
+
+
+def graft_methods(baseline: str, names: list[str], work_dir: Path) -> list[str]:
+    """Save each method grafted onto the baseline (with its tokenizer) under `work_dir`; returns the folders."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat.pretrained_checkpoints import graft
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+
+    tokenizer = load_tokenizer(baseline)
+    model = AutoModelForSeq2SeqLM.from_pretrained(baseline, dtype=torch.float32).eval()
+    folders = []
+    for name in names:
+        model_type, arguments = GRAFTS[name]
+        grafted = graft(model, model_type, **tokenizer.feature_vocabularies.sizes(), **arguments)
+        folder = work_dir / name
+        grafted.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders.append(str(folder))
+    return folders
 
 
 def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
+    from hf_srcfeat import linear
     from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import tree_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", required=True, help="model folders; the first is the baseline")
+    parser.add_argument("--graft", nargs="*", default=[], choices=sorted(GRAFTS),
+                        help="methods grafted onto the baseline and measured beside it")
     parser.add_argument("--sentences", type=int, default=100)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ctranslate2", action="store_true", help="also the baseline's CTranslate2 export")
-    parser.add_argument("--work_dir", default="runs/decoding_speed", help="where the export is written")
+    parser.add_argument("--work_dir", type=Path, default=Path("runs/decoding_speed"),
+                        help="where the grafted models and the export are written")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     sources = list(load_multi30k("test_2016_flickr", "en", "de", limit=args.sentences)["source"])
+    models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
+    default_min_rows = linear.ONEDNN_MIN_ROWS
 
     runners = {}
     model_types = {}
-    for folder in args.models:
+    for folder in models:
         tokenizer = load_tokenizer(folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
-        model_types[folder] = model.config.model_type
         encoded = {batch_size: [tokenizer(sources[start:start + batch_size], padding=True, return_tensors="pt",
                                           **tree_options(model.config))
                                 for start in range(0, len(sources), batch_size)]
                    for batch_size, _ in SETTINGS}
+        for loop, (fast_decoding, onednn) in LOOPS.items():
+            def decode(batch_size: int, beams: int, model=model, encoded=encoded, fast_decoding=fast_decoding,
+                       onednn=onednn):
+                linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
+                try:
+                    with torch.no_grad():
+                        return [model.generate(**batch, num_beams=beams, do_sample=False, fast_decoding=fast_decoding,
+                                               max_new_tokens=args.max_new_tokens) for batch in encoded[batch_size]]
+                finally:
+                    linear.ONEDNN_MIN_ROWS = default_min_rows
 
-        def decode(batch_size: int, beams: int, model=model, encoded=encoded) -> None:
-            with torch.no_grad():
-                for batch in encoded[batch_size]:
-                    model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=args.max_new_tokens)
-
-        runners[folder] = decode
+            runners[(folder, loop)] = decode
+            model_types[(folder, loop)] = model.config.model_type
     export_error = None
     if args.ctranslate2:
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
 
         try:
-            exported = export(args.models[0], str(Path(args.work_dir) / "float32"), None, force=True)
-            translator = CTranslate2Translator(exported, intra_threads=1)
-            runners["ctranslate2_float32"] = lambda batch_size, beams: translator.translate(
+            exported = export(args.models[0], str(args.work_dir / "float32"), None, force=True)
+            # The baseline's own decoding options (e.g. no_repeat_ngram_size), which generate applies too.
+            baseline_options = AutoModelForSeq2SeqLM.from_pretrained(args.models[0]).generation_config
+            options = {name: getattr(baseline_options, name) for name in ("no_repeat_ngram_size",)
+                       if getattr(baseline_options, name, None)}
+            translator = CTranslate2Translator(exported, intra_threads=1, **options)
+            runners[("ctranslate2_float32", "ctranslate2")] = lambda batch_size, beams: translator.translate(
                 sources, num_beams=beams, max_new_tokens=args.max_new_tokens, batch_size=batch_size)
+            model_types[("ctranslate2_float32", "ctranslate2")] = "ctranslate2"
         except (ValueError, ImportError) as error:
             export_error = f"{type(error).__name__}: {error}"
             print(f"no CTranslate2 row: {export_error}", flush=True)
 
-    seconds = {(name, batch_size, beams): 0.0 for name in runners for batch_size, beams in SETTINGS}
-    for name in runners:  # warm-up
-        runners[name](SETTINGS[0][0], SETTINGS[0][1])
+    identical = {}
+    for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
+        outputs = {key: run(batch_size, beams) for key, run in runners.items()}
+        for folder in models:
+            for reference in ("transformers", "transformers_mkl"):
+                rows = [torch.equal(a[row], b[row]) if a.shape == b.shape else False
+                        for a, b in zip(outputs[(folder, "fast")], outputs[(folder, reference)], strict=True)
+                        for row in range(a.shape[0])]
+                identical[(folder, reference, batch_size, beams)] = sum(rows) / len(rows)
+
+    seconds = {(key, batch_size, beams): 0.0 for key in runners for batch_size, beams in SETTINGS}
     for round_index in range(args.rounds):
         for batch_size, beams in SETTINGS:
-            for name, run in runners.items():
+            for key, run in runners.items():
                 start = time.perf_counter()
                 run(batch_size, beams)
-                seconds[(name, batch_size, beams)] += time.perf_counter() - start
+                seconds[(key, batch_size, beams)] += time.perf_counter() - start
         print(f"round {round_index + 1} done", flush=True)
 
-    baseline = args.models[0]
+    baseline = (args.models[0], "fast")
+    ctranslate2 = ("ctranslate2_float32", "ctranslate2")
     timings = {}
     for batch_size, beams in SETTINGS:
         setting = f"batch{batch_size}_beam{beams}"
         timings[setting] = {}
-        for name in runners:
-            total = seconds[(name, batch_size, beams)]
-            row = {"model_type": model_types.get(name, "ctranslate2"),
+        for key in runners:
+            total = seconds[(key, batch_size, beams)]
+            row = {"model_type": model_types[key], "loop": key[1],
                    "sentences_per_second": round(args.rounds * len(sources) / total, 2),
                    "time_over_baseline": round(total / seconds[(baseline, batch_size, beams)], 3)}
-            if "ctranslate2_float32" in runners:
-                row["time_over_ctranslate2"] = round(total / seconds[("ctranslate2_float32", batch_size, beams)], 3)
-            timings[setting][name] = row
-            print(setting, name, row, flush=True)
+            if ctranslate2 in runners:
+                row["time_over_ctranslate2"] = round(total / seconds[(ctranslate2, batch_size, beams)], 3)
+            if key[1] == "fast":
+                for reference in ("transformers", "transformers_mkl"):
+                    row[f"speedup_over_{reference}"] = round(
+                        seconds[((key[0], reference), batch_size, beams)] / total, 3)
+                    row[f"identical_to_{reference}"] = identical[(key[0], reference, batch_size, beams)]
+            timings[setting][f"{key[0]} ({key[1]})" if key != ctranslate2 else key[0]] = row
+            print(setting, key, row, flush=True)
     result = {"code_version": code_version(), "torch": torch.__version__, "threads": 1,
               "command": "python -m benchmarks.measure_decoding_speed " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
               "sentences": len(sources), "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
-              "baseline": baseline, "ctranslate2_export_error": export_error, "timings": timings}
+              "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
+              "ctranslate2_export_error": export_error, "timings": timings,
+              "onednn_min_rows": default_min_rows, "processor": processor_name()}
     write_json_atomically(args.output, result, indent=1)
     return result
 

@@ -18,6 +18,8 @@ from torch.nn.attention.flex_attention import flex_attention
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from .linear import Linear
+
 SCORE_MODES = ("mult", "add")
 
 
@@ -180,10 +182,10 @@ class SrcFeatAttention(nn.Module):
         self.is_causal = is_causal
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim)
-        self.k_proj = nn.Linear(self.embed_dim, self.embed_dim)
-        self.v_proj = nn.Linear(self.embed_dim, self.embed_dim)
-        self.out_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.q_proj = Linear(self.embed_dim, self.embed_dim)
+        self.k_proj = Linear(self.embed_dim, self.embed_dim)
+        self.v_proj = Linear(self.embed_dim, self.embed_dim)
+        self.out_proj = Linear(self.embed_dim, self.embed_dim)
 
     def _project(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
         return projection(states).view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)

@@ -37,11 +37,13 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 
+from . import decoding
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
+from .linear import Linear
 from .source_features import (
     SOURCE_FEATURE_NAMES,
     MissingFeatureDefaults,
@@ -97,8 +99,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, config, inner_dim: int):
         super().__init__()
-        self.fc1 = nn.Linear(config.d_model, inner_dim)
-        self.fc2 = nn.Linear(inner_dim, config.d_model)
+        self.fc1 = Linear(config.d_model, inner_dim)
+        self.fc2 = Linear(inner_dim, config.d_model)
         self.activation = ACT2FN[config.activation_function]
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
@@ -549,11 +551,13 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     """
 
     model_class: type[SrcFeatTransformerModel] = SrcFeatTransformerModel
+    #: Whether `generate` decodes with `hf_srcfeat.decoding`'s loops where they apply (same outputs, less work).
+    fast_decoding: bool = True
 
     def __init__(self, config: SrcFeatTransformerConfig):
         super().__init__(config)
         self.model = self.model_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         if getattr(config, "final_logits_bias", False):  # a buffer, as Marian and mBART checkpoints keep it
             self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
         self._tied_weights_keys = self._lm_head_ties()
@@ -637,9 +641,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
-        if getattr(self.config, "final_logits_bias", False):
-            logits = logits + self.final_logits_bias.to(logits.dtype)
+        logits = self.output_logits(outputs.last_hidden_state)
         loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, past_key_values=outputs.past_key_values,
@@ -647,6 +649,14 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             cross_attentions=outputs.cross_attentions, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,
         )
+
+    def output_logits(self, decoder_hidden_states: torch.Tensor) -> torch.Tensor:
+        """Next-token logits from the decoder's last hidden states (the output projection, and the logits bias that
+        Marian and mBART checkpoints carry)."""
+        logits = self.lm_head(decoder_hidden_states)
+        if getattr(self.config, "final_logits_bias", False):
+            logits = logits + self.final_logits_bias.to(logits.dtype)
+        return logits
 
     def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor,
                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
@@ -662,6 +672,38 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         if isinstance(count, torch.Tensor):
             count = count.to(total.device)
         return total / count
+
+    def generate(self, *args, fast_decoding: bool | None = None, **kwargs):
+        """`GenerationMixin.generate`. Greedy and beam search run through `hf_srcfeat.decoding`'s loops, which give
+        the same token ids with less work, whenever the settings allow (see `decoding.reason_not_supported`);
+        `fast_decoding=False` runs Transformers' own loops instead (the default is the model's `fast_decoding`)."""
+        if fast_decoding is None:
+            return super().generate(*args, **kwargs)  # type: ignore[misc]  # GenerationMixin's self protocol
+        default, self.fast_decoding = self.fast_decoding, fast_decoding
+        try:
+            return super().generate(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self.fast_decoding = default
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):
+        if self.fast_decoding and decoding.reason_not_supported(input_ids, logits_processor, stopping_criteria,
+                                                                generation_config, model_kwargs, synced_gpus,
+                                                                streamer) is None:
+            return decoding.greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                                          **model_kwargs)
+        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,  # type: ignore[misc]
+                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                     **model_kwargs):
+        if self.fast_decoding and decoding.reason_not_supported(input_ids, logits_processor, stopping_criteria,
+                                                                generation_config, model_kwargs,
+                                                                synced_gpus) is None:
+            return decoding.beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                                        **model_kwargs)
+        return super()._beam_search(input_ids, logits_processor, stopping_criteria,  # type: ignore[misc]
+                                    generation_config, synced_gpus=synced_gpus, **model_kwargs)
 
     def _validate_model_kwargs(self, model_kwargs: dict) -> None:
         # User factors (factor_<name>_ids) are keyword arguments the signature cannot list: the encoder reads them.

@@ -65,6 +65,14 @@ class EndToEndFromRawText:
             assert feature_tokenizer.decode(alone[0], skip_special_tokens=True) == \
                 feature_tokenizer.decode(together[index], skip_special_tokens=True)
 
+    @pytest.mark.parametrize("num_beams", [1, 4])
+    def test_fast_decoding_generates_what_transformers_loops_generate(self, trained, feature_tokenizer,
+                                                                      test_sentences, num_beams):
+        model, _ = trained
+        batch = feature_tokenizer(test_sentences, padding=True, return_tensors="pt")
+        assert torch.equal(model.generate(**batch, num_beams=num_beams),
+                           model.generate(**batch, num_beams=num_beams, fast_decoding=False))
+
     def test_translation_pipeline_translates_raw_sentences(self, trained, feature_tokenizer, test_sentences):
         model, _ = trained
         translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=4)

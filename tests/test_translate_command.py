@@ -241,7 +241,12 @@ def test_int8_quantization_translates_mostly_as_float32_and_is_refused_where_it_
     quantized = translate(model_folder, tmp_path, "--quantize", "int8", lines=lines)
     expected = [result["translation_text"] for result in translator(lines)]
     assert len(quantized) == len(lines) and all(quantized)
-    assert sum(a == b for a, b in zip(quantized, expected, strict=True)) >= len(lines) // 2, (quantized, expected)
+    # How many translations stay identical depends on the processor's int8 kernels (VNNI or not) on a model this
+    # small; their characters stay close to float32's everywhere.
+    import sacrebleu
+
+    closeness = sacrebleu.corpus_chrf(quantized, [expected]).score
+    assert closeness >= 60, (closeness, quantized, expected)
     source = write_lines(tmp_path / "input.en", ["A dog runs."])
     for options, named in ((["--dtype", "bfloat16"], "--dtype bfloat16"),
                            (["--backend", "ctranslate2"], "--compute_type int8")):

@@ -1,0 +1,313 @@
+"""Greedy and beam search that compute only what the output depends on, for every model of the zoo.
+
+`generate` runs Transformers' loops through `SrcFeatTransformerForConditionalGeneration._sample` and
+`._beam_search`; for the settings a translation uses (greedy or beam search, the length and repetition options,
+the outputs as token ids) the model hands them to the loops here instead. Same algorithm, same outputs, less work:
+
+* a sentence leaves the batch as soon as its result is fixed (greedy: it emitted EOS; beam search: the stopping
+  rule Transformers applies to the whole batch holds for it), instead of being computed until the longest is done;
+* self-attention keys and values live in buffers allocated once for the longest output; beam search reorders
+  them in place (one gather per layer) instead of concatenating a new copy every step;
+* cross-attention keys and values are computed once and never reordered: every beam of a sentence shares them;
+* one decoder pass per step straight through the layers, without `generate`'s per-step input preparation,
+  mask building and output bookkeeping.
+
+Transformers' own per-step pieces (logits processors, stopping criteria, the beam bookkeeping of
+`GenerationMixin`) are called as they are, so the two loops cannot drift apart in what they choose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, cast
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.generation import logits_process, stopping_criteria
+from transformers.masking_utils import create_bidirectional_mask
+
+#: Logits processors that look at each row on its own (its tokens so far, its length): rows may leave the batch.
+ROW_WISE_PROCESSORS = (
+    logits_process.MinLengthLogitsProcessor,
+    logits_process.MinNewTokensLengthLogitsProcessor,
+    logits_process.RepetitionPenaltyLogitsProcessor,
+    logits_process.NoRepeatNGramLogitsProcessor,
+    logits_process.SequenceBiasLogitsProcessor,  # NoBadWordsLogitsProcessor too
+    logits_process.ForcedBOSTokenLogitsProcessor,
+    logits_process.ForcedEOSTokenLogitsProcessor,
+    logits_process.InfNanRemoveLogitsProcessor,
+    logits_process.ExponentialDecayLengthPenalty,
+    logits_process.LogitNormalization,
+    logits_process.SuppressTokensAtBeginLogitsProcessor,
+    logits_process.SuppressTokensLogitsProcessor,
+)
+ROW_WISE_STOPPING_CRITERIA = (stopping_criteria.MaxLengthCriteria, stopping_criteria.EosTokenCriteria)
+
+
+def reason_not_supported(input_ids: torch.Tensor, logits_processor, stopping_criteria, generation_config,
+                         model_kwargs: dict, synced_gpus: bool = False, streamer: Any = None) -> str | None:
+    """Why these `generate` settings need Transformers' own loop, or None when the loops here produce them."""
+    if generation_config.do_sample:
+        return "sampling"
+    if generation_config.return_dict_in_generate:
+        return "return_dict_in_generate"
+    if synced_gpus or streamer is not None:
+        return "synced_gpus or a streamer"
+    if not model_kwargs.get("use_cache", True):
+        return "use_cache=False"
+    if model_kwargs.get("decoder_attention_mask") is not None or model_kwargs.get("encoder_outputs") is None:
+        return "a decoder attention mask or no encoder output"
+    if generation_config._pad_token_tensor is None:
+        return "no pad token"
+    if input_ids.shape[1] >= generation_config.max_length:
+        return "a decoder prompt as long as max_length"
+    if getattr(generation_config, "num_beam_groups", 1) not in (None, 1):
+        return "diverse beam search"
+    for processor in logits_processor:
+        if not isinstance(processor, ROW_WISE_PROCESSORS):
+            return type(processor).__name__
+    for criterion in stopping_criteria:
+        if not isinstance(criterion, ROW_WISE_STOPPING_CRITERIA):
+            return type(criterion).__name__
+    return None
+
+
+class PreallocatedLayer(CacheLayerMixin):
+    """One layer's self-attention keys and values in [rows, heads, max_length, head_dim] buffers, allocated at the
+    first step; the cache of the first `rows` rows is a view of them. `select_rows` reorders (and shrinks) in place."""
+
+    def __init__(self, max_length: int):
+        super().__init__()
+        self.max_length = max_length
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        rows, heads, _, head_dim = key_states.shape
+        self.key_buffer = key_states.new_empty(rows, heads, self.max_length, head_dim)
+        self.value_buffer = value_states.new_empty(rows, heads, self.max_length, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        rows, end = key_states.shape[0], self.length + key_states.shape[2]
+        self.key_buffer[:rows, :, self.length:end] = key_states
+        self.value_buffer[:rows, :, self.length:end] = value_states
+        self.length = end
+        self.keys, self.values = self.key_buffer[:rows, :, :end], self.value_buffer[:rows, :, :end]
+        return self.keys, self.values
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Row i becomes the old row `rows[i]` (a beam's parent); rows past `len(rows)` are dropped."""
+        if self.is_initialized:
+            count = rows.numel()
+            self.key_buffer[:count, :, :self.length] = self.key_buffer[rows, :, :self.length]
+            self.value_buffer[:count, :, :self.length] = self.value_buffer[rows, :, :self.length]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.max_length
+
+
+def _select_context_rows(context: Any, rows: torch.Tensor, row_count: int) -> Any:
+    """A decoder layer context with every tensor field that has one entry per row cut down to `rows`."""
+    if not dataclasses.is_dataclass(context):
+        return context
+    changes = {field.name: value.index_select(0, rows) for field in dataclasses.fields(context)
+               if isinstance(value := getattr(context, field.name), torch.Tensor) and value.dim()
+               and value.shape[0] == row_count}
+    return dataclasses.replace(context, **changes) if changes else context  # type: ignore[type-var]
+
+
+class DecoderState:
+    """Everything the decoder reads for the rows still being decoded: the caches, the encoder memory and its mask,
+    the per-layer contexts a method builds from the encoder output. `step` runs one decoder pass."""
+
+    def __init__(self, model: Any, model_kwargs: dict, max_length: int):
+        self.model = model
+        self.decoder = model.get_decoder()
+        encoder_outputs = model_kwargs["encoder_outputs"]
+        self.encoder_hidden_states = encoder_outputs.last_hidden_state
+        self.encoder_attention_mask = model_kwargs.get("attention_mask")
+        self.rows = self.encoder_hidden_states.shape[0]
+        # The mask for one query position; rows stay aligned with the encoder memory (select_rows).
+        query = self.encoder_hidden_states[:, :1]
+        self.cross_mask = create_bidirectional_mask(config=self.decoder.config, inputs_embeds=query,
+                                                    attention_mask=self.encoder_attention_mask,
+                                                    encoder_hidden_states=self.encoder_hidden_states)
+        self.contexts = self.decoder.layer_contexts(encoder_outputs, self.encoder_attention_mask)
+        self.self_attention_layers = [PreallocatedLayer(max_length) for _ in self.decoder.layers]
+        self.self_attention = Cache(layers=list(self.self_attention_layers))
+        self.cache = EncoderDecoderCache(self.self_attention, DynamicCache(config=self.decoder.config))
+
+    def step(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """float32 logits of the next token after `input_ids` [rows, new tokens] for every row."""
+        hidden_states = self.decoder.embed_target(input_ids, self.self_attention.get_seq_length())
+        for layer, context in zip(self.decoder.layers, self.contexts, strict=True):
+            hidden_states = layer(hidden_states, None, self.encoder_hidden_states, self.cross_mask, context,
+                                  past_key_values=self.cache)[0]
+        if self.decoder.layer_norm is not None:
+            hidden_states = self.decoder.layer_norm(hidden_states)
+        return self.model.output_logits(hidden_states[:, -1]).float()
+
+    def select_rows(self, rows: torch.Tensor, kept_rows: torch.Tensor | None = None) -> None:
+        """Continue with row `rows[i]`'s history as row i. `kept_rows` (sorted) are the rows whose encoder memory
+        stays, when sentences left the batch; beams of one sentence share their memory, so reordering them does
+        not touch it."""
+        for layer in self.self_attention_layers:
+            layer.select_rows(rows)
+        if kept_rows is None:
+            return
+        for cross_layer in self.cache.cross_attention_cache.layers:
+            cast(DynamicLayer, cross_layer).batch_select_indices(kept_rows)
+        self.encoder_hidden_states = self.encoder_hidden_states.index_select(0, kept_rows)
+        if isinstance(self.cross_mask, torch.Tensor):  # None when no source is padded
+            self.cross_mask = self.cross_mask.index_select(0, kept_rows)
+        self.contexts = [_select_context_rows(context, kept_rows, self.rows) for context in self.contexts]
+        self.rows = kept_rows.numel()
+
+
+@torch.no_grad()
+def greedy_search(model: Any, input_ids: torch.Tensor, logits_processor, stopping_criteria,
+                  generation_config, **model_kwargs) -> torch.Tensor:
+    """`GenerationMixin._sample` without sampling: the same token ids, each sentence decoded only until its EOS."""
+    pad_token_id = int(generation_config._pad_token_tensor)
+    max_length = generation_config.max_length
+    state = DecoderState(model, model_kwargs, max_length)
+    rows, length = input_ids.shape
+    output = input_ids.new_full((rows, max(max_length, length)), pad_token_id)
+    output[:, :length] = input_ids
+    running = output.clone()  # the rows still decoded, compacted; row i is output row origin[i]
+    origin = torch.arange(rows, device=input_ids.device)
+    next_input = input_ids
+    while True:
+        scores = logits_processor(running[:, :length], state.step(next_input))
+        running[:, length] = scores.argmax(dim=-1)
+        length += 1
+        finished = stopping_criteria(running[:, :length], None)
+        if bool(finished.any()):
+            output[origin[finished], :length] = running[finished, :length]
+            kept = (~finished).nonzero().squeeze(1)
+            if not kept.numel():
+                return output[:, :length]
+            running, origin = running[kept], origin[kept]
+            state.select_rows(kept, kept)
+        next_input = running[:, length - 1:length]
+
+
+@torch.no_grad()
+def beam_search(model: Any, input_ids: torch.Tensor, logits_processor, stopping_criteria, generation_config,
+                **model_kwargs) -> torch.Tensor:
+    """`GenerationMixin._beam_search` without sampling: the same steps on the sentences whose result can still
+    change, with Transformers' beam bookkeeping (`model._get_top_k_continuations` and its siblings) called as is."""
+    eos_token_id = generation_config._eos_token_tensor
+    pad_token_id = generation_config._pad_token_tensor
+    early_stopping = generation_config.early_stopping
+    length_penalty = generation_config.length_penalty
+    max_length = generation_config.max_length
+    num_beams = generation_config.num_beams
+    num_return_sequences = generation_config.num_return_sequences
+    device = input_ids.device
+
+    flat_rows, prompt_length = input_ids.shape
+    batch_size = flat_rows // num_beams
+    length = prompt_length
+    n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
+    beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
+    top_num_beam_mask = torch.cat((torch.ones(num_beams, dtype=torch.bool),
+                                   torch.zeros(beams_to_keep - num_beams, dtype=torch.bool))).to(device)
+    fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
+
+    running_sequences = torch.full((batch_size, num_beams, max_length), fill_value=fill_value, dtype=torch.int64,
+                                   device=device)
+    running_sequences[:, :, :length] = input_ids.reshape(batch_size, num_beams, -1)
+    sequences = running_sequences.clone()
+    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+    running_beam_scores[:, 1:] = -1e9
+    beam_scores = torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float, device=device)
+    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
+    is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
+    running_beam_indices = torch.full((batch_size, num_beams, max_length - length), fill_value=-1,
+                                      dtype=torch.int32, device=device)
+    beam_indices = running_beam_indices.clone()
+    # What a sentence ends with, stored when it leaves the batch (origin: its index in the input batch).
+    final_sequences, final_scores, final_beam_indices = sequences.clone(), beam_scores.clone(), beam_indices.clone()
+    origin = torch.arange(batch_size, device=device)
+
+    state = DecoderState(model, model_kwargs, max_length)
+    next_input = input_ids
+    while True:
+        active = origin.numel()
+        log_probs = nn.functional.log_softmax(state.step(next_input), dim=-1)
+        log_probs = logits_processor(running_sequences[:, :, :length].reshape(active * num_beams, -1), log_probs)
+        log_probs = log_probs.reshape(active, num_beams, -1) + running_beam_scores[:, :, None]
+        log_probs = log_probs.reshape(active, -1)
+
+        topk_log_probs, topk_running_sequences, topk_running_beam_indices = model._get_top_k_continuations(
+            accumulated_log_probs=log_probs, running_sequences=running_sequences,
+            running_beam_indices=running_beam_indices, cur_len=length, decoder_prompt_len=prompt_length,
+            do_sample=False, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=active)
+        next_token_hits_stopping_criteria = stopping_criteria(
+            topk_running_sequences[:, :, :length + 1].reshape(active * beams_to_keep, -1), None
+        ).reshape(active, beams_to_keep)
+        running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
+            topk_log_probs=topk_log_probs, topk_running_sequences=topk_running_sequences,
+            topk_running_beam_indices=topk_running_beam_indices,
+            next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, num_beams=num_beams)
+        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
+            sequences=sequences, topk_running_sequences=topk_running_sequences, beam_scores=beam_scores,
+            topk_log_probs=topk_log_probs, beam_indices=beam_indices,
+            topk_running_beam_indices=topk_running_beam_indices,
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+            is_sent_finished=is_sent_finished, next_token_hits_stopping_criteria=next_token_hits_stopping_criteria,
+            top_num_beam_mask=top_num_beam_mask, num_beams=num_beams, cur_len=length,
+            decoder_prompt_len=prompt_length, length_penalty=length_penalty, early_stopping=early_stopping)
+        parents = running_beam_indices[..., length - prompt_length].long()  # flat row each new beam continues
+        length += 1
+        is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+            running_beam_scores=running_beam_scores, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
+            cur_len=length, max_length=max_length, decoder_prompt_len=prompt_length,
+            early_stopping=early_stopping, length_penalty=length_penalty)
+
+        # A sentence's finished hypotheses can no longer change once Transformers' stopping rule holds for it
+        # (`_beam_search_has_unfinished_sequences`, applied there to the whole batch at once).
+        done = ~is_early_stop_heuristic_unsatisfied[:, 0]
+        if early_stopping is True:
+            done |= is_sent_finished.all(dim=1)
+        if bool(next_token_hits_stopping_criteria.all()):  # e.g. max_length: no sentence can continue
+            done[:] = True
+        if bool(done.any()):
+            finished_origin = origin[done]
+            final_sequences[finished_origin] = sequences[done]
+            final_scores[finished_origin] = beam_scores[done]
+            final_beam_indices[finished_origin] = beam_indices[done]
+            kept = (~done).nonzero().squeeze(1)
+            if not kept.numel():
+                break
+            origin = origin[kept]
+            running_sequences, running_beam_scores = running_sequences[kept], running_beam_scores[kept]
+            running_beam_indices, sequences = running_beam_indices[kept], sequences[kept]
+            beam_scores, beam_indices = beam_scores[kept], beam_indices[kept]
+            is_sent_finished = is_sent_finished[kept]
+            is_early_stop_heuristic_unsatisfied = is_early_stop_heuristic_unsatisfied[kept]
+            kept_rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
+            state.select_rows(parents[kept].reshape(-1), kept_rows)
+        else:
+            state.select_rows(parents.reshape(-1))
+        next_input = running_sequences[:, :, length - 1:length].reshape(-1, 1)
+
+    sequences = final_sequences[:, :num_return_sequences].reshape(batch_size * num_return_sequences, -1)
+    beam_indices = final_beam_indices[:, :num_return_sequences].reshape(batch_size * num_return_sequences, -1)
+    max_generated_length = (beam_indices + 1).bool().sum(dim=1).max()
+    return sequences[:, :prompt_length + max_generated_length]
+
+
+__all__ = ["greedy_search", "beam_search", "reason_not_supported", "DecoderState", "PreallocatedLayer"]

@@ -1,0 +1,110 @@
+"""The decoding loops of `hf_srcfeat.decoding`: what `generate` runs for greedy and beam search. They must give
+exactly Transformers' own loops' token ids (`fast_decoding=False`) while dropping finished sentences from the batch.
+Every method's end-to-end class (tests/end_to_end.py) checks the same on its own trained model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_srcfeat import decoding
+
+
+@pytest.fixture(scope="module")
+def sources(multi30k_dir) -> list[str]:
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=32)["source"])
+
+
+@pytest.fixture(scope="module")
+def batch(subword_tokenizer, sources):
+    """32 real test sources of different lengths, padded together."""
+    return subword_tokenizer(sources, padding=True, return_tensors="pt")
+
+
+def spy_on(monkeypatch, name: str) -> list:
+    calls: list = []
+    original = getattr(decoding, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, name, recorded)
+    return calls
+
+
+@pytest.mark.parametrize("options", [
+    {"num_beams": 1},
+    {"num_beams": 4},
+    {"num_beams": 5, "length_penalty": 0.6},
+    {"num_beams": 4, "early_stopping": True},
+    {"num_beams": 4, "num_return_sequences": 3},
+    {"num_beams": 1, "no_repeat_ngram_size": 2, "min_new_tokens": 3},
+    {"num_beams": 4, "no_repeat_ngram_size": 3, "repetition_penalty": 1.3},
+    {"num_beams": 3, "max_new_tokens": 6},  # every sentence stopped by the length limit
+])
+def test_the_fast_loops_generate_what_transformers_loops_generate(trained_baseline, batch, monkeypatch, options):
+    model, _ = trained_baseline
+    expected = model.generate(**batch, **options, fast_decoding=False)
+    calls = spy_on(monkeypatch, "beam_search" if options["num_beams"] > 1 else "greedy_search")
+    assert torch.equal(model.generate(**batch, **options), expected)
+    assert calls, "generate did not take the fast loop"
+
+
+def test_sentences_leave_the_batch_when_they_are_done(trained_baseline, batch, monkeypatch):
+    model, _ = trained_baseline
+    rows_per_step: list[int] = []
+    step = decoding.DecoderState.step
+
+    def counted(self, input_ids):
+        rows_per_step.append(input_ids.shape[0])
+        return step(self, input_ids)
+
+    monkeypatch.setattr(decoding.DecoderState, "step", counted)
+    model.generate(**batch, num_beams=4)
+    assert rows_per_step[0] == 32 * 4
+    assert rows_per_step[-1] < rows_per_step[0] and rows_per_step == sorted(rows_per_step, reverse=True)
+
+
+def test_a_sentence_alone_and_in_a_padded_batch_get_the_same_translation(trained_baseline, subword_tokenizer,
+                                                                          sources, batch):
+    model, _ = trained_baseline
+    for num_beams in (1, 4):
+        together = model.generate(**batch, num_beams=num_beams)
+        for index in (0, 7, 19):
+            alone = model.generate(**subword_tokenizer(sources[index], return_tensors="pt"),
+                                   num_beams=num_beams)
+            assert subword_tokenizer.decode(alone[0], skip_special_tokens=True) == \
+                subword_tokenizer.decode(together[index], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("options, reason", [
+    ({"do_sample": True, "num_beams": 1}, "sampling"),
+    ({"num_beams": 4, "return_dict_in_generate": True, "output_scores": True}, "return_dict_in_generate"),
+    ({"num_beams": 1, "use_cache": False}, "use_cache=False"),
+    ({"num_beams": 2, "encoder_no_repeat_ngram_size": 2}, "EncoderNoRepeatNGramLogitsProcessor"),
+])
+def test_settings_the_fast_loops_do_not_cover_fall_back_to_transformers_loops(trained_baseline, batch, monkeypatch,
+                                                                             options, reason):
+    model, _ = trained_baseline
+    reasons = []
+    original = decoding.reason_not_supported
+    monkeypatch.setattr(decoding, "reason_not_supported", lambda *a, **k: reasons.append(original(*a, **k)))
+    fast = spy_on(monkeypatch, "beam_search") + spy_on(monkeypatch, "greedy_search")
+    torch.manual_seed(0)
+    model.generate(**batch, max_new_tokens=5, **options)
+    assert reasons == [reason] and not fast
+
+
+def test_the_cache_reorders_beams_in_place_without_growing():
+    layer = decoding.PreallocatedLayer(max_length=5)
+    keys = torch.arange(3.0).reshape(3, 1, 1, 1)
+    for _ in range(2):
+        layer.update(keys, keys + 10)
+    buffer = layer.key_buffer
+    layer.select_rows(torch.tensor([2, 2]))  # two beams continue row 2; row 0 and 1 leave
+    stored, _ = layer.update(torch.zeros(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
+    assert layer.key_buffer is buffer and stored.shape == (2, 1, 3, 1)
+    assert stored[:, 0, :, 0].tolist() == [[2.0, 2.0, 0.0], [2.0, 2.0, 0.0]]
