@@ -15,6 +15,7 @@ from torch import nn
 from .closed_gates import ClosedGates
 from .configuration_diverse_input import DiverseInputConfig
 from .embeddings import SrcFeatSourceEmbedding, required, sinusoidal_position_encoding, source_positions
+from .linear import Linear
 from .modeling_srcfeat_transformer import (
     SrcFeatEncoder,
     SrcFeatTransformerForConditionalGeneration,
@@ -59,7 +60,7 @@ class RecurrenceFeatures(nn.Module):
     def __init__(self, width: int, cell: str):
         super().__init__()
         self.rnn = BidirectionalRecurrentWeights(width, cell)
-        self.projection = nn.Linear(2 * width, width)  # 2 d_r -> d_r
+        self.projection = Linear(2 * width, width)  # 2 d_r -> d_r
 
     def align_weights(self) -> None:
         """Weights loaded from safetensors can sit at addresses that are not 64-byte aligned; oneDNN's RNN then
@@ -117,7 +118,7 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
         super().__init__(config, embed_tokens)
         self.group_widths = config.group_widths
         # Eq. (5): X_g = X W_g, W_g in R^{d_model x d_g}.
-        self.projections = nn.ModuleDict({name: nn.Linear(config.d_model, width, bias=False)
+        self.projections = nn.ModuleDict({name: Linear(config.d_model, width, bias=False)
                                           for name, width in self.group_widths.items()})
         if "recurrence" in self.group_widths:
             self.recurrence = RecurrenceFeatures(self.group_widths["recurrence"], config.recurrent_cell)

@@ -27,6 +27,7 @@ from transformers.masking_utils import create_bidirectional_mask
 from .attention import SrcFeatAttention
 from .closed_gates import ClosedGates
 from .configuration_phrase_rep import PhraseRepConfig
+from .linear import Linear
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -122,8 +123,8 @@ class AttentivePhrasePooling(nn.Module):
         self.glance = config.phrase_glance
         self.attentive = config.phrase_attentive
         if self.attentive:
-            self.hidden = nn.Linear(2 * config.d_model, config.phrase_pooling_size)  # W_1, b_1
-            self.score = nn.Linear(config.phrase_pooling_size, 1)  # W_2, b_2
+            self.hidden = Linear(2 * config.d_model, config.phrase_pooling_size)  # W_1, b_1
+            self.score = Linear(config.phrase_pooling_size, 1)  # W_2, b_2
 
     def forward(self, hidden_states: torch.Tensor, layout: PhraseLayout
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -153,8 +154,8 @@ class AttentiveCombination(nn.Module):
         self.config = config
         # cache_slot: where a decoder layer keeps its phrase keys/values in the cross-attention cache.
         self.attention = SrcFeatAttention(config, num_heads, is_cross_attention=True, layer_idx=cache_slot)
-        self.hidden = nn.Linear(2 * config.d_model, config.phrase_combination_size)  # W_3, b_3
-        self.output = nn.Linear(config.phrase_combination_size, config.d_model)  # W_4, b_4
+        self.hidden = Linear(2 * config.d_model, config.phrase_combination_size)  # W_3, b_3
+        self.output = Linear(config.phrase_combination_size, config.d_model)  # W_4, b_4
 
     def forward(self, hidden_states: torch.Tensor, phrases: torch.Tensor, phrase_mask: torch.Tensor,
                 past_key_values: EncoderDecoderCache | None = None, output_attentions: bool = False

@@ -15,6 +15,7 @@ from torch import nn
 
 from .configuration_relevance_features import RelevanceFeaturesConfig
 from .embeddings import SrcFeatSourceEmbedding
+from .linear import Linear
 from .modeling_srcfeat_transformer import (
     SrcFeatEncoder,
     SrcFeatTransformerForConditionalGeneration,
@@ -43,13 +44,13 @@ class FactoredSourceEmbedding(SrcFeatSourceEmbedding):
             name: nn.Embedding(self.vocabulary_sizes[name], widths[name], padding_idx=0) for name in self.factors
         })
         if self.combine_method == "linear":
-            self.linear = nn.Linear(sum(widths.values()), config.d_model)
+            self.linear = Linear(sum(widths.values()), config.d_model)
         elif self.combine_method == "self_relevance":
             # W_k in R^{d_k x d_k} for every factor, the subword included (Section 3.2.1).
-            self.relevance = nn.ModuleDict({name: nn.Linear(width, width) for name, width in widths.items()})
+            self.relevance = nn.ModuleDict({name: Linear(width, width) for name, width in widths.items()})
         elif self.combine_method == "word_relevance":
             # W_k in R^{d_k x (d_1 + d_k)} for the linguistic factors only (Section 3.2.2).
-            self.relevance = nn.ModuleDict({name: nn.Linear(widths[WORD] + widths[name], widths[name])
+            self.relevance = nn.ModuleDict({name: Linear(widths[WORD] + widths[name], widths[name])
                                             for name in self.factors})
 
     def factor_ids(self, features: SourceFeatures) -> dict[str, torch.Tensor]:

@@ -37,10 +37,10 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 
-from . import decoding
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
+from .decoding import beam_search, greedy_search, reason_not_supported
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
 from .linear import Linear
@@ -675,7 +675,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def generate(self, *args, fast_decoding: bool | None = None, **kwargs):
         """`GenerationMixin.generate`. Greedy and beam search run through `hf_srcfeat.decoding`'s loops, which give
-        the same token ids with less work, whenever the settings allow (see `decoding.reason_not_supported`);
+        the same token ids with less work, whenever the settings allow (see `reason_not_supported` there);
         `fast_decoding=False` runs Transformers' own loops instead (the default is the model's `fast_decoding`)."""
         if fast_decoding is None:
             return super().generate(*args, **kwargs)  # type: ignore[misc]  # GenerationMixin's self protocol
@@ -687,20 +687,20 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
-        if self.fast_decoding and decoding.reason_not_supported(input_ids, logits_processor, stopping_criteria,
+        if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
                                                                 generation_config, model_kwargs, synced_gpus,
                                                                 streamer) is None:
-            return decoding.greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
+            return greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
                                           **model_kwargs)
         return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,  # type: ignore[misc]
                                synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                      **model_kwargs):
-        if self.fast_decoding and decoding.reason_not_supported(input_ids, logits_processor, stopping_criteria,
+        if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
                                                                 generation_config, model_kwargs,
                                                                 synced_gpus) is None:
-            return decoding.beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
+            return beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
                                         **model_kwargs)
         return super()._beam_search(input_ids, logits_processor, stopping_criteria,  # type: ignore[misc]
                                     generation_config, synced_gpus=synced_gpus, **model_kwargs)

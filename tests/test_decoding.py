@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_srcfeat import decoding
+from hf_srcfeat import decoding, modeling_srcfeat_transformer
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,15 @@ def batch(subword_tokenizer, sources):
 
 
 def spy_on(monkeypatch, name: str) -> list:
+    """Record the calls of a loop (or check) as the model calls it."""
     calls: list = []
-    original = getattr(decoding, name)
+    original = getattr(modeling_srcfeat_transformer, name)
 
     def recorded(*args, **kwargs):
         calls.append(name)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, name, recorded)
+    monkeypatch.setattr(modeling_srcfeat_transformer, name, recorded)
     return calls
 
 
@@ -90,12 +91,16 @@ def test_settings_the_fast_loops_do_not_cover_fall_back_to_transformers_loops(tr
                                                                              options, reason):
     model, _ = trained_baseline
     reasons = []
-    original = decoding.reason_not_supported
-    monkeypatch.setattr(decoding, "reason_not_supported", lambda *a, **k: reasons.append(original(*a, **k)))
-    fast = spy_on(monkeypatch, "beam_search") + spy_on(monkeypatch, "greedy_search")
+
+    def recorded(*arguments, **keywords):
+        reasons.append(decoding.reason_not_supported(*arguments, **keywords))
+        return reasons[-1]
+
+    monkeypatch.setattr(modeling_srcfeat_transformer, "reason_not_supported", recorded)
+    beam_calls, greedy_calls = spy_on(monkeypatch, "beam_search"), spy_on(monkeypatch, "greedy_search")
     torch.manual_seed(0)
     model.generate(**batch, max_new_tokens=5, **options)
-    assert reasons == [reason] and not fast
+    assert reasons == [reason] and not beam_calls and not greedy_calls
 
 
 def test_the_cache_reorders_beams_in_place_without_growing():
