@@ -1,17 +1,26 @@
 #!/usr/bin/env python
-"""How much of a training step computes padding: sentence batches against token batches, in one interleaved run.
+"""How much of a training step computes padding, and how close the rest comes to the machine's matmul peak:
+sentence batches against token batches, PyTorch's default kernels against the zoo's, in one interleaved run.
 
     python -m benchmarks.batching_efficiency --tokenizer runs/quickstart \
         --output benchmarks/results/batching_efficiency.json
 
-The benchmark's baseline (d_model 256, 3+3 layers) trains on real Multi30k pairs, alternately on random batches of
-`--batch_size` sentences (the benchmark's batching) and on token-budget batches (`TokenBudgetBatchSampler`,
-`--max_tokens`), round by round so that changes in machine load hit both alike. Reported per batching: the share
-of padded positions, target tokens/s, and the matrix-multiplication FLOP/s of the steps counted twice: over the
-padded shapes (what the machine computes) and over the real tokens only (what is useful), each as a fraction of the
-machine's float32 matmul peak on the same threads (a large square product timed in the same run). With
-`--compiled`, a third arm trains a copy of the model on the token batches with its forward under `torch.compile`
-(inductor, dynamic shapes) and fused Adam; compilation is done in the warm-up, before any timing.
+The benchmark's baseline (d_model 256, 3+3 layers) trains on real Multi30k pairs, round by round so that changes in
+machine load hit every arm alike:
+
+- `sentence_batches`: random batches of `--batch_size` sentences (the benchmark's batching), PyTorch's default
+  matrix kernels (MKL) and `nn.functional.cross_entropy` for the loss: the training step before the zoo's kernels;
+- `token_batches`: the same step on token-budget batches (`TokenBudgetBatchSampler`, `--max_tokens`);
+- `token_batches_onednn`: token batches with the zoo's training step as it ships: every linear layer's three
+  products through oneDNN (`hf_srcfeat.linear`) and the loss's gradient written in one pass
+  (`hf_srcfeat.label_smoothed_cross_entropy`);
+- with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
+  (inductor, dynamic shapes) and fused Adam; compilation is done in the warm-up, before any timing.
+
+Reported per arm: the share of padded positions, target tokens/s, and the matrix-multiplication FLOP/s of the
+steps counted twice: over the padded shapes (what the machine computes) and over the real tokens only (what is
+useful), each as a fraction of the machine's float32 matmul peak on the same threads: the faster of MKL's and
+oneDNN's 1024^3 products, timed in the same rounds (both recorded).
 """
 
 from __future__ import annotations
@@ -25,19 +34,26 @@ import numpy as np
 import torch
 
 from benchmarks import benchmark
+from benchmarks.measure_decoding_speed import processor_name
+from hf_srcfeat import linear
 from hf_srcfeat.commands import train
 from hf_srcfeat.safe_writing import write_json_atomically
 
 
-def matmul_peak(size: int = 1024, repeats: int = 20) -> float:
-    """FLOP/s of a float32 size x size x size product on this process's threads (best of `repeats`)."""
+def matmul_peak(size: int = 1024, repeats: int = 20) -> dict[str, float]:
+    """FLOP/s of a float32 size x size x size product on this process's threads (best of `repeats`) by PyTorch's
+    default kernel (`torch.mm`: MKL) and by oneDNN."""
     a, b = torch.randn(size, size), torch.randn(size, size)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    products = {"mkl": lambda: torch.mm(a, b), "onednn": lambda: linear.onednn_product(a, b)}
+    peaks = {}
+    for kernel, product in products.items():
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            product()
+            best = min(best, time.perf_counter() - start)
+        peaks[kernel] = 2 * size**3 / best
+    return peaks
 
 
 def training_flops(config, source_lengths: list[int], target_lengths: list[int]) -> float:
@@ -101,30 +117,43 @@ def main(argv: list[str] | None = None) -> None:
     model_arguments = train.ModelArguments(**{key: shared[key] for key in (
         "d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim", "dropout", "label_smoothing",
         "layernorm_position")})
+
+    def default_kernels_loss(logits, labels, num_items_in_batch=None):
+        # The loss as PyTorch computes it: autograd through log-softmax, the likelihood and the smoothing term.
+        total = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                  ignore_index=-100, label_smoothing=model_arguments.label_smoothing,
+                                                  reduction="sum")
+        return total / (labels != -100).sum().clamp(min=1)
+
+    def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forward=None, onednn: bool = True):
+        def step(batch: dict) -> None:
+            linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
+            (forward or model)(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return step
+
+    default_min_rows = linear.ONEDNN_MIN_ROWS
+    # Every arm trains its own copy of the same initial model, so that each step's weights are its arm's own.
+    default_model = train.build_model(model_arguments, tokenizer, seed=1).train()
+    default_model.label_smoothed_loss = default_kernels_loss
+    default_step = training_step(default_model, torch.optim.Adam(default_model.parameters(), lr=1e-4), onednn=False)
+    token_model = train.build_model(model_arguments, tokenizer, seed=1).train()
+    token_model.label_smoothed_loss = default_kernels_loss
+    token_step = training_step(token_model, torch.optim.Adam(token_model.parameters(), lr=1e-4), onednn=False)
     model = train.build_model(model_arguments, tokenizer, seed=1).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-
-    def eager_step(batch: dict) -> None:
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches}
-    steps = {"sentence_batches": eager_step, "token_batches": eager_step}
+    kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches,
+             "token_batches_onednn": token_batches}
+    steps = {"sentence_batches": default_step, "token_batches": token_step,
+             "token_batches_onednn": training_step(model, torch.optim.Adam(model.parameters(), lr=1e-4))}
     if args.compiled:
-        # The same model, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
-        # dropout, the loss); the optimizer updates all parameters in one fused kernel.
+        # The shipped step, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
+        # dropout); the optimizer updates all parameters in one fused kernel.
         compiled_model = train.build_model(model_arguments, tokenizer, seed=1).train()
-        compiled_forward = torch.compile(compiled_model, dynamic=True)
-        fused_optimizer = torch.optim.Adam(compiled_model.parameters(), lr=1e-4, fused=True)
-
-        def compiled_step(batch: dict) -> None:
-            compiled_forward(**batch).loss.backward()
-            fused_optimizer.step()
-            fused_optimizer.zero_grad(set_to_none=True)
-
         kinds["token_batches_compiled"] = token_batches
-        steps["token_batches_compiled"] = compiled_step
+        steps["token_batches_compiled"] = training_step(
+            compiled_model, torch.optim.Adam(compiled_model.parameters(), lr=1e-4, fused=True),
+            forward=torch.compile(compiled_model, dynamic=True))
     totals = {kind: {"seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
                      "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
     for kind, batches in kinds.items():
@@ -135,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     peaks = []
     for round_index in range(args.rounds):
         peaks.append(matmul_peak())
+        print(f"round {round_index}: peak {peaks[-1]}", flush=True)
         for kind, batches in kinds.items():
             for offset in range(args.steps_per_round):
                 batch = batches[(1 + round_index * args.steps_per_round + offset) % len(batches)]
@@ -150,13 +180,17 @@ def main(argv: list[str] | None = None) -> None:
                 total["padded_flops"] += training_flops(model.config, padded_sources, padded_targets)
                 total["real_positions"] += sum(sources) + sum(targets)
                 total["padded_positions"] += sum(padded_sources) + sum(padded_targets)
-    peak = float(np.median(peaks))
+    peak_by_kernel = {kernel: float(np.median([round_peaks[kernel] for round_peaks in peaks]))
+                      for kernel in peaks[0]}
+    peak = max(peak_by_kernel.values())
     result = {"code_version": train.code_version(), "torch": torch.__version__, "threads": args.threads,
               "command": "python -m benchmarks.batching_efficiency " + " ".join(argv if argv is not None
                                                                                else sys.argv[1:]),
               "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-              "matmul_peak_gflops": round(peak / 1e9, 1), "matmul_peak_gflops_per_round": [round(p / 1e9, 1)
-                                                                                           for p in peaks]}
+              "processor": processor_name(), "matmul_peak_gflops": round(peak / 1e9, 1),
+              **{f"matmul_peak_gflops_{kernel}": round(value / 1e9, 1) for kernel, value in peak_by_kernel.items()},
+              "matmul_peak_gflops_per_round": [{kernel: round(value / 1e9, 1) for kernel, value in round_peaks.items()}
+                                               for round_peaks in peaks]}
     for kind, total in totals.items():
         batches = kinds[kind]
         result[kind] = {

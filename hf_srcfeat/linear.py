@@ -1,9 +1,10 @@
 """The linear layer of the shared backbone (attention projections, feed-forward, output projection).
 
-An `nn.Linear` whose inference on the CPU in float32 multiplies through oneDNN once a call has enough rows: there
-PyTorch's default (MKL) reaches about half of a core's float32 peak on AMD processors and oneDNN close to it
-(`benchmarks/measure_decoding_speed.py`, docs/guides/translate.md). Training, autograd, other dtypes and devices,
-and compiled graphs take `nn.Linear`'s own path; the parameters and saved weights are `nn.Linear`'s.
+An `nn.Linear` whose products on the CPU in float32 run through oneDNN once a call has enough rows: there PyTorch's
+default (MKL) reaches about half of a core's float32 peak on AMD processors and oneDNN close to it
+(`benchmarks/measure_decoding_speed.py`, `benchmarks/batching_efficiency.py`). In training the three products of a
+layer (the output, the input's and the weight's gradients) all run through oneDNN. Other dtypes and devices,
+autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved weights are `nn.Linear`'s.
 """
 
 from __future__ import annotations
@@ -15,19 +16,57 @@ from torch import nn
 ONEDNN_MIN_ROWS = 16
 
 
-def _onednn_applies(inputs: torch.Tensor, in_features: int) -> bool:
-    return (inputs.dtype == torch.float32 and inputs.device.type == "cpu" and not torch.is_grad_enabled()
-            and inputs.numel() >= ONEDNN_MIN_ROWS * in_features and torch.backends.mkldnn.is_available()
-            and not torch.compiler.is_compiling())
+def onednn_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`inputs @ weight.T + bias` by oneDNN (`weight` is `[out_features, in_features]`, as `nn.Linear` keeps it)."""
+    return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
+
+
+def _onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (inputs.dtype == torch.float32 and weight.dtype == torch.float32 and inputs.device.type == "cpu"
+            and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1] and torch.backends.mkldnn.is_available()
+            and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"))
+
+
+class OneDNNLinearFunction(torch.autograd.Function):
+    """A linear layer whose forward and backward products all run through oneDNN."""
+
+    @staticmethod
+    def forward(ctx, inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(inputs, weight)
+        ctx.has_bias = bias is not None
+        return onednn_product(inputs, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        inputs, weight = ctx.saved_tensors
+        grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
+        grad_inputs = grad_weight = grad_bias = None
+        # oneDNN reads a transposed right operand in place: copying it first would take as long as some products.
+        if ctx.needs_input_grad[0]:  # grad_output @ weight
+            grad_inputs = onednn_product(grad_rows, weight.t()).view(inputs.shape)
+        if ctx.needs_input_grad[1]:  # grad_output.T @ inputs
+            input_rows = inputs.reshape(-1, inputs.shape[-1])
+            # oneDNN copies its transposed left operand first: let that be the narrower of the two.
+            if weight.shape[1] < weight.shape[0]:
+                grad_weight = onednn_product(input_rows.t(), grad_rows.t()).t()
+            else:
+                grad_weight = onednn_product(grad_rows.t(), input_rows.t())
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_rows.sum(0)
+        return grad_inputs, grad_weight, grad_bias
 
 
 class Linear(nn.Linear):
-    """`nn.Linear`; CPU float32 inference on batches of rows runs oneDNN's matrix multiplication."""
+    """`nn.Linear`; CPU float32 products of batches of rows run oneDNN's matrix multiplication, in inference and
+    training."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if _onednn_applies(inputs, self.in_features):
-            return torch.ops.mkldnn._linear_pointwise(inputs, self.weight, self.bias, "none", [], "")
-        return super().forward(inputs)
+        if not _onednn_applies(inputs, self.weight):
+            return super().forward(inputs)
+        if torch.is_grad_enabled() and (self.weight.requires_grad or inputs.requires_grad):
+            return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
+        return onednn_product(inputs, self.weight, self.bias)
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS"]
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "onednn_product"]

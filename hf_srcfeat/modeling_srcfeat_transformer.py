@@ -43,6 +43,7 @@ from .damaged_files import named_weights_error
 from .decoding import beam_search, greedy_search, reason_not_supported
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
+from .label_smoothed_cross_entropy import label_smoothed_cross_entropy
 from .linear import Linear
 from .source_features import (
     SOURCE_FEATURE_NAMES,
@@ -664,10 +665,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         if labels.shape != logits.shape[:2]:
             raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
                              f"{tuple(logits.shape[:2])} positions.")
-        total = nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1).to(logits.device),
-            ignore_index=-100, label_smoothing=self.config.label_smoothing, reduction="sum",
-        )
+        total = label_smoothed_cross_entropy(logits.float(), labels.to(logits.device), self.config.label_smoothing)
         count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
         if isinstance(count, torch.Tensor):
             count = count.to(total.device)
@@ -688,20 +686,19 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
         if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
-                                                                generation_config, model_kwargs, synced_gpus,
-                                                                streamer) is None:
+                                                       generation_config, model_kwargs, synced_gpus,
+                                                       streamer) is None:
             return greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                                          **model_kwargs)
+                                 **model_kwargs)
         return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,  # type: ignore[misc]
                                synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                      **model_kwargs):
         if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
-                                                                generation_config, model_kwargs,
-                                                                synced_gpus) is None:
+                                                       generation_config, model_kwargs, synced_gpus) is None:
             return beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                                        **model_kwargs)
+                               **model_kwargs)
         return super()._beam_search(input_ids, logits_processor, stopping_criteria,  # type: ignore[misc]
                                     generation_config, synced_gpus=synced_gpus, **model_kwargs)
 

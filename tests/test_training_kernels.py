@@ -1,0 +1,108 @@
+"""The training step's own kernels: the backbone's linear layers multiply through oneDNN in CPU float32 training
+too (`hf_srcfeat.linear`), and the label-smoothed loss writes its gradient in one pass
+(`hf_srcfeat.label_smoothed_cross_entropy`). Both must give what PyTorch's own operations give."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+
+from hf_srcfeat import linear
+from hf_srcfeat.label_smoothed_cross_entropy import label_smoothed_cross_entropy
+
+
+@pytest.fixture(scope="module")
+def pairs_batch(subword_tokenizer, multi30k_dir):
+    """32 real validation pairs, padded together, with -100 on the padded label positions."""
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    pairs = load_multi30k("val", data_dir=multi30k_dir, limit=32)
+    batch = subword_tokenizer(list(pairs["source"]), text_target=list(pairs["target"]), padding=True,
+                              return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
+    return batch
+
+
+def loss_and_gradients(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = model(**batch).loss
+    loss.backward()
+    return loss.detach(), {name: parameter.grad.clone() for name, parameter in model.named_parameters()
+                           if parameter.grad is not None}
+
+
+def test_a_training_step_through_onednn_gives_the_gradients_of_pytorchs_kernels(trained_baseline, pairs_batch,
+                                                                                monkeypatch):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    model = copy.deepcopy(trained_baseline[0]).eval()  # eval: no dropout, so both passes compute the same function
+    products = []
+    original = linear.OneDNNLinearFunction.forward
+    monkeypatch.setattr(linear.OneDNNLinearFunction, "forward",
+                        staticmethod(lambda *args: products.append(1) or original(*args)))
+    loss, gradients = loss_and_gradients(model, pairs_batch)
+    assert products, "no linear layer took the oneDNN training path"
+    monkeypatch.setattr(linear, "ONEDNN_MIN_ROWS", sys.maxsize)  # PyTorch's own kernels
+    products.clear()
+    expected_loss, expected_gradients = loss_and_gradients(model, pairs_batch)
+    assert not products
+    assert torch.allclose(loss, expected_loss, rtol=1e-5)
+    assert gradients.keys() == expected_gradients.keys()
+    largest = max(gradient.abs().max() for gradient in expected_gradients.values())
+    for name, gradient in gradients.items():
+        # Relative to each tensor's own size, except for gradients that are zero but for rounding (the keys' bias)
+        scale = torch.maximum(expected_gradients[name].abs().max(), 1e-3 * largest)
+        assert (gradient - expected_gradients[name]).abs().max() <= 1e-4 * scale, name
+
+
+def test_the_linear_layer_leaves_autocast_other_dtypes_and_frozen_inputs_to_pytorch():
+    layer = linear.Linear(64, 32)
+    rows = torch.randn(40, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(rows).dtype == torch.bfloat16
+    assert layer.double()(rows.double()).grad_fn.name() == "AddmmBackward0"
+    layer = linear.Linear(64, 32).float()
+    assert layer(rows).grad_fn.name() == "OneDNNLinearFunctionBackward"
+    layer.requires_grad_(False)
+    assert layer(rows).grad_fn is None
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_label_smoothed_loss_and_its_gradient_are_pytorchs_cross_entropy(trained_baseline, pairs_batch,
+                                                                           smoothing):
+    model, _ = trained_baseline
+    with torch.no_grad():
+        logits = model(**pairs_batch).logits  # real logits over a real vocabulary, with ignored positions
+    labels = pairs_batch["labels"]
+    assert (labels == -100).any()
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = label_smoothed_cross_entropy(ours, labels, smoothing)
+    expected = torch.nn.functional.cross_entropy(theirs.reshape(-1, theirs.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=-100, label_smoothing=smoothing, reduction="sum")
+    assert torch.allclose(loss, expected, rtol=1e-5)
+    (3 * loss).backward(retain_graph=True)
+    (3 * expected).backward()
+    assert torch.allclose(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)  # float32 rounding of gradients up to 3
+    first = ours.grad.clone()
+    ours.grad = None
+    (3 * loss).backward()  # a second backward through the retained graph gives the same gradient
+    assert torch.equal(ours.grad, first)
+
+
+def test_the_label_smoothed_loss_passes_a_numerical_gradient_check(trained_baseline, pairs_batch):
+    model, _ = trained_baseline
+    with torch.no_grad():
+        logits = model(**pairs_batch).logits[:2].double()
+    labels = pairs_batch["labels"][:2]
+    assert torch.autograd.gradcheck(lambda values: label_smoothed_cross_entropy(values, labels, 0.1),
+                                    (logits.requires_grad_(),))
+
+
+def test_a_batch_of_ignored_labels_has_zero_loss_and_gradient():
+    logits = torch.randn(2, 5, 40, requires_grad=True)
+    loss = label_smoothed_cross_entropy(logits, torch.full((2, 5), -100), 0.1)
+    loss.backward()
+    assert loss.item() == 0 and not logits.grad.any()
