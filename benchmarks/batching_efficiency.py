@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forward=None, onednn: bool = True):
         def step(batch: dict) -> None:
             linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
-            (forward or model)(**batch).loss.backward()
+            (forward if forward is not None else model)(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return step
