@@ -22,9 +22,10 @@ def onednn_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
 
 
 def _onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (inputs.dtype == torch.float32 and weight.dtype == torch.float32 and inputs.device.type == "cpu"
-            and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1] and torch.backends.mkldnn.is_available()
-            and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"))
+    # Compiled graphs first: tracing `mkldnn.is_available` would break them.
+    return (not torch.compiler.is_compiling() and inputs.dtype == torch.float32 and weight.dtype == torch.float32
+            and inputs.device.type == "cpu" and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1]
+            and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
