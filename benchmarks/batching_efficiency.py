@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from benchmarks import benchmark
-from benchmarks.measure_decoding_speed import processor_name
 from hf_srcfeat import linear
 from hf_srcfeat.commands import train
+from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
 
@@ -125,35 +125,35 @@ def main(argv: list[str] | None = None) -> None:
                                                   reduction="sum")
         return total / (labels != -100).sum().clamp(min=1)
 
-    def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forward=None, onednn: bool = True):
+    default_min_rows = linear.ONEDNN_MIN_ROWS
+
+    def training_arm(pytorch_kernels: bool = False, compiled: bool = False):
+        """A training step on its own copy of the same initial model (so that each arm's weights are its own) with
+        PyTorch's matrix kernels and loss or the shipped ones; compiled: the forward under `torch.compile` and the
+        optimizer's update in one fused kernel. Returns the step and the model's config."""
+        model = train.build_model(model_arguments, tokenizer, seed=1).train()
+        if pytorch_kernels:
+            model.label_smoothed_loss = default_kernels_loss
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True if compiled else None)
+        forward = torch.compile(model, dynamic=True) if compiled else model
+
         def step(batch: dict) -> None:
-            linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
-            (forward if forward is not None else model)(**batch).loss.backward()
+            linear.ONEDNN_MIN_ROWS = sys.maxsize if pytorch_kernels else default_min_rows
+            forward(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return step
+        return step, model.config
 
-    default_min_rows = linear.ONEDNN_MIN_ROWS
-    # Every arm trains its own copy of the same initial model, so that each step's weights are its arm's own.
-    default_model = train.build_model(model_arguments, tokenizer, seed=1).train()
-    default_model.label_smoothed_loss = default_kernels_loss
-    default_step = training_step(default_model, torch.optim.Adam(default_model.parameters(), lr=1e-4), onednn=False)
-    token_model = train.build_model(model_arguments, tokenizer, seed=1).train()
-    token_model.label_smoothed_loss = default_kernels_loss
-    token_step = training_step(token_model, torch.optim.Adam(token_model.parameters(), lr=1e-4), onednn=False)
-    model = train.build_model(model_arguments, tokenizer, seed=1).train()
     kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches,
              "token_batches_onednn": token_batches}
-    steps = {"sentence_batches": default_step, "token_batches": token_step,
-             "token_batches_onednn": training_step(model, torch.optim.Adam(model.parameters(), lr=1e-4))}
+    steps = {"sentence_batches": training_arm(pytorch_kernels=True)[0],
+             "token_batches": training_arm(pytorch_kernels=True)[0]}
+    steps["token_batches_onednn"], config = training_arm()
     if args.compiled:
         # The shipped step, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
-        # dropout); the optimizer updates all parameters in one fused kernel.
-        compiled_model = train.build_model(model_arguments, tokenizer, seed=1).train()
+        # dropout).
         kinds["token_batches_compiled"] = token_batches
-        steps["token_batches_compiled"] = training_step(
-            compiled_model, torch.optim.Adam(compiled_model.parameters(), lr=1e-4, fused=True),
-            forward=torch.compile(compiled_model, dynamic=True))
+        steps["token_batches_compiled"] = training_arm(compiled=True)[0]
     totals = {kind: {"seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
                      "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
     for kind, batches in kinds.items():
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> None:
                 total["seconds"] += elapsed
                 total["steps"] += 1
                 total["target_tokens"] += sum(targets)
-                total["useful_flops"] += training_flops(model.config, sources, targets)
-                total["padded_flops"] += training_flops(model.config, padded_sources, padded_targets)
+                total["useful_flops"] += training_flops(config, sources, targets)
+                total["padded_flops"] += training_flops(config, padded_sources, padded_targets)
                 total["real_positions"] += sum(sources) + sum(targets)
                 total["padded_positions"] += sum(padded_sources) + sum(padded_targets)
     peak_by_kernel = {kernel: float(np.median([round_peaks[kernel] for round_peaks in peaks]))

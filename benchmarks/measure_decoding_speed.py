@@ -23,13 +23,11 @@ generation runs to `--max_new_tokens` at most. The warm-up run also compares the
 from __future__ import annotations
 
 import argparse
-import platform
-import re
 import sys
 import time
 from pathlib import Path
 
-from hf_srcfeat.provenance import code_version
+from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating points
@@ -45,13 +43,6 @@ GRAFTS = {
     "latent_feedback": ("latent_feedback", {}),
     "composed": ("srcfeat_composed", {"components": ["relevance_features", "deps_san"]}),
 }
-
-
-def processor_name() -> str:
-    """The CPU's model name (the speed of each matrix kernel depends on it), from /proc/cpuinfo where there is one."""
-    cpuinfo = Path("/proc/cpuinfo")
-    found = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else None
-    return found.group(1).strip() if found else platform.machine()
 
 
 def graft_methods(baseline: str, names: list[str], work_dir: Path) -> list[str]:

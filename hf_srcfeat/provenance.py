@@ -1,9 +1,11 @@
-"""Which code produced a result: the version every results file, card and benchmark JSON records."""
+"""Which code produced a result, and on which processor: what every results file, card and benchmark JSON records."""
 
 from __future__ import annotations
 
 import functools
 import os
+import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,3 +30,10 @@ def code_version() -> str:
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def processor_name() -> str:
+    """The CPU's model name (the speed of each matrix kernel depends on it), from /proc/cpuinfo where there is one."""
+    cpuinfo = Path("/proc/cpuinfo")
+    found = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else None
+    return found.group(1).strip() if found else platform.machine()
