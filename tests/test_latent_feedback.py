@@ -59,6 +59,54 @@ def test_the_collator_corrupts_the_source_and_keeps_the_original_as_target(featu
         assert [token for token in row if token != -100] == target
 
 
+def test_autoencoder_token_batches_hold_whole_corrupted_pairs_within_the_budget(feature_tokenizer, multi30k_dir,
+                                                                                tmp_path):
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainingArguments
+
+    from hf_srcfeat.data.batching import TokenBatchingSeq2SeqTrainer
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    sentences = list(load_multi30k("train", data_dir=multi30k_dir, limit=300)["source"])
+    lengths = pretrain_dae.sentence_lengths(feature_tokenizer, sentences, max_length=24, mask_ratio=0.2)
+    assert max(lengths) == 24 and min(lengths) < 24, "truncated as the collator truncates"
+    collator = pretrain_dae.DenoisingCollator(feature_tokenizer, max_length=24, seed=0, swaps=3, drop_ratio=0.1,
+                                              mask_ratio=0.2)
+    config = SrcFeatTransformerConfig(vocab_size=len(feature_tokenizer), d_model=16, encoder_layers=1,
+                                      decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                                      encoder_ffn_dim=32, decoder_ffn_dim=32)
+    trainer = TokenBatchingSeq2SeqTrainer(
+        model=SrcFeatTransformerForConditionalGeneration(config), data_collator=collator,
+        args=Seq2SeqTrainingArguments(str(tmp_path), use_cpu=True, remove_unused_columns=False, report_to="none"),
+        train_dataset=Dataset.from_dict({"text": sentences}), max_tokens_per_batch=256, lengths=lengths)
+    batches = list(trainer.get_train_dataloader())
+    assert sum(len(batch["input_ids"]) for batch in batches) == 300, "every sentence, once an epoch"
+    for batch in batches:
+        rows, longest = len(batch["input_ids"]), max(batch["input_ids"].shape[1], batch["labels"].shape[1])
+        assert rows * longest <= 256
+    assert len(batches) < 300 / 8, "batches fill the budget instead of holding a fixed number of sentences"
+    with pytest.raises(ValueError, match="299 lengths given for 300 training examples"):
+        TokenBatchingSeq2SeqTrainer(
+            model=SrcFeatTransformerForConditionalGeneration(config), data_collator=collator,
+            args=Seq2SeqTrainingArguments(str(tmp_path), use_cpu=True, remove_unused_columns=False, report_to="none"),
+            train_dataset=Dataset.from_dict({"text": sentences}), max_tokens_per_batch=256,
+            lengths=lengths[1:]).get_train_dataloader()
+
+
+def test_the_autoencoder_command_trains_on_token_batches_and_refuses_a_budget_of_zero(feature_tokenizer, tmp_path):
+    feature_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    arguments = ["--output_dir", str(tmp_path / "dae"), "--tokenizer_name_or_path", str(tmp_path / "tokenizer"),
+                 "--d_model", "16", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "2",
+                 "--ffn_dim", "32", "--max_train_samples", "200", "--max_eval_samples", "4", "--max_length", "24",
+                 "--do_train", "--max_steps", "3", "--learning_rate", "1e-3", "--logging_steps", "1",
+                 "--save_strategy", "no", "--use_cpu", "--report_to", "none", "--disable_tqdm", "true"]
+    results = pretrain_dae.main([*arguments, "--max_tokens_per_batch", "256"])
+    assert results["dae_args"]["max_tokens_per_batch"] == 256
+    assert len([entry for entry in results["log_history"] if "loss" in entry]) == 3
+    with pytest.raises(SystemExit, match="--max_tokens_per_batch must be 1 or more, got 0"):
+        pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "zero"), "--max_tokens_per_batch", "0"])
+
+
 def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():
     states = [torch.full((1, 2, 3), float(level)) for level in (1, 2, 3, 4)]  # s^1 ... s^4
     feedback = top_down_feedback(states, num_layers=4)

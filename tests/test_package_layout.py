@@ -164,6 +164,18 @@ def test_a_recipe_gives_the_arguments_and_flags_beside_it_override_them(tmp_path
     assert model_args.config_overrides == values["config_overrides"], "what no flag overrides comes from the file"
 
 
+def test_the_multi30k_recipes_train_on_token_batches_as_training_from_scratch_does():
+    from hf_srcfeat.commands import train
+
+    recipes = sorted((REPO / "examples" / "recipes").glob("*.json")) + \
+        sorted((REPO / "examples" / "recipes" / "pretraining").glob("*.json"))
+    assert len(recipes) == 8
+    for recipe in recipes:
+        values = json.loads(recipe.read_text())
+        assert values["max_tokens_per_batch"] == train.FROM_SCRATCH_TOKENS_PER_BATCH, recipe.name
+        assert "per_device_train_batch_size" not in values, f"{recipe.name}: a batch size would read as unused"
+
+
 def test_a_yaml_recipe_reads_like_its_json_and_a_bad_file_is_named(tmp_path):
     from hf_srcfeat.commands import train
 

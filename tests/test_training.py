@@ -346,8 +346,16 @@ def test_the_evaluation_generation_length_follows_the_longest_reference_unless_g
     assert train.generation_length([], 128) == 128
     _, _, defaults = train.parse_arguments(["--output_dir", "unused"])
     _, _, given = train.parse_arguments(["--output_dir", "unused", "--learning_rate", "2e-4"])
-    assert (defaults.learning_rate, str(defaults.lr_scheduler_type), defaults.per_device_train_batch_size) == (
+    assert (defaults.learning_rate, str(defaults.lr_scheduler_type), defaults.per_device_eval_batch_size) == (
         1e-3, "inverse_sqrt", 64), "from scratch, the recipes' optimiser"
+    _, default_data, _ = train.parse_arguments(["--output_dir", "unused"])
+    assert default_data.max_tokens_per_batch == 1024, "from scratch, the recipes' token batches"
+    _, sentence_data, sentences = train.parse_arguments(["--output_dir", "unused", "--per_device_train_batch_size",
+                                                         "32"])
+    assert sentence_data.max_tokens_per_batch is None and sentences.per_device_train_batch_size == 32, \
+        "a batch size given asks for sentence batches"
     assert given.learning_rate == 2e-4 and given.warmup_steps == 400, "what is given wins, the rest stays"
     _, _, fine_tuning = train.parse_arguments(["--output_dir", "unused", "--init_from", "some/checkpoint"])
     assert fine_tuning.learning_rate == 5e-5, "a pretrained start keeps Transformers' fine-tuning defaults"
+    _, fine_tuning_data, _ = train.parse_arguments(["--output_dir", "unused", "--init_from", "some/checkpoint"])
+    assert fine_tuning_data.max_tokens_per_batch is None

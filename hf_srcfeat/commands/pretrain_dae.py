@@ -2,7 +2,7 @@
 """Pre-train a latent feature encoder as a denoising autoencoder (Li, Li & Zhang 2021, Section 3).
 
     hf-srcfeat-pretrain-dae --output_dir runs/dae_multi30k_en --max_steps 4000 \
-        --per_device_train_batch_size 64 --learning_rate 1e-3 --warmup_steps 400 --use_cpu --report_to none
+        --max_tokens_per_batch 1024 --learning_rate 1e-3 --warmup_steps 400 --use_cpu --report_to none
 
 Each English source sentence s is corrupted on the fly into s' (new noise every time it is drawn): N_swap = 3
 swaps of two random words, round(0.1 n) random words dropped, round(0.2 n) of the remaining words replaced by
@@ -37,14 +37,16 @@ from pathlib import Path
 import torch
 import transformers
 from datasets import Dataset
-from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments, set_seed
 
 from hf_srcfeat.commands import run_as_script, train
 from hf_srcfeat.commands.pretrain_dae_arguments import DaeArguments
 from hf_srcfeat.conllu import read_conllu
+from hf_srcfeat.data.batching import TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
+from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer
 
 logger = logging.getLogger("hf_srcfeat.pretrain_dae")
 
@@ -97,6 +99,19 @@ class DenoisingCollator:
                                return_tensors="pt")
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == self.tokenizer.pad_token_id, -100)
         return dict(batch)
+
+
+def sentence_lengths(tokenizer, sentences: list[str], max_length: int, mask_ratio: float) -> list[int]:
+    """An upper bound on each training pair's length in subwords, as the collator truncates it: the original
+    sentence (the target) plus one per masked word, since the placeholder is tokenized as "▁" and `<pad>` (words
+    dropped, swapped or masked never add more)."""
+    lengths = []
+    for start in range(0, len(sentences), 10_000):  # a large corpus's token ids are never held whole
+        chunk = sentences[start:start + 10_000]
+        targets = tokenizer(text_target=chunk, source_features=False)["input_ids"]
+        lengths += [min(len(target) + round(len(text.split()) * mask_ratio), max_length)
+                    for text, target in zip(chunk, targets, strict=True)]
+    return lengths
 
 
 def ewt_sentences(args: DaeArguments) -> tuple[list[str], list[str]]:
@@ -175,6 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     training_args.remove_unused_columns = False  # the collator reads the raw "text" column
+    train.check_numeric_arguments(args, training_args)
     if training_args.do_train:
         train.check_output_dir(training_args, args)
     if custom_corpus(args) and not args.tokenizer_name_or_path:
@@ -203,8 +219,15 @@ def main(argv: list[str] | None = None) -> dict:
     model = train.build_model(model_args, tokenizer, training_args.seed)
     collator = DenoisingCollator(tokenizer, args.max_length, training_args.seed, args.swaps, args.drop_ratio,
                                  args.mask_ratio)
-    trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
-                             data_collator=collator, processing_class=tokenizer)
+    trainer_options = dict(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
+                           data_collator=collator, processing_class=tokenizer)
+    trainer: SrcFeatSeq2SeqTrainer
+    if args.max_tokens_per_batch:
+        lengths = sentence_lengths(tokenizer, sentences, args.max_length, args.mask_ratio)
+        trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=args.max_tokens_per_batch,
+                                              lengths=lengths)
+    else:
+        trainer = SrcFeatSeq2SeqTrainer(**trainer_options)
     results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,
                      "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
                      "num_parameters": model.num_parameters()}

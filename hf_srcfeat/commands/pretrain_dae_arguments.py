@@ -36,6 +36,10 @@ class DaeArguments:
     max_train_samples: int | None = None
     max_eval_samples: int = 200
     max_length: int = 128
+    max_tokens_per_batch: int | None = field(default=None, metadata={
+        "help": "Token-based batching (fairseq --max-tokens): batches of sentences of similar length holding at most "
+                "this many padded tokens (rows x longest sentence), instead of per_device_train_batch_size "
+                "sentences."})
     swaps: int = 3
     drop_ratio: float = 0.1
     mask_ratio: float = 0.2

@@ -117,17 +117,23 @@ def example_lengths(dataset) -> list[int]:
 class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
     """`Seq2SeqTrainer` whose training batches fill a token budget (`max_tokens_per_batch`) instead of holding
     `per_device_train_batch_size` sentences; under several processes accelerate deals the batches out, each process
-    taking whole batches. Evaluation and prediction batch as usual."""
+    taking whole batches. Evaluation and prediction batch as usual. `lengths` gives each training example's cost in
+    tokens where the dataset holds no token ids yet (e.g. raw text that the collator tokenizes); by default it is
+    read from the `input_ids` and `labels` columns."""
 
-    def __init__(self, *args, max_tokens_per_batch: int, **kwargs):
+    def __init__(self, *args, max_tokens_per_batch: int, lengths: Sequence[int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch = max_tokens_per_batch
+        self.lengths = lengths
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = TokenBudgetBatchSampler(example_lengths(dataset), self.max_tokens_per_batch, seed=self.args.seed)
+        lengths = example_lengths(dataset) if self.lengths is None else self.lengths
+        if len(lengths) != len(dataset):
+            raise ValueError(f"{len(lengths)} lengths given for {len(dataset)} training examples.")
+        sampler = TokenBudgetBatchSampler(lengths, self.max_tokens_per_batch, seed=self.args.seed)
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
