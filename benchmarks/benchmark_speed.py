@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import hf_srcfeat
 from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.commands.train import MODEL_CONFIGS, code_version, feature_vocabulary_arguments
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                                                    annotator=StanzaAnnotator())
     batches = make_batches(tokenizer, pairs, args.batch_size, args.batches)
     results: dict = {"code_version": code_version(), "args": vars(args), "torch_threads": args.threads,
-                     "torch_version": torch.__version__, "cpu": platform.processor() or platform.machine(),
+                     "torch_version": torch.__version__, "cpu": processor_name(),
                      "data_files": [str(multi30k_file("train", lang)) for lang in ("en", "de")], "models": {}}
 
     models, optimizers = {}, {}

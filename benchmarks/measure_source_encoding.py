@@ -13,7 +13,6 @@ each of `--rounds` rounds; the median round is reported. Writes JSON (with the c
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ def main() -> None:
     from hf_srcfeat.annotator_stanza import StanzaAnnotator
     from hf_srcfeat.commands.train import code_version
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+    from hf_srcfeat.provenance import processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
     from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
@@ -70,7 +70,7 @@ def main() -> None:
     assert torch.equal(tree_as_array(long_source)["dep_distance"], reference)
     cases = {f"{len(parsed)} test sources, one at a time": parsed, f"one source of {sum(lengths[:count])} tokens "
              f"({count} sentences joined into one tree)": [long_source]}
-    results: dict = {"code_version": code_version(), "cpu": platform.processor() or platform.machine(),
+    results: dict = {"code_version": code_version(), "cpu": processor_name(),
                      "torch_threads": 1, "data_files": [str(multi30k_file("test_2016_flickr", "en", args.data_dir))],
                      "rounds": args.rounds, "milliseconds_per_sentence": {}}
     for case, sentences in cases.items():

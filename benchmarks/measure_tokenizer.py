@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
@@ -45,7 +45,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     output = Path(args.output)
     results: dict = {"code_version": code_version(), "stanza_version": stanza.__version__,
-                     "torch_threads": args.threads, "cpu": platform.processor() or platform.machine(),
+                     "torch_threads": args.threads, "cpu": processor_name(),
                      "data_files": [str(multi30k_file("train", lang)) for lang in ("en", "de")]}
 
     def save() -> None:

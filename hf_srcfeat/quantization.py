@@ -26,9 +26,10 @@ def quantize_linear_layers(model, quantization: str = "int8"):
     embedding_tables = {id(module.weight) for module in model.modules() if isinstance(module, torch.nn.Embedding)}
     names = {name for name, module in model.named_modules()
              if isinstance(module, torch.nn.Linear) and id(module.weight) not in embedding_tables}
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
+    for name, module in model.named_modules():
+        if name in names:
             # The backbone's `Linear` only adds a float32 kernel choice; `quantize_dynamic` swaps exact nn.Linear.
+            # The layers left float32 (the tied output projection) keep it.
             module.__class__ = torch.nn.Linear
     with warnings.catch_warnings():
         # torch 2.13 marks its quantized tensor types as deprecated in favour of torchao, yet they are what

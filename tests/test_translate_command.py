@@ -259,6 +259,7 @@ def test_quantization_covers_the_linear_layers_but_leaves_tied_embeddings():
     import torch
 
     from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+    from hf_srcfeat.linear import Linear
     from hf_srcfeat.quantization import quantize_linear_layers
 
     def config() -> DepsSanConfig:
@@ -272,5 +273,7 @@ def test_quantization_covers_the_linear_layers_but_leaves_tied_embeddings():
     dynamic = torch.ao.nn.quantized.dynamic.Linear
     assert sum(isinstance(module, dynamic) for module in model.modules()) >= linear_count - 1
     assert model.get_input_embeddings().weight is embedding
+    assert type(model.get_output_embeddings()) is Linear, "the float32 output layer keeps the backbone's kernels"
+    assert model.get_output_embeddings().weight is embedding
     with pytest.raises(ValueError, match="float32 weights"):
         quantize_linear_layers(DepsSanForConditionalGeneration(config()).to(torch.bfloat16))
