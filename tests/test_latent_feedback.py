@@ -93,7 +93,7 @@ def test_autoencoder_token_batches_hold_whole_corrupted_pairs_within_the_budget(
             lengths=lengths[1:]).get_train_dataloader()
 
 
-def test_the_autoencoder_command_trains_on_token_batches_and_refuses_a_budget_of_zero(feature_tokenizer, tmp_path):
+def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_settings_by_name(feature_tokenizer, tmp_path):
     feature_tokenizer.save_pretrained(tmp_path / "tokenizer")
     arguments = ["--output_dir", str(tmp_path / "dae"), "--tokenizer_name_or_path", str(tmp_path / "tokenizer"),
                  "--d_model", "16", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "2",
@@ -103,8 +103,14 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_a_budget_of
     results = pretrain_dae.main([*arguments, "--max_tokens_per_batch", "256"])
     assert results["dae_args"]["max_tokens_per_batch"] == 256
     assert len([entry for entry in results["log_history"] if "loss" in entry]) == 3
-    with pytest.raises(SystemExit, match="--max_tokens_per_batch must be 1 or more, got 0"):
-        pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "zero"), "--max_tokens_per_batch", "0"])
+    refused = {"--max_tokens_per_batch must be 1 or more, got 0": ["--max_tokens_per_batch", "0"],
+               "--max_tokens_per_batch 16 is below --max_length 24": ["--max_tokens_per_batch", "16"],
+               "--mask_ratio must be from 0 to 1, got -0.2": ["--mask_ratio", "-0.2"],
+               "--swaps must be 0 or more, got -1": ["--swaps", "-1"]}
+    for message, bad in refused.items():
+        with pytest.raises(SystemExit, match=message):
+            pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "refused"), *bad])
+        assert not (tmp_path / "refused").exists(), "refused before any work"
 
 
 def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():

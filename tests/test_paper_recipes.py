@@ -143,7 +143,7 @@ def test_latent_feedback_chain_tokenizer_then_autoencoder_then_fine_tuned_recipe
                              "--tokenizer_name_or_path", str(tokenizer_dir), "--dataset_name", "",
                              "--train_file", alt_format_slices["train"], "--validation_file", alt_format_slices["dev"],
                              "--max_steps", "2", "--max_eval_samples", "4", "--max_length", "8",
-                             "--per_device_train_batch_size", "8", "--bf16", "false", "--use_cpu", "true"])
+                             "--max_tokens_per_batch", "64", "--bf16", "false", "--use_cpu", "true"])
     assert dae["config"]["d_model"] == 512 and dae["data_files"] == [alt_format_slices["train"],
                                                                      alt_format_slices["dev"]]
     recipe = json.loads((PAPER_RECIPES / "latent_feedback_fine_tuned_wmt14_en_de.json").read_text())

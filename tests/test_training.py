@@ -337,6 +337,24 @@ def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_
     assert saved["earlier_results"][0]["global_step"] == 2
 
 
+def test_a_batch_size_flag_asks_for_sentence_batches_in_any_spelling_and_over_a_recipe(tmp_path):
+    recipe = str(REPO / "examples" / "recipes" / "baseline_multi30k_en_de.json")
+    for flag in ("--per_device_train_batch_size", "--per-device-train-batch-size", "--per_device_train_batch"):
+        _, data_args, training_args = train.parse_arguments(["--output_dir", "unused", flag, "32"])
+        assert (data_args.max_tokens_per_batch, training_args.per_device_train_batch_size) == (None, 32), flag
+        _, data_args, training_args = train.parse_arguments([recipe, flag, "32"])
+        assert (data_args.max_tokens_per_batch, training_args.per_device_train_batch_size) == (None, 32), flag
+    _, data_args, _ = train.parse_arguments([recipe])
+    assert data_args.max_tokens_per_batch == 1024, "the recipe's token budget"
+    _, data_args, _ = train.parse_arguments([recipe, "--max_tokens_per_batch", "2048",
+                                             "--per_device_train_batch_size", "32"])
+    assert data_args.max_tokens_per_batch == 2048, "both flags: the token budget decides"
+    _, _, training_args = train.parse_arguments(["--output_dir", "unused", "--learning-rate", "2e-4"])
+    assert training_args.learning_rate == 2e-4, "a dashed flag counts as given"
+    _, data_args, _ = train.parse_arguments(["--output_dir", "unused", "--max_source_length", "2000"])
+    assert data_args.max_tokens_per_batch == 2000, "the default budget holds the longest example allowed"
+
+
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():
     from datasets import Dataset
 
@@ -344,18 +362,13 @@ def test_the_evaluation_generation_length_follows_the_longest_reference_unless_g
     assert train.generation_length([references], 128) == 35
     assert train.generation_length([references], 30) == 30, "never beyond --max_target_length"
     assert train.generation_length([], 128) == 128
-    _, _, defaults = train.parse_arguments(["--output_dir", "unused"])
+    _, default_data, defaults = train.parse_arguments(["--output_dir", "unused"])
     _, _, given = train.parse_arguments(["--output_dir", "unused", "--learning_rate", "2e-4"])
     assert (defaults.learning_rate, str(defaults.lr_scheduler_type), defaults.per_device_eval_batch_size) == (
         1e-3, "inverse_sqrt", 64), "from scratch, the recipes' optimiser"
-    _, default_data, _ = train.parse_arguments(["--output_dir", "unused"])
-    assert default_data.max_tokens_per_batch == 1024, "from scratch, the recipes' token batches"
-    _, sentence_data, sentences = train.parse_arguments(["--output_dir", "unused", "--per_device_train_batch_size",
-                                                         "32"])
-    assert sentence_data.max_tokens_per_batch is None and sentences.per_device_train_batch_size == 32, \
-        "a batch size given asks for sentence batches"
     assert given.learning_rate == 2e-4 and given.warmup_steps == 400, "what is given wins, the rest stays"
-    _, _, fine_tuning = train.parse_arguments(["--output_dir", "unused", "--init_from", "some/checkpoint"])
+    _, fine_tuning_data, fine_tuning = train.parse_arguments(["--output_dir", "unused", "--init_from",
+                                                              "some/checkpoint"])
     assert fine_tuning.learning_rate == 5e-5, "a pretrained start keeps Transformers' fine-tuning defaults"
-    _, fine_tuning_data, _ = train.parse_arguments(["--output_dir", "unused", "--init_from", "some/checkpoint"])
+    assert default_data.max_tokens_per_batch == 1024, "from scratch, the recipes' token batches"
     assert fine_tuning_data.max_tokens_per_batch is None

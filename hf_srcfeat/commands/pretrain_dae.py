@@ -28,6 +28,7 @@ the last `--max_eval_samples` training sentences are held out for it.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import sys
 import time
@@ -49,6 +50,13 @@ from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer
 
 logger = logging.getLogger("hf_srcfeat.pretrain_dae")
+
+
+#: The autoencoder's own numeric options, checked beside train.py's (name -> smallest, largest, largest excluded).
+NOISE_RANGES: dict[str, tuple[float, float, bool]] = {
+    "max_length": (2, math.inf, False), "swaps": (0, math.inf, False),
+    "drop_ratio": (0, 1, False), "mask_ratio": (0, 1, False),
+}
 
 
 @dataclass
@@ -190,7 +198,12 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     training_args.remove_unused_columns = False  # the collator reads the raw "text" column
-    train.check_numeric_arguments(args, training_args)
+    train.check_numeric_arguments(args, training_args, ranges={**train.NUMERIC_RANGES, **NOISE_RANGES})
+    if train.flags_ask_for_sentence_batches(training_args):
+        args.max_tokens_per_batch = None
+    if args.max_tokens_per_batch and args.max_tokens_per_batch < args.max_length:
+        raise SystemExit(f"--max_tokens_per_batch {args.max_tokens_per_batch} is below --max_length "
+                         f"{args.max_length}: a sentence of that length would fit in no batch.")
     if training_args.do_train:
         train.check_output_dir(training_args, args)
     if custom_corpus(args) and not args.tokenizer_name_or_path:
@@ -222,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer_options = dict(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
                            data_collator=collator, processing_class=tokenizer)
     trainer: SrcFeatSeq2SeqTrainer
-    if args.max_tokens_per_batch:
+    if args.max_tokens_per_batch and training_args.do_train:
         lengths = sentence_lengths(tokenizer, sentences, args.max_length, args.mask_ratio)
         trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=args.max_tokens_per_batch,
                                               lengths=lengths)

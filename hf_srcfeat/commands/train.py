@@ -2,7 +2,7 @@
 """`hf-srcfeat-train`: train a source-feature translation model with Seq2SeqTrainer (cf. Transformers'
 run_translation.py), on Multi30k or your own corpus.
 
-    hf-srcfeat-train --output_dir runs/baseline --max_steps 2000 --per_device_train_batch_size 64
+    hf-srcfeat-train --output_dir runs/baseline --max_steps 2000 --max_tokens_per_batch 1024
     hf-srcfeat-train --config examples/recipes/deps_san_multi30k_en_de.json --max_steps 100 --output_dir runs/try
 
 Every Seq2SeqTrainingArguments option works. A recipe (`--config FILE`, JSON or YAML, or the file as the first
@@ -166,10 +166,11 @@ NUMERIC_RANGES: dict[str, tuple[float, float, bool]] = {
 }
 
 
-def check_numeric_arguments(*arguments) -> None:
-    """Refuse, naming it, a numeric option outside the values it can take (a batch of 0, a dropout of 2, ...)."""
+def check_numeric_arguments(*arguments, ranges: dict[str, tuple[float, float, bool]] | None = None) -> None:
+    """Refuse, naming it, a numeric option outside the values it can take (a batch of 0, a dropout of 2, ...):
+    `ranges` maps a name to (smallest, largest, largest excluded), by default NUMERIC_RANGES."""
     for group in arguments:
-        for name, (smallest, largest, largest_excluded) in NUMERIC_RANGES.items():
+        for name, (smallest, largest, largest_excluded) in (NUMERIC_RANGES if ranges is None else ranges).items():
             value = getattr(group, name, None)
             if value is None or (name.endswith("_steps") and isinstance(value, float) and 0 < value < 1):
                 continue  # unset, or eval/save/logging steps given as a fraction of the run (Trainer's convention)
@@ -655,26 +656,37 @@ def parse_arguments(argv: list[str] | None = None):
 FROM_SCRATCH_DEFAULTS = {"learning_rate": 1e-3, "lr_scheduler_type": "inverse_sqrt", "warmup_steps": 400,
                          "adam_beta2": 0.98, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64}
 #: The recipes' training batches from scratch, unless a batch size is given: token batches of about 60 Multi30k
-#: pairs, as many as the 64-sentence batches hold, with 7.5% of the positions padding instead of 51%
-#: (benchmarks/results/batching_efficiency_recipes_1024.json).
+#: pairs, as many as the 64-sentence batches hold, with 7.5% of the source and target positions padding instead of
+#: 51% (benchmarks/results/batching_efficiency_recipes_1024.json). Never below the longest example allowed.
 FROM_SCRATCH_TOKENS_PER_BATCH = 1024
+
+
+def flags_ask_for_sentence_batches(arguments) -> bool:
+    """Whether the command line gives `--per_device_train_batch_size` without `--max_tokens_per_batch`: sentence
+    batches, also over a recipe's token budget."""
+    flags: set[str] = getattr(arguments, "_given_as_flags", set())
+    return "per_device_train_batch_size" in flags and "max_tokens_per_batch" not in flags
 
 
 def apply_training_defaults(model_args: ModelArguments, data_args: DataArguments,
                             training_args: Seq2SeqTrainingArguments) -> None:
     """From scratch (no --init_from, --model_name_or_path), the options not given take FROM_SCRATCH_DEFAULTS and
-    token batches (unless --per_device_train_batch_size is given); on a machine without CUDA batches are not pinned
-    (pinning needs an accelerator, and torch warns every run)."""
+    token batches, unless a batch size is given; a `--per_device_train_batch_size` flag without a
+    `--max_tokens_per_batch` flag asks for sentence batches, also over a recipe's token budget. On a machine
+    without CUDA batches are not pinned (pinning needs an accelerator, and torch warns every run)."""
     given: set[str] = getattr(training_args, "_given", set())
     if "dataloader_pin_memory" not in given and (training_args.use_cpu or not torch.cuda.is_available()):
         training_args.dataloader_pin_memory = False
+    if flags_ask_for_sentence_batches(training_args):
+        data_args.max_tokens_per_batch = None
     if model_args.init_from or model_args.model_name_or_path:
         return
     for name, value in FROM_SCRATCH_DEFAULTS.items():
         if name not in given:
             setattr(training_args, name, value)
     if not given & {"max_tokens_per_batch", "per_device_train_batch_size"}:
-        data_args.max_tokens_per_batch = FROM_SCRATCH_TOKENS_PER_BATCH
+        data_args.max_tokens_per_batch = max(FROM_SCRATCH_TOKENS_PER_BATCH, data_args.max_source_length,
+                                             data_args.max_target_length)
 
 
 def model_help(model_type: str) -> str:
@@ -727,10 +739,28 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
             actions[name].required = False  # given by the file; a flag may still override it
         parser.set_defaults(**values)
     parsed = parser.parse_args_into_dataclasses(args=argv)
-    given = set(values) | {argument[2:].split("=")[0] for argument in argv if argument.startswith("--")}
-    for arguments in parsed:
-        arguments.__dict__["_given"] = given  # which options were set, for defaults that depend on the run
+    flags = given_flags(parser, argv)
+    for arguments in parsed:  # which options were set, for defaults that depend on the run
+        arguments.__dict__["_given"] = set(values) | flags
+        arguments.__dict__["_given_as_flags"] = flags
     return parsed
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The fields the command-line flags set, as argparse matches them: `--name`, `--name=value`, the dashed
+    spelling `--per-device-train-batch-size`, or an unambiguous prefix."""
+    options = parser._option_string_actions  # argparse's own table of option strings
+    fields = set()
+    for argument in argv:
+        if not argument.startswith("--"):
+            continue
+        option = argument.split("=", 1)[0]
+        if option in options:
+            fields.add(options[option].dest)
+        elif parser.allow_abbrev:
+            matches = {action.dest for string, action in options.items() if string.startswith(option)}
+            fields |= matches if len(matches) == 1 else set()
+    return fields
 
 
 def main(argv: list[str] | None = None) -> dict:
