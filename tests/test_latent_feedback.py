@@ -75,22 +75,21 @@ def test_autoencoder_token_batches_hold_whole_corrupted_pairs_within_the_budget(
     config = SrcFeatTransformerConfig(vocab_size=len(feature_tokenizer), d_model=16, encoder_layers=1,
                                       decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
                                       encoder_ffn_dim=32, decoder_ffn_dim=32)
-    trainer = TokenBatchingSeq2SeqTrainer(
-        model=SrcFeatTransformerForConditionalGeneration(config), data_collator=collator,
-        args=Seq2SeqTrainingArguments(str(tmp_path), use_cpu=True, remove_unused_columns=False, report_to="none"),
-        train_dataset=Dataset.from_dict({"text": sentences}), max_tokens_per_batch=256, lengths=lengths)
-    batches = list(trainer.get_train_dataloader())
+
+    def trainer(lengths: list[int]) -> TokenBatchingSeq2SeqTrainer:
+        return TokenBatchingSeq2SeqTrainer(
+            model=SrcFeatTransformerForConditionalGeneration(config), data_collator=collator,
+            args=Seq2SeqTrainingArguments(str(tmp_path), use_cpu=True, remove_unused_columns=False, report_to="none"),
+            train_dataset=Dataset.from_dict({"text": sentences}), max_tokens_per_batch=256, lengths=lengths)
+
+    batches = list(trainer(lengths).get_train_dataloader())
     assert sum(len(batch["input_ids"]) for batch in batches) == 300, "every sentence, once an epoch"
     for batch in batches:
         rows, longest = len(batch["input_ids"]), max(batch["input_ids"].shape[1], batch["labels"].shape[1])
         assert rows * longest <= 256
     assert len(batches) < 300 / 8, "batches fill the budget instead of holding a fixed number of sentences"
     with pytest.raises(ValueError, match="299 lengths given for 300 training examples"):
-        TokenBatchingSeq2SeqTrainer(
-            model=SrcFeatTransformerForConditionalGeneration(config), data_collator=collator,
-            args=Seq2SeqTrainingArguments(str(tmp_path), use_cpu=True, remove_unused_columns=False, report_to="none"),
-            train_dataset=Dataset.from_dict({"text": sentences}), max_tokens_per_batch=256,
-            lengths=lengths[1:]).get_train_dataloader()
+        trainer(lengths[1:]).get_train_dataloader()
 
 
 def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_settings_by_name(feature_tokenizer, tmp_path):
