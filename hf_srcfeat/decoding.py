@@ -6,9 +6,10 @@ the outputs as token ids) the model hands them to the loops here instead. Same a
 
 * a sentence leaves the batch as soon as its result is fixed (greedy: it emitted EOS; beam search: the stopping
   rule Transformers applies to the whole batch holds for it), instead of being computed until the longest is done;
-* self-attention keys and values live in buffers allocated once for the longest output; beam search reorders
-  them in place (one gather per layer) instead of concatenating a new copy every step;
+* self-attention keys and values live in buffers allocated once for the longest output; beam search gathers
+  them into a second pair of buffers (one index_select per layer) instead of concatenating a new copy every step;
 * cross-attention keys and values are computed once and never reordered: every beam of a sentence shares them;
+  beam search's first step, where all beams of a sentence hold the same prompt, runs once per sentence;
 * one decoder pass per step straight through the layers, without `generate`'s per-step input preparation,
   mask building and output bookkeeping.
 
@@ -45,6 +46,14 @@ ROW_WISE_PROCESSORS = (
 ROW_WISE_STOPPING_CRITERIA = (stopping_criteria.MaxLengthCriteria, stopping_criteria.EosTokenCriteria)
 
 
+def apply_processors(logits_processor, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """`logits_processor(input_ids, scores)` for the row-wise processors, which take no other argument: without
+    `LogitsProcessorList`'s per-call signature inspection of every processor (2% of a greedy step of one sentence)."""
+    for processor in logits_processor:
+        scores = processor(input_ids, scores)
+    return scores
+
+
 def reason_not_supported(input_ids: torch.Tensor, logits_processor, stopping_criteria, generation_config,
                          model_kwargs: dict, synced_gpus: bool = False, streamer: Any = None) -> str | None:
     """Why these `generate` settings need Transformers' own loop, or None when the loops here produce them."""
@@ -75,12 +84,15 @@ def reason_not_supported(input_ids: torch.Tensor, logits_processor, stopping_cri
 
 class PreallocatedLayer(CacheLayerMixin):
     """One layer's self-attention keys and values in [rows, heads, max_length, head_dim] buffers, allocated at the
-    first step; the cache of the first `rows` rows is a view of them. `select_rows` reorders (and shrinks) in place."""
+    first step; the cache of the first `rows` rows is a view of them. `select_rows` reorders, shrinks or repeats rows
+    into a second pair of buffers, which then take the first pair's place."""
 
     def __init__(self, max_length: int):
         super().__init__()
         self.max_length = max_length
         self.length = 0
+        self.spare_key_buffer: torch.Tensor | None = None
+        self.spare_value_buffer: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         rows, heads, _, head_dim = key_states.shape
@@ -101,10 +113,18 @@ class PreallocatedLayer(CacheLayerMixin):
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Row i becomes the old row `rows[i]` (a beam's parent); rows past `len(rows)` are dropped."""
-        if self.is_initialized:
-            count = rows.numel()
-            self.key_buffer[:count, :, :self.length] = self.key_buffer[rows, :, :self.length]
-            self.value_buffer[:count, :, :self.length] = self.value_buffer[rows, :, :self.length]
+        if not self.is_initialized:
+            return
+        count, end = rows.numel(), self.length
+        if self.spare_key_buffer is None or self.spare_value_buffer is None or len(self.spare_key_buffer) < count:
+            self.spare_key_buffer = self.key_buffer.new_empty(count, *self.key_buffer.shape[1:])
+            self.spare_value_buffer = self.value_buffer.new_empty(count, *self.value_buffer.shape[1:])
+        # Gathered straight into the spare buffers: copying a gathered temporary back would take twice as long.
+        torch.index_select(self.key_buffer[:, :, :end], 0, rows, out=self.spare_key_buffer[:count, :, :end])
+        torch.index_select(self.value_buffer[:, :, :end], 0, rows, out=self.spare_value_buffer[:count, :, :end])
+        self.key_buffer, self.spare_key_buffer = self.spare_key_buffer, self.key_buffer
+        self.value_buffer, self.spare_value_buffer = self.spare_value_buffer, self.value_buffer
+        self.keys, self.values = self.key_buffer[:count, :, :end], self.value_buffer[:count, :, :end]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.length + query_length, 0
@@ -157,16 +177,30 @@ class DecoderState:
             hidden_states = self.decoder.layer_norm(hidden_states)
         return self.model.output_logits(hidden_states[:, -1]).float()
 
+    def first_step_of_beams(self, input_ids: torch.Tensor, num_beams: int) -> torch.Tensor:
+        """`step` for the first token of beam search, whose `num_beams` rows per sentence all hold the same prompt:
+        the decoder runs on one row per sentence (so the cross-attention keys and values are computed once per
+        sentence, not once per beam) and its logits and caches are repeated for every beam."""
+        first_beams = torch.arange(0, self.rows, num_beams, device=input_ids.device)
+        self.select_rows(first_beams, first_beams)
+        logits = self.step(input_ids.index_select(0, first_beams))
+        every_beam = torch.arange(first_beams.numel(), device=input_ids.device).repeat_interleave(num_beams)
+        self.select_rows(every_beam, every_beam)
+        return logits.index_select(0, every_beam)
+
     def select_rows(self, rows: torch.Tensor, kept_rows: torch.Tensor | None = None) -> None:
-        """Continue with row `rows[i]`'s history as row i. `kept_rows` (sorted) are the rows whose encoder memory
-        stays, when sentences left the batch; beams of one sentence share their memory, so reordering them does
-        not touch it."""
+        """Continue with row `rows[i]`'s history as row i. `kept_rows` are the rows whose encoder memory stays
+        (in that order), when sentences left the batch or beams start; beams of one sentence share their memory,
+        so reordering them does not touch it."""
         for layer in self.self_attention_layers:
             layer.select_rows(rows)
         if kept_rows is None:
             return
         for cross_layer in self.cache.cross_attention_cache.layers:
-            cast(DynamicLayer, cross_layer).batch_select_indices(kept_rows)
+            layer = cast(DynamicLayer, cross_layer)
+            if layer.get_seq_length() > 0:  # `batch_select_indices`, by index_select: twice as fast as its indexing
+                layer.keys = layer.keys.index_select(0, kept_rows)
+                layer.values = layer.values.index_select(0, kept_rows)
         self.encoder_hidden_states = self.encoder_hidden_states.index_select(0, kept_rows)
         if isinstance(self.cross_mask, torch.Tensor):  # None when no source is padded
             self.cross_mask = self.cross_mask.index_select(0, kept_rows)
@@ -188,7 +222,7 @@ def greedy_search(model: Any, input_ids: torch.Tensor, logits_processor, stoppin
     origin = torch.arange(rows, device=input_ids.device)
     next_input = input_ids
     while True:
-        scores = logits_processor(running[:, :length], state.step(next_input))
+        scores = apply_processors(logits_processor, running[:, :length], state.step(next_input))
         running[:, length] = scores.argmax(dim=-1)
         length += 1
         finished = stopping_criteria(running[:, :length], None)
@@ -245,8 +279,13 @@ def beam_search(model: Any, input_ids: torch.Tensor, logits_processor, stopping_
     next_input = input_ids
     while True:
         active = origin.numel()
-        log_probs = nn.functional.log_softmax(state.step(next_input), dim=-1)
-        log_probs = logits_processor(running_sequences[:, :, :length].reshape(active * num_beams, -1), log_probs)
+        if length == prompt_length:
+            logits = state.first_step_of_beams(next_input, num_beams)
+        else:
+            logits = state.step(next_input)
+        log_probs = nn.functional.log_softmax(logits, dim=-1)
+        log_probs = apply_processors(logits_processor, running_sequences[:, :, :length].reshape(active * num_beams, -1),
+                                     log_probs)
         log_probs = log_probs.reshape(active, num_beams, -1) + running_beam_scores[:, :, None]
         log_probs = log_probs.reshape(active, -1)
 

@@ -93,6 +93,9 @@ class SinusoidalTokenEmbedding(nn.Module):
         self.layernorm_embedding = nn.LayerNorm(config.d_model) if getattr(config, "layernorm_embedding", False) \
             else None
         self.dropout = nn.Dropout(config.dropout)
+        # Sinusoid tables by device, computed at first use: not buffers, so that meta-device loading and saved
+        # weights never see them.
+        self.sinusoid_tables: dict[torch.device, torch.Tensor] = {}
 
     def check_positions(self, positions: torch.Tensor) -> None:
         if torch.compiler.is_compiling():  # the check reads a value back to the host: eager mode only
@@ -111,9 +114,24 @@ class SinusoidalTokenEmbedding(nn.Module):
         positions = positions + self.position_offset
         if self.position_type == "learned":
             return self.embed_positions(positions).to(dtype)
+        if torch.compiler.is_compiling():  # a table kept on the module would be a graph input to guard on
+            return self.sinusoids(positions).to(dtype)
+        return nn.functional.embedding(positions, self.sinusoid_table(positions.device)).to(dtype)
+
+    def sinusoids(self, positions: torch.Tensor) -> torch.Tensor:
+        """The float32 sinusoids of `positions` in this model's layout."""
         if self.position_type == "sinusoidal":
-            return sinusoidal_position_encoding(positions, self.d_model).to(dtype)
-        return sinusoidal_halves_encoding(positions, self.d_model, fairseq=self.position_type == "sinusoidal_fairseq").to(dtype)
+            return sinusoidal_position_encoding(positions, self.d_model)
+        return sinusoidal_halves_encoding(positions, self.d_model, fairseq=self.position_type == "sinusoidal_fairseq")
+
+    def sinusoid_table(self, device: torch.device) -> torch.Tensor:
+        """The sinusoids of every position the model takes, computed once per device: decoding looks up one
+        position a step, and computing it anew each time was 4% of a greedy step of one sentence."""
+        table = self.sinusoid_tables.get(device)
+        if table is None:
+            positions = torch.arange(self.max_positions + self.position_offset, device=device)
+            table = self.sinusoid_tables[device] = self.sinusoids(positions)
+        return table
 
     def with_positions(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Dropout([LayerNorm](embeddings + positions)): the representation the first layer reads."""

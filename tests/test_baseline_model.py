@@ -47,6 +47,18 @@ def test_labels_are_shifted_right_into_decoder_inputs(tiny_config):
     assert model.prepare_decoder_input_ids_from_labels(labels).tolist() == [[1, 11, 12], [1, 13, 2]]
 
 
+@pytest.mark.parametrize("position_embedding_type", ["sinusoidal", "sinusoidal_marian", "sinusoidal_fairseq"])
+def test_positions_are_looked_up_in_a_table_equal_to_computing_each_alone(tiny_config, subword_tokenizer,
+                                                                           test_sentences, position_embedding_type):
+    model = random_model(SrcFeatTransformerForConditionalGeneration,
+                         tiny_config(position_embedding_type=position_embedding_type, max_position_embeddings=64))
+    embedding = model.get_decoder().embed_target
+    alone = torch.cat([embedding.sinusoids(torch.tensor([position])) for position in range(64)])
+    assert torch.equal(embedding.positional(torch.arange(64)), alone)
+    assert list(embedding.sinusoid_tables) == [torch.device("cpu")]
+    assert not any("sinusoid" in name for name in model.state_dict())  # computed, never saved
+
+
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("layernorm_position", ["post", "pre"])
 def test_incremental_decoding_with_cache_equals_full_recompute(

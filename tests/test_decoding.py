@@ -65,8 +65,30 @@ def test_sentences_leave_the_batch_when_they_are_done(trained_baseline, batch, m
 
     monkeypatch.setattr(decoding.DecoderState, "step", counted)
     model.generate(**batch, num_beams=4)
-    assert rows_per_step[0] == 32 * 4
-    assert rows_per_step[-1] < rows_per_step[0] and rows_per_step == sorted(rows_per_step, reverse=True)
+    beams = rows_per_step[1:]  # the first step runs once per sentence (next test)
+    assert beams[0] == 32 * 4
+    assert beams[-1] < beams[0] and beams == sorted(beams, reverse=True)
+
+
+def test_beam_search_starts_with_one_decoder_row_per_sentence(trained_baseline, batch, monkeypatch):
+    # Every beam of a sentence starts from the same prompt: the first step, and the cross-attention keys and values
+    # it computes, run once per sentence and are repeated for the beams.
+    model, _ = trained_baseline
+    rows_per_step: list[int] = []
+    cross_attention_rows: list[int] = []
+    step = decoding.DecoderState.step
+
+    def counted(self, input_ids):
+        rows_per_step.append(input_ids.shape[0])
+        logits = step(self, input_ids)
+        if len(rows_per_step) == 1:
+            cross_attention_rows.extend(len(layer.keys) for layer in self.cache.cross_attention_cache.layers)
+        return logits
+
+    monkeypatch.setattr(decoding.DecoderState, "step", counted)
+    model.generate(**batch, num_beams=4)
+    assert rows_per_step[:2] == [32, 32 * 4]
+    assert cross_attention_rows == [32] * model.config.decoder_layers
 
 
 def test_a_sentence_alone_and_in_a_padded_batch_get_the_same_translation(trained_baseline, subword_tokenizer,
@@ -103,13 +125,26 @@ def test_settings_the_fast_loops_do_not_cover_fall_back_to_transformers_loops(tr
     assert reasons == [reason] and not beam_calls and not greedy_calls
 
 
-def test_the_cache_reorders_beams_in_place_without_growing():
+def test_the_cache_reorders_beams_between_two_buffers_allocated_once():
     layer = decoding.PreallocatedLayer(max_length=5)
     keys = torch.arange(3.0).reshape(3, 1, 1, 1)
     for _ in range(2):
         layer.update(keys, keys + 10)
-    buffer = layer.key_buffer
     layer.select_rows(torch.tensor([2, 2]))  # two beams continue row 2; row 0 and 1 leave
-    stored, _ = layer.update(torch.zeros(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
-    assert layer.key_buffer is buffer and stored.shape == (2, 1, 3, 1)
+    stored, values = layer.update(torch.zeros(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
+    assert stored.shape == (2, 1, 3, 1)
     assert stored[:, 0, :, 0].tolist() == [[2.0, 2.0, 0.0], [2.0, 2.0, 0.0]]
+    assert values[:, 0, :, 0].tolist() == [[12.0, 12.0, 0.0], [12.0, 12.0, 0.0]]
+    buffers = {layer.key_buffer.data_ptr(), layer.spare_key_buffer.data_ptr()}
+    layer.select_rows(torch.tensor([1, 0]))  # the two beams swap
+    layer.select_rows(torch.tensor([0]))
+    assert {layer.key_buffer.data_ptr(), layer.spare_key_buffer.data_ptr()} == buffers
+    assert layer.keys[:, 0, :, 0].tolist() == [[2.0, 2.0, 0.0]]
+
+
+def test_the_cache_repeats_rows_for_beams_into_larger_buffers():
+    layer = decoding.PreallocatedLayer(max_length=4)
+    layer.update(torch.tensor([1.0, 2.0]).reshape(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
+    layer.select_rows(torch.tensor([0, 0, 0, 1, 1, 1]))  # three beams per sentence
+    stored, _ = layer.update(torch.full((6, 1, 1, 1), 9.0), torch.zeros(6, 1, 1, 1))
+    assert stored[:, 0, :, 0].tolist() == [[1.0, 9.0]] * 3 + [[2.0, 9.0]] * 3
