@@ -187,8 +187,11 @@ def test_extra_encoder_outputs_are_beam_expanded_and_padded_batch_equals_single(
     batch = subword_tokenizer(test_sentences[:5], padding=True, return_tensors="pt")
     SummaryDecoderLayer.seen_batch_sizes.clear()
     together = model.generate(**batch, num_beams=4)
-    # The summary reached every decoder layer with the beam-expanded batch size.
-    assert set(SummaryDecoderLayer.seen_batch_sizes) == {(20, 20)}
+    # The summary reached every decoder layer with the rows decoded: one per sentence at the first step (every beam
+    # starts from the same prompt), then the beam-expanded batch.
+    layers = model.config.decoder_layers
+    assert SummaryDecoderLayer.seen_batch_sizes[:layers] == [(5, 5)] * layers
+    assert set(SummaryDecoderLayer.seen_batch_sizes[layers:]) == {(20, 20)}
     for index, sentence in enumerate(test_sentences[:5]):
         alone = model.generate(**subword_tokenizer([sentence], return_tensors="pt"), num_beams=4)
         assert subword_tokenizer.decode(alone[0], skip_special_tokens=True) == \
