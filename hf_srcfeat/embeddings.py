@@ -114,7 +114,8 @@ class SinusoidalTokenEmbedding(nn.Module):
         positions = positions + self.position_offset
         if self.position_type == "learned":
             return self.embed_positions(positions).to(dtype)
-        if torch.compiler.is_compiling():  # a table kept on the module would be a graph input to guard on
+        if torch.compiler.is_compiling() or (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+            # A table kept on the module would be a graph input to guard on, or memory of a CUDA graph's pool.
             return self.sinusoids(positions).to(dtype)
         return nn.functional.embedding(positions, self.sinusoid_table(positions.device)).to(dtype)
 

@@ -54,6 +54,19 @@ def test_the_fast_loops_generate_what_transformers_loops_generate(trained_baseli
     assert calls, "generate did not take the fast loop"
 
 
+def test_a_decoder_prompt_of_several_tokens_per_sentence_gives_transformers_beams(trained_baseline, batch,
+                                                                                  monkeypatch):
+    # The first step runs one row per sentence: each sentence's own prompt, repeated for its beams.
+    model, _ = trained_baseline
+    start = model.config.decoder_start_token_id
+    prompts = torch.tensor([[start, 5 + row % 7, 40 + row] for row in range(len(batch["input_ids"]))])
+    options = {"decoder_input_ids": prompts, "num_beams": 4, "num_return_sequences": 2, "max_new_tokens": 12}
+    expected = model.generate(**batch, **options, fast_decoding=False)
+    calls = spy_on(monkeypatch, "beam_search")
+    assert torch.equal(model.generate(**batch, **options), expected)
+    assert calls
+
+
 def test_sentences_leave_the_batch_when_they_are_done(trained_baseline, batch, monkeypatch):
     model, _ = trained_baseline
     rows_per_step: list[int] = []
@@ -125,21 +138,17 @@ def test_settings_the_fast_loops_do_not_cover_fall_back_to_transformers_loops(tr
     assert reasons == [reason] and not beam_calls and not greedy_calls
 
 
-def test_the_cache_reorders_beams_between_two_buffers_allocated_once():
+def test_the_cache_reorders_beams_in_place_without_growing():
     layer = decoding.PreallocatedLayer(max_length=5)
     keys = torch.arange(3.0).reshape(3, 1, 1, 1)
     for _ in range(2):
         layer.update(keys, keys + 10)
+    buffer = layer.key_buffer
     layer.select_rows(torch.tensor([2, 2]))  # two beams continue row 2; row 0 and 1 leave
     stored, values = layer.update(torch.zeros(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
-    assert stored.shape == (2, 1, 3, 1)
+    assert layer.key_buffer is buffer and stored.shape == (2, 1, 3, 1)
     assert stored[:, 0, :, 0].tolist() == [[2.0, 2.0, 0.0], [2.0, 2.0, 0.0]]
     assert values[:, 0, :, 0].tolist() == [[12.0, 12.0, 0.0], [12.0, 12.0, 0.0]]
-    buffers = {layer.key_buffer.data_ptr(), layer.spare_key_buffer.data_ptr()}
-    layer.select_rows(torch.tensor([1, 0]))  # the two beams swap
-    layer.select_rows(torch.tensor([0]))
-    assert {layer.key_buffer.data_ptr(), layer.spare_key_buffer.data_ptr()} == buffers
-    assert layer.keys[:, 0, :, 0].tolist() == [[2.0, 2.0, 0.0]]
 
 
 def test_the_cache_repeats_rows_for_beams_into_larger_buffers():
