@@ -17,7 +17,8 @@ machine load hit every arm alike:
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
   (inductor, dynamic shapes); compilation is done in the warm-up, before any timing.
 
-Every arm updates the weights with the Trainer's optimizer, fused AdamW.
+Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--model_size transformer_base` trains
+Transformer base's shape instead (d_model 512, 6+6 layers, 8 heads, feed-forward 2,048) on the same vocabulary.
 
 Reported per arm: the share of padded positions, target tokens/s, and the matrix-multiplication FLOP/s of the
 steps counted twice: over the padded shapes (what the machine computes) and over the real tokens only (what is
@@ -40,6 +41,13 @@ from hf_srcfeat import linear
 from hf_srcfeat.commands import train
 from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
+
+#: --model_size -> the shape trained: the benchmark's baseline, or Vaswani et al.'s Transformer base.
+MODEL_SIZES = {
+    "benchmark": {},
+    "transformer_base": {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "attention_heads": 8,
+                         "ffn_dim": 2048},
+}
 
 
 def matmul_peak(size: int = 1024, repeats: int = 20) -> dict[str, float]:
@@ -96,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps_per_round", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--model_size", choices=sorted(MODEL_SIZES), default="benchmark",
+                        help="the benchmark's baseline (d_model 256, 3+3 layers) or Transformer base's shape")
     parser.add_argument("--compiled", action="store_true",
                         help="also token batches with the model's forward under torch.compile (inductor)")
     args = parser.parse_args(argv)
@@ -116,9 +126,9 @@ def main(argv: list[str] | None = None) -> None:
                      for batch in TokenBudgetBatchSampler(lengths, args.max_tokens, seed=1)]
 
     shared = benchmark.SHARED_ARGUMENTS
-    model_arguments = train.ModelArguments(**{key: shared[key] for key in (
+    model_arguments = train.ModelArguments(**{**{key: shared[key] for key in (
         "d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim", "dropout", "label_smoothing",
-        "layernorm_position")})
+        "layernorm_position")}, **MODEL_SIZES[args.model_size]})
 
     def default_kernels_loss(logits, labels, num_items_in_batch=None):
         # The loss as PyTorch computes it: autograd through log-softmax, the likelihood and the smoothing term.
