@@ -180,11 +180,15 @@ class DecoderState:
         """`step` for the first token of beam search, whose `num_beams` rows per sentence all hold the same prompt:
         the decoder runs on one row per sentence (so the cross-attention keys and values are computed once per
         sentence, not once per beam) and its logits and caches are repeated for every beam."""
+        beam_memory = self.encoder_hidden_states, self.cross_mask, self.contexts, self.rows
         first_beams = torch.arange(0, self.rows, num_beams, device=input_ids.device)
         self.select_rows(first_beams, first_beams)
         logits = self.step(input_ids.index_select(0, first_beams))
         every_beam = torch.arange(first_beams.numel(), device=input_ids.device).repeat_interleave(num_beams)
-        self.select_rows(every_beam, every_beam)
+        self.select_rows(every_beam)
+        self.select_cross_attention_rows(every_beam)
+        # The encoder memory generate expanded for the beams, rather than a repeated copy of it.
+        self.encoder_hidden_states, self.cross_mask, self.contexts, self.rows = beam_memory
         return logits.index_select(0, every_beam)
 
     def select_rows(self, rows: torch.Tensor, kept_rows: torch.Tensor | None = None) -> None:
@@ -195,16 +199,21 @@ class DecoderState:
             layer.select_rows(rows)
         if kept_rows is None:
             return
-        for cross_layer in self.cache.cross_attention_cache.layers:
-            layer = cast(DynamicLayer, cross_layer)
-            if layer.get_seq_length() > 0:  # `batch_select_indices`, by index_select: twice as fast as its indexing
-                layer.keys = layer.keys.index_select(0, kept_rows)
-                layer.values = layer.values.index_select(0, kept_rows)
+        self.select_cross_attention_rows(kept_rows)
         self.encoder_hidden_states = self.encoder_hidden_states.index_select(0, kept_rows)
         if isinstance(self.cross_mask, torch.Tensor):  # None when no source is padded
             self.cross_mask = self.cross_mask.index_select(0, kept_rows)
         self.contexts = [_select_context_rows(context, kept_rows, self.rows) for context in self.contexts]
         self.rows = kept_rows.numel()
+
+    def select_cross_attention_rows(self, rows: torch.Tensor) -> None:
+        """Cross-attention keys and values of rows `rows` (`batch_select_indices`, by index_select: twice as fast as
+        its indexing)."""
+        for cross_layer in self.cache.cross_attention_cache.layers:
+            layer = cast(DynamicLayer, cross_layer)
+            keys, values = layer.keys, layer.values
+            if keys is not None and values is not None and layer.get_seq_length() > 0:
+                layer.keys, layer.values = keys.index_select(0, rows), values.index_select(0, rows)
 
 
 @torch.no_grad()
