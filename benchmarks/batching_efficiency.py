@@ -20,15 +20,18 @@ machine load hit every arm alike:
 Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--model_size transformer_base` trains
 Transformer base's shape instead (d_model 512, 6+6 layers, 8 heads, feed-forward 2,048) on the same vocabulary.
 
-Reported per arm: the share of padded positions, target tokens/s, and the matrix-multiplication FLOP/s of the
-steps counted twice: over the padded shapes (what the machine computes) and over the real tokens only (what is
-useful), each as a fraction of the machine's float32 matmul peak on the same threads: the faster of MKL's and
+Reported per arm: the share of padded positions, target tokens/s, the share of the time spent in the kernel
+(`system_time_share`: page faults of memory the C library mapped anew; glibc's `MALLOC_*` variables, recorded, change
+it), and the matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the machine
+computes) and over the real tokens only (what is useful), each as a fraction of the machine's float32 matmul peak on the same threads: the faster of MKL's and
 oneDNN's 1024^3 products, timed in the same rounds (both recorded).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         # dropout).
         kinds["token_batches_compiled"] = token_batches
         steps["token_batches_compiled"] = training_arm(compiled=True)[0]
-    totals = {kind: {"seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
+    totals = {kind: {"seconds": 0.0, "system_seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
                      "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
     for kind, batches in kinds.items():
         compile_start = time.perf_counter()
@@ -181,12 +184,15 @@ def main(argv: list[str] | None = None) -> None:
         for kind, batches in kinds.items():
             for offset in range(args.steps_per_round):
                 batch = batches[(1 + round_index * args.steps_per_round + offset) % len(batches)]
+                usage = resource.getrusage(resource.RUSAGE_SELF)
                 start = time.perf_counter()
                 steps[kind](batch)
                 elapsed = time.perf_counter() - start
+                system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime - usage.ru_stime
                 sources, targets, padded_sources, padded_targets = batch_lengths(batch)
                 total = totals[kind]
                 total["seconds"] += elapsed
+                total["system_seconds"] += system_seconds
                 total["steps"] += 1
                 total["target_tokens"] += sum(targets)
                 total["useful_flops"] += training_flops(config, sources, targets)
@@ -200,7 +206,9 @@ def main(argv: list[str] | None = None) -> None:
               "command": "python -m benchmarks.batching_efficiency " + " ".join(argv if argv is not None
                                                                                else sys.argv[1:]),
               "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-              "processor": processor_name(), "matmul_peak_gflops": round(peak / 1e9, 1),
+              "processor": processor_name(),
+              "malloc_environment": {name: value for name, value in os.environ.items() if name.startswith("MALLOC_")},
+              "matmul_peak_gflops": round(peak / 1e9, 1),
               **{f"matmul_peak_gflops_{kernel}": round(value / 1e9, 1) for kernel, value in peak_by_kernel.items()},
               "matmul_peak_gflops_per_round": [{kernel: round(value / 1e9, 1) for kernel, value in round_peaks.items()}
                                                for round_peaks in peaks]}
@@ -212,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
             "padding_share": round(1 - total["real_positions"] / total["padded_positions"], 4),
             "target_tokens_per_second": round(total["target_tokens"] / total["seconds"], 1),
             "computed_fraction_of_peak": round(total["padded_flops"] / total["seconds"] / peak, 3),
-            "useful_fraction_of_peak": round(total["useful_flops"] / total["seconds"] / peak, 3)}
+            "useful_fraction_of_peak": round(total["useful_flops"] / total["seconds"] / peak, 3),
+            "system_time_share": round(total["system_seconds"] / total["seconds"], 3)}
         print(kind, result[kind], flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomically(args.output, result)
