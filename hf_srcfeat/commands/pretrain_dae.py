@@ -46,6 +46,7 @@ from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.batching import TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer
 
@@ -195,6 +196,7 @@ def monolingual_data(args: DaeArguments) -> tuple[list[str], list[str], list[str
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((DaeArguments, Seq2SeqTrainingArguments))  # type: ignore[arg-type]
     args, training_args = train.parse_with_config(parser, argv)
+    keep_freed_memory()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     training_args.remove_unused_columns = False  # the collator reads the raw "text" column

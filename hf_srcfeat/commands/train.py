@@ -54,6 +54,7 @@ from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_co
 from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
@@ -765,6 +766,7 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
+    keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)

@@ -41,6 +41,7 @@ from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.commands import check_counts, check_model_source
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
+from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.safe_writing import (
     is_special_file,
     overwritten_input,
@@ -462,6 +463,7 @@ def count_lines(path: str, input_format: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_freed_memory()
     try:
         return translate_files(argv)
     except AnnotatorLoadError as error:
