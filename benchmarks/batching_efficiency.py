@@ -21,10 +21,11 @@ Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--mode
 Transformer base's shape instead (d_model 512, 6+6 layers, 8 heads, feed-forward 2,048) on the same vocabulary.
 
 Reported per arm: the share of padded positions, target tokens/s, the share of the time spent in the kernel
-(`system_time_share`: page faults of memory the C library mapped anew; glibc's `MALLOC_*` variables, recorded, change
-it), and the matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the machine
-computes) and over the real tokens only (what is useful), each as a fraction of the machine's float32 matmul peak on the same threads: the faster of MKL's and
-oneDNN's 1024^3 products, timed in the same rounds (both recorded).
+(`system_time_share`: page faults of memory the C library mapped anew; glibc's `MALLOC_*` variables, recorded,
+change it), and the matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the
+machine computes) and over the real tokens only (what is useful), each as a fraction of the machine's float32 matmul
+peak on the same threads: the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both
+recorded).
 """
 
 from __future__ import annotations
@@ -170,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
         # dropout).
         kinds["token_batches_compiled"] = token_batches
         steps["token_batches_compiled"] = training_arm(compiled=True)[0]
-    totals = {kind: {"seconds": 0.0, "system_seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0, "padded_flops": 0.0,
-                     "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
+    totals = {kind: {"seconds": 0.0, "system_seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0,
+                     "padded_flops": 0.0, "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
     for kind, batches in kinds.items():
         compile_start = time.perf_counter()
         for batch in batches[:3 if kind.endswith("compiled") else 1]:  # warm-up (compilation, incl. a new shape)

@@ -25,21 +25,25 @@ M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 SETTINGS = {M_MMAP_THRESHOLD: 32 * 2**20, M_TRIM_THRESHOLD: 2**31 - 1, M_TOP_PAD: 256 * 2**20}
 
 
+def is_glibc() -> bool:
+    """Whether this process runs on the GNU C library (Linux distributions but Alpine's musl)."""
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (AttributeError, ValueError, OSError):  # no confstr (Windows), or no such name (macOS, musl)
+        return False
+
+
 def keep_freed_memory() -> bool:
     """Set glibc's malloc to keep freed blocks for reuse; True when set, False where the C library is not glibc or
     `HF_SRCFEAT_KEEP_FREED_MEMORY=0` asks for its defaults."""
-    if os.environ.get(ENVIRONMENT_VARIABLE, "1").strip().lower() in ("0", "false", "no"):
-        return False
-    if not hasattr(os, "confstr") or "CS_GNU_LIBC_VERSION" not in os.confstr_names:
+    if os.environ.get(ENVIRONMENT_VARIABLE, "1").strip().lower() in ("0", "false", "no") or not is_glibc():
         return False
     try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return False
         mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, ValueError, AttributeError):
+    except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(mallopt(parameter, value) == 1 for parameter, value in SETTINGS.items())
 
 
-__all__ = ["ENVIRONMENT_VARIABLE", "keep_freed_memory"]
+__all__ = ["ENVIRONMENT_VARIABLE", "is_glibc", "keep_freed_memory"]

@@ -48,8 +48,7 @@ def test_labels_are_shifted_right_into_decoder_inputs(tiny_config):
 
 
 @pytest.mark.parametrize("position_embedding_type", ["sinusoidal", "sinusoidal_marian", "sinusoidal_fairseq"])
-def test_positions_are_looked_up_in_a_table_equal_to_computing_each_alone(tiny_config, subword_tokenizer,
-                                                                           test_sentences, position_embedding_type):
+def test_positions_are_looked_up_in_a_table_equal_to_computing_each_alone(tiny_config, position_embedding_type):
     model = random_model(SrcFeatTransformerForConditionalGeneration,
                          tiny_config(position_embedding_type=position_embedding_type, max_position_embeddings=64))
     embedding = model.get_decoder().embed_target

@@ -4,19 +4,13 @@ again every step come from memory already mapped instead of a page fault for eve
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 from hf_srcfeat import process_memory
 from hf_srcfeat.commands import pretrain_dae, train, translate
 
-glibc = sys.platform.startswith("linux") and "CS_GNU_LIBC_VERSION" in os.confstr_names \
-    and bool(os.confstr("CS_GNU_LIBC_VERSION"))
 
-
-@pytest.mark.skipif(not glibc, reason="sets glibc's malloc")
+@pytest.mark.skipif(not process_memory.is_glibc(), reason="sets glibc's malloc")
 def test_glibc_is_told_to_keep_freed_memory(monkeypatch):
     monkeypatch.delenv(process_memory.ENVIRONMENT_VARIABLE, raising=False)
     assert process_memory.keep_freed_memory() is True
