@@ -13,6 +13,14 @@ tokens/s than when measured last). Reports target tokens/s (non-padding, with th
 tokens/s, seconds per step, padding share, and the peak GPU memory of all systems of a size together; the result
 file is rewritten after each size, with the GPU's name, the software versions and the code version.
 `lfe_dae` has `lfe_joint`'s network (only its initialisation differs), so it is not measured apart.
+
+`--compile` puts every encoder and decoder layer under `torch.compile` (regional compilation: one compiled graph
+serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
+FlexAttention kernels inside it), compiled during the warm-up; `--eager_baseline` adds the baseline without it as
+`baseline_eager`. Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real
+tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
+shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
+timings). A system that fails to build, compile or step is recorded with its error and the others go on.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from benchmarks import benchmark
+from benchmarks.batching_efficiency import batch_lengths, training_flops
 from hf_srcfeat.commands import train
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -86,13 +96,47 @@ def build(system: str, size: str, tokenizer):
     return train.build_model(arguments, tokenizer, seed=1)
 
 
+def compile_layers(model: nn.Module) -> int:
+    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes). Layers of
+    one class share the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
+    # The layers of every system measured share one compiled function (GradientCheckpointingLayer's call), a few
+    # entries per system: above the default recompile limit, the later systems would silently run eagerly.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
+    layers = [layer for name, module in model.named_modules()
+              if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
+
+
+def matmul_peak_bf16(size: int = 8192, repeats: int = 10) -> float:
+    """FLOP/s of a bf16 size x size x size product on the current GPU: the median of `repeats` CUDA-event timings
+    after three warm-ups, rotating over three random input pairs (never zeros, which run faster)."""
+    pairs = [(torch.randn(size, size, device="cuda", dtype=torch.bfloat16),
+              torch.randn(size, size, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+    for index in range(3):
+        torch.mm(*pairs[index % 3])
+    timings = []
+    for index in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.mm(*pairs[index % 3])
+        end.record()
+        end.synchronize()
+        timings.append(start.elapsed_time(end) / 1000)
+    del pairs
+    return 2 * size**3 / sorted(timings)[len(timings) // 2]
+
+
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
-    def __init__(self, model, device: str):
-        self.model, self.device = model.to(device).train(), device
+    def __init__(self, model, device: str, config):
+        self.model, self.device, self.config = model.to(device).train(), device, config
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
+        self.useful_flops, self.padded_flops = 0.0, 0.0
         self.round_rates: list[float] = []
 
     def step(self, batch: dict) -> None:
@@ -116,16 +160,26 @@ class Trainee:
         self.target_tokens += target_tokens
         self.source_tokens += sum(int(batch["attention_mask"].sum()) for batch in batches)
         self.padded += sum(batch["labels"].numel() + batch["input_ids"].numel() for batch in batches)
+        for batch in batches:
+            sources, targets, padded_sources, padded_targets = batch_lengths(batch)
+            self.useful_flops += training_flops(self.config, sources, targets)
+            self.padded_flops += training_flops(self.config, padded_sources, padded_targets)
         self.round_rates.append(target_tokens / seconds)
 
-    def summary(self) -> dict:
-        return {"steps": self.steps, "seconds": round(self.seconds, 3),
-                "seconds_per_step": round(self.seconds / self.steps, 4),
-                "target_tokens_per_second": round(self.target_tokens / self.seconds),
-                "target_tokens_per_second_per_round": [round(rate) for rate in self.round_rates],
-                "source_tokens_per_second": round(self.source_tokens / self.seconds),
-                "padding_share": round(1 - (self.target_tokens + self.source_tokens) / self.padded, 4),
-                "num_parameters": self.model.num_parameters()}
+    def summary(self, peak: float | None) -> dict:
+        summary = {"steps": self.steps, "seconds": round(self.seconds, 3),
+                   "seconds_per_step": round(self.seconds / self.steps, 4),
+                   "target_tokens_per_second": round(self.target_tokens / self.seconds),
+                   "target_tokens_per_second_per_round": [round(rate) for rate in self.round_rates],
+                   "source_tokens_per_second": round(self.source_tokens / self.seconds),
+                   "padding_share": round(1 - (self.target_tokens + self.source_tokens) / self.padded, 4),
+                   "num_parameters": self.model.num_parameters(),
+                   "useful_tflops_per_second": round(self.useful_flops / self.seconds / 1e12, 1),
+                   "computed_tflops_per_second": round(self.padded_flops / self.seconds / 1e12, 1)}
+        if peak:
+            summary["useful_fraction_of_peak"] = round(self.useful_flops / self.seconds / peak, 3)
+            summary["computed_fraction_of_peak"] = round(self.padded_flops / self.seconds / peak, 3)
+        return summary
 
 
 def synchronize(device: str) -> None:
@@ -134,18 +188,30 @@ def synchronize(device: str) -> None:
 
 
 def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmup: int, steps: int,
-                        rounds: int) -> dict[str, dict]:
-    """Every system warms up, then the systems take turns for `rounds` rounds of steps // rounds steps on the same
-    batches, so that clock, temperature and allocator changes over the run hit all systems alike."""
-    for trainee in trainees.values():
-        for index in range(warmup):
-            trainee.step(batches[index % len(batches)])
+                        rounds: int, errors: dict[str, str], peak: float | None) -> dict[str, dict]:
+    """Every system warms up (compiling, with `--compile`), then the systems take turns for `rounds` rounds of
+    steps // rounds steps on the same batches, so that clock, temperature and allocator changes over the run hit all
+    systems alike. A system whose warm-up fails goes to `errors` and leaves the run."""
+    for system, trainee in list(trainees.items()):
+        start = time.perf_counter()
+        try:
+            for index in range(warmup):
+                trainee.step(batches[index % len(batches)])
+            synchronize(trainee.device)
+        except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
+            errors[system] = f"{type(error).__name__}: {str(error)[:2000]}"
+            print(f"{system}: warm-up failed: {errors[system][:500]}", flush=True)
+            del trainees[system]
+            continue
+        trainee.warmup_seconds = time.perf_counter() - start
+        print(f"{system}: warm-up {trainee.warmup_seconds:.1f} s", flush=True)
     per_round = max(1, steps // rounds)
     for round_index in range(rounds):
         chunk = [batches[(warmup + round_index * per_round + i) % len(batches)] for i in range(per_round)]
         for trainee in trainees.values():
             trainee.timed_round(chunk)
-    return {system: trainee.summary() for system, trainee in trainees.items()}
+    return {system: {**trainee.summary(peak), "warmup_seconds": round(trainee.warmup_seconds, 1)}
+            for system, trainee in trainees.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,50 +224,79 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=48, help="timed steps per system, over all rounds")
     parser.add_argument("--rounds", type=int, default=6, help="rounds in which the systems take turns")
+    parser.add_argument("--compile", action="store_true",
+                        help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
+    parser.add_argument("--eager_baseline", action="store_true",
+                        help="with --compile: also the baseline without compilation, as baseline_eager")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--source_conllu", default=None,
                         help="parses of the training sources (hf-srcfeat-annotate) instead of running Stanza")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
     args = parser.parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
         raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none (--device cpu for a smoke test).")
     torch.backends.cuda.matmul.allow_tf32 = True
+    peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
     batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
     result = {
-        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
-        "transformers": __import__("transformers").__version__, "code_version": train.code_version(),
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+        "cuda": torch.version.cuda, "transformers": __import__("transformers").__version__,
+        "code_version": train.code_version(),
         "command": "python -m benchmarks.gpu_throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "warmup": args.warmup, "steps": args.steps,
-                     "rounds": args.rounds, "design": "interleaved: the systems of a size take turns each round",
+        "matmul_peak_tflops_bf16": round(peak / 1e12, 1) if peak else None,
+        "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "batches": len(batches),
+                     "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
+                     "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
+                     "compiled": "each encoder and decoder layer, torch.compile(dynamic=True)" if args.compile
+                     else False,
+                     "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
+                              "tokens (useful) and padded shapes (computed)",
                      "sizes": {size: SIZES[size] for size in args.sizes}},
         "source_parses": args.source_conllu or {
             "parser": "stanza", "sentences": len(rows), "seconds": round(parse_seconds, 1), "device": args.device,
             "note": "cold cache unless the annotation cache already held these sentences"},
-        "systems": {},
+        "systems": {}, "errors": {},
     }
     for size in args.sizes:
-        trainees = {system: Trainee(build(system, size, tokenizer), args.device) for system in args.systems}
-        if args.device.startswith("cuda"):
+        trainees, errors = {}, result["errors"].setdefault(size, {})
+        names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else [])
+        for name in names:
+            try:
+                model = build("baseline" if name == "baseline_eager" else name, size, tokenizer)
+                if args.compile and name != "baseline_eager":
+                    compile_layers(model)
+                trainees[name] = Trainee(model, args.device, model.config)
+            except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
+                errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
+        if cuda:
             torch.cuda.reset_peak_memory_stats()
-        measured = measure_interleaved(trainees, batches, args.warmup, args.steps, args.rounds)
+        measured = measure_interleaved(trainees, batches, args.warmup, args.steps, args.rounds, errors, peak)
         reference = measured.get("baseline")
         for system, summary in measured.items():
             if reference:
                 summary["relative_time_per_target_token"] = round(
                     reference["target_tokens_per_second"] / summary["target_tokens_per_second"], 3)
             print(f"{size:9s} {system:20s} {summary['target_tokens_per_second']:>9,} target tokens/s "
-                  f"{summary['seconds_per_step'] * 1000:7.1f} ms/step", flush=True)
+                  f"{summary['seconds_per_step'] * 1000:7.1f} ms/step "
+                  f"{summary['useful_tflops_per_second']:6.1f} useful TFLOP/s "
+                  f"({summary.get('useful_fraction_of_peak', 0):.1%} of peak)", flush=True)
         result["systems"][size] = measured
-        if args.device.startswith("cuda"):
+        if cuda:
             result.setdefault("peak_memory_gib_all_systems_of_a_size", {})[size] = round(
                 torch.cuda.max_memory_allocated() / 2**30, 2)
         del trainees
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
         args.output.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomically(args.output, result)
+    if cuda:
+        result["matmul_peak_tflops_bf16_after"] = round(matmul_peak_bf16() / 1e12, 1)
+        write_json_atomically(args.output, result)
+
 
 if __name__ == "__main__":
     main()

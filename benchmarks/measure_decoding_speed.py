@@ -18,11 +18,17 @@ for each setting, the arms and the baseline's CTranslate2 float32 export (which 
 the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`).
+
+`--device cuda` measures the same on a GPU: the `fast` and `transformers` arms only (oneDNN and CTranslate2's CPU
+export do not apply), float32 without TF32, timed with the device synchronised, and generated tokens/s reported
+beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U (`hf-srcfeat-annotate`) for a machine
+without the parser.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -71,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat import linear
+    from hf_srcfeat.conllu import read_conllu
     from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import tree_options
@@ -86,34 +93,56 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work_dir", type=Path, default=Path("runs/decoding_speed"),
                         help="where the grafted models and the export are written")
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--device", default="cpu", help="cpu (default: one thread) or cuda")
+    parser.add_argument("--source_conllu", type=Path, default=None,
+                        help="parses of test_2016_flickr's sources in order (instead of parsing them)")
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    sources = list(load_multi30k("test_2016_flickr", "en", "de", limit=args.sentences)["source"])
+    cuda = args.device.startswith("cuda")
+    if cuda and args.ctranslate2:
+        parser.error("--ctranslate2 measures the CPU export; leave it out with --device cuda")
+    if not cuda:
+        torch.set_num_threads(1)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop != "transformers_mkl"}
+    sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
+    annotations = None
+    if args.source_conllu:
+        annotations = list(itertools.islice(read_conllu(args.source_conllu), len(sources)))
+        if [sentence.text for sentence in annotations] != sources:
+            parser.error(f"{args.source_conllu} does not hold the parses of test_2016_flickr's first "
+                         f"{len(sources)} sources in order")
     models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
-    runners = {}
-    model_types = {}
+    runners, model_types, pad_token_ids = {}, {}, {}
     for folder in models:
         tokenizer = load_tokenizer(folder)
-        model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
-        encoded = {batch_size: [tokenizer(sources[start:start + batch_size], padding=True, return_tensors="pt",
-                                          **tree_options(model.config))
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).to(args.device).eval()
+        inputs = {"annotations": annotations} if annotations else {"text": sources}
+        encoded = {batch_size: [tokenizer(**{name: value[start:start + batch_size] for name, value in inputs.items()},
+                                          padding=True, return_tensors="pt", **tree_options(model.config)
+                                          ).to(args.device)
                                 for start in range(0, len(sources), batch_size)]
                    for batch_size, _ in SETTINGS}
-        for loop, (fast_decoding, onednn) in LOOPS.items():
+        for loop, (fast_decoding, onednn) in loops.items():
             def decode(batch_size: int, beams: int, model=model, encoded=encoded, fast_decoding=fast_decoding,
                        onednn=onednn):
                 linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
                 try:
                     with torch.no_grad():
-                        return [model.generate(**batch, num_beams=beams, do_sample=False, fast_decoding=fast_decoding,
-                                               max_new_tokens=args.max_new_tokens) for batch in encoded[batch_size]]
+                        outputs = [model.generate(**batch, num_beams=beams, do_sample=False,
+                                                  fast_decoding=fast_decoding, max_new_tokens=args.max_new_tokens)
+                                   for batch in encoded[batch_size]]
+                    if cuda:
+                        torch.cuda.synchronize()
+                    return outputs
                 finally:
                     linear.ONEDNN_MIN_ROWS = default_min_rows
 
             runners[(folder, loop)] = decode
             model_types[(folder, loop)] = model.config.model_type
+            pad_token_ids[(folder, loop)] = model.config.pad_token_id
     export_error = None
     if args.ctranslate2:
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
@@ -132,11 +161,15 @@ def main(argv: list[str] | None = None) -> dict:
             export_error = f"{type(error).__name__}: {error}"
             print(f"no CTranslate2 row: {export_error}", flush=True)
 
-    identical = {}
+    identical, generated_tokens = {}, {}
     for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
         outputs = {key: run(batch_size, beams) for key, run in runners.items()}
+        for key, output in outputs.items():
+            if key[1] != "ctranslate2":  # tokens after the decoder's start token, up to and with </s>
+                generated_tokens[(key, batch_size, beams)] = sum(
+                    int((sequences[:, 1:] != pad_token_ids[key]).sum()) for sequences in output)
         for folder in models:
-            for reference in ("transformers", "transformers_mkl"):
+            for reference in [loop for loop in loops if loop != "fast"]:
                 rows = [torch.equal(a[row], b[row]) if a.shape == b.shape else False
                         for a, b in zip(outputs[(folder, "fast")], outputs[(folder, reference)], strict=True)
                         for row in range(a.shape[0])]
@@ -162,22 +195,27 @@ def main(argv: list[str] | None = None) -> dict:
             row = {"model_type": model_types[key], "loop": key[1],
                    "sentences_per_second": round(args.rounds * len(sources) / total, 2),
                    "time_over_baseline": round(total / seconds[(baseline, batch_size, beams)], 3)}
+            if (key, batch_size, beams) in generated_tokens:
+                row["generated_tokens_per_second"] = round(
+                    args.rounds * generated_tokens[(key, batch_size, beams)] / total, 1)
             if ctranslate2 in runners:
                 row["time_over_ctranslate2"] = round(total / seconds[(ctranslate2, batch_size, beams)], 3)
             if key[1] == "fast":
-                for reference in ("transformers", "transformers_mkl"):
+                for reference in [loop for loop in loops if loop != "fast"]:
                     row[f"speedup_over_{reference}"] = round(
                         seconds[((key[0], reference), batch_size, beams)] / total, 3)
                     row[f"identical_to_{reference}"] = identical[(key[0], reference, batch_size, beams)]
             timings[setting][f"{key[0]} ({key[1]})" if key != ctranslate2 else key[0]] = row
             print(setting, key, row, flush=True)
-    result = {"code_version": code_version(), "torch": torch.__version__, "threads": 1,
+    result = {"code_version": code_version(), "torch": torch.__version__,
+              "device": torch.cuda.get_device_name() if cuda else "cpu", "threads": None if cuda else 1,
               "command": "python -m benchmarks.measure_decoding_speed " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
               "sentences": len(sources), "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,
-              "onednn_min_rows": default_min_rows, "processor": processor_name()}
+              "onednn_min_rows": default_min_rows, "processor": processor_name(),
+              "source_parses": str(args.source_conllu) if args.source_conllu else "parsed (annotation cache)"}
     write_json_atomically(args.output, result, indent=1)
     return result
 

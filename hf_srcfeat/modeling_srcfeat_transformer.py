@@ -632,6 +632,9 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             check_token_ids(name, ids, self.config.vocab_size)
         if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        if labels is not None and use_cache is None:
+            # A training step reads no cache: filling one copies every decoder layer's keys and values.
+            use_cache = False
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, pos_ids=pos_ids, lemma_ids=lemma_ids,
             deprel_ids=deprel_ids, subword_tag_ids=subword_tag_ids, word_ids=word_ids, phrase_ids=phrase_ids,

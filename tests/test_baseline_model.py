@@ -41,6 +41,20 @@ def test_loss_is_label_smoothed_cross_entropy_per_target_token(tiny_config, subw
     torch.testing.assert_close(output.loss, expected)
 
 
+def test_a_training_step_fills_no_cache_unless_asked(tiny_config, subword_tokenizer, test_sentences):
+    model = random_model(SrcFeatTransformerForConditionalGeneration, tiny_config()).train()
+    batch = encode(subword_tokenizer, test_sentences[:3], text_target=test_sentences[3:6])
+    labels = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": labels}
+    assert model.config.use_cache
+    assert model(**inputs).past_key_values is None
+    assert isinstance(model(**inputs, use_cache=True).past_key_values, EncoderDecoderCache)
+    torch.manual_seed(0)
+    loss_without_cache = model(**inputs).loss
+    torch.manual_seed(0)
+    torch.testing.assert_close(model(**inputs, use_cache=True).loss, loss_without_cache, rtol=0, atol=0)
+
+
 def test_labels_are_shifted_right_into_decoder_inputs(tiny_config):
     model = SrcFeatTransformerForConditionalGeneration(tiny_config())
     labels = torch.tensor([[11, 12, 2], [13, 2, -100]])
