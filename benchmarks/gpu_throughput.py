@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
     parser.add_argument("--eager_baseline", action="store_true",
                         help="with --compile: also the baseline without compilation, as baseline_eager")
+    parser.add_argument("--no_cudnn_attention", action="store_true",
+                        help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--source_conllu", default=None,
@@ -238,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     if cuda and not torch.cuda.is_available():
         raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none (--device cpu for a smoke test).")
     torch.backends.cuda.matmul.allow_tf32 = True
+    if args.no_cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
     batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
                      "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
+                     "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
                      "compiled": "each encoder and decoder layer, torch.compile(dynamic=True)" if args.compile
                      else False,
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
