@@ -16,8 +16,9 @@ file is rewritten after each size, with the GPU's name, the software versions an
 
 `--compile` puts every encoder and decoder layer under `torch.compile` (regional compilation: one compiled graph
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
-FlexAttention kernels inside it), compiled during the warm-up; `--eager_baseline` adds the baseline without it as
-`baseline_eager`. Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real
+FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once; `--eager_baseline` adds the baseline without it as
+`baseline_eager`; `--eager_attention_baseline` adds the baseline with eager attention as
+`baseline_eager_attention`. Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real
 tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
 shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
@@ -228,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
     parser.add_argument("--eager_baseline", action="store_true",
                         help="with --compile: also the baseline without compilation, as baseline_eager")
+    parser.add_argument("--eager_attention_baseline", action="store_true",
+                        help="also the baseline with eager attention (compiled with --compile: inductor fuses its "
+                             "mask and softmax), as baseline_eager_attention")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -245,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
     batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
+    # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
+    # steps through every batch once, so that none falls into a timed round.
+    warmup = max(args.warmup, len(batches)) if args.compile else args.warmup
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
         "cuda": torch.version.cuda, "transformers": __import__("transformers").__version__,
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m benchmarks.gpu_throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
         "matmul_peak_tflops_bf16": round(peak / 1e12, 1) if peak else None,
         "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "batches": len(batches),
-                     "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
+                     "warmup": warmup, "steps": args.steps, "rounds": args.rounds,
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
@@ -268,10 +275,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     for size in args.sizes:
         trainees, errors = {}, result["errors"].setdefault(size, {})
-        names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else [])
+        names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else []) + (
+            ["baseline_eager_attention"] if args.eager_attention_baseline else [])
         for name in names:
             try:
-                model = build("baseline" if name == "baseline_eager" else name, size, tokenizer)
+                model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
+                if name == "baseline_eager_attention":
+                    model.set_attn_implementation("eager")
                 if args.compile and name != "baseline_eager":
                     compile_layers(model)
                 trainees[name] = Trainee(model, args.device, model.config)
@@ -279,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        measured = measure_interleaved(trainees, batches, args.warmup, args.steps, args.rounds, errors, peak)
+        measured = measure_interleaved(trainees, batches, warmup, args.steps, args.rounds, errors, peak)
         reference = measured.get("baseline")
         for system, summary in measured.items():
             if reference:

@@ -97,8 +97,13 @@ class SinusoidalTokenEmbedding(nn.Module):
         # weights never see them.
         self.sinusoid_tables: dict[torch.device, torch.Tensor] = {}
 
-    def check_positions(self, positions: torch.Tensor) -> None:
+    def check_positions(self, positions: torch.Tensor, longest: int | None = None) -> None:
+        """Raise an error unless every position has an embedding. `longest`: a bound the caller knows on the host
+        (positions counted within a sequence of that many tokens); within the table it spares reading the
+        positions back, which waits for the GPU."""
         if torch.compiler.is_compiling():  # the check reads a value back to the host: eager mode only
+            return
+        if longest is not None and longest <= self.max_positions:
             return
         longest = int(positions.max()) + 1 if positions.numel() else 0
         if longest > self.max_positions:
@@ -107,10 +112,11 @@ class SinusoidalTokenEmbedding(nn.Module):
                 "truncate the input (tokenizer(..., truncation=True)) or raise max_position_embeddings."
             )
 
-    def positional(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def positional(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32,
+                   longest: int | None = None) -> torch.Tensor:
         """The position table in the embeddings' dtype: computed in float32 (exact angles), then cast, so a
-        bfloat16 or float16 model adds positions of its own precision."""
-        self.check_positions(positions)
+        bfloat16 or float16 model adds positions of its own precision. `longest`: see `check_positions`."""
+        self.check_positions(positions, longest)
         positions = positions + self.position_offset
         if self.position_type == "learned":
             return self.embed_positions(positions).to(dtype)
@@ -134,9 +140,10 @@ class SinusoidalTokenEmbedding(nn.Module):
             table = self.sinusoid_tables[device] = self.sinusoids(positions)
         return table
 
-    def with_positions(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def with_positions(self, embeddings: torch.Tensor, positions: torch.Tensor,
+                       longest: int | None = None) -> torch.Tensor:
         """Dropout([LayerNorm](embeddings + positions)): the representation the first layer reads."""
-        hidden_states = embeddings + self.positional(positions, embeddings.dtype)
+        hidden_states = embeddings + self.positional(positions, embeddings.dtype, longest)
         if self.layernorm_embedding is not None:
             hidden_states = self.layernorm_embedding(hidden_states)
         return self.dropout(hidden_states)
@@ -167,7 +174,7 @@ class SrcFeatSourceEmbedding(SinusoidalTokenEmbedding):
         embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = embeddings.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, embeddings.device)
-        return self.with_positions(embeddings, positions)
+        return self.with_positions(embeddings, positions, longest=seq_len)
 
 
 class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
@@ -176,5 +183,6 @@ class SrcFeatTargetEmbedding(SinusoidalTokenEmbedding):
     def forward(self, input_ids: torch.Tensor | None, past_length: int = 0,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
-        positions = torch.arange(past_length, past_length + embeddings.shape[1], device=embeddings.device)
-        return self.with_positions(embeddings, positions)
+        longest = past_length + embeddings.shape[1]
+        positions = torch.arange(past_length, longest, device=embeddings.device)
+        return self.with_positions(embeddings, positions, longest)

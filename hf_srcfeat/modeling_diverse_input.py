@@ -138,7 +138,7 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
         words = self.token_embeddings(required(input_ids)) if inputs_embeds is None else inputs_embeds
         batch_size, seq_len = words.shape[:2]
         positions = source_positions(attention_mask, batch_size, seq_len, words.device)
-        self.check_positions(positions)
+        self.check_positions(positions, longest=seq_len)
         outputs = {}
         for name, width in self.group_widths.items():
             group = self.projections[name](words)
@@ -163,7 +163,8 @@ class DiverseInputEmbedding(SrcFeatSourceEmbedding):
         if self.graft_gate is None:
             return self.dropout(diverse)
         positions = source_positions(attention_mask, words.shape[0], words.shape[1], words.device)
-        trained = self.with_positions(words, positions)  # the grafted-onto model's representation (with dropout)
+        # the grafted-onto model's representation (with dropout)
+        trained = self.with_positions(words, positions, longest=words.shape[1])
         return self.graft_gate.mix(0, trained, self.dropout(diverse))
 
 

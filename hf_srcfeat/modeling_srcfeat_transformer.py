@@ -367,8 +367,9 @@ def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> Non
         return
     if ids.is_floating_point():
         raise TypeError(f"`{name}` has dtype {ids.dtype}; token ids are an integer tensor (torch.long).")
-    real = ids[ids != -100] if name == "labels" else ids
-    if real.numel() and (real.min() < 0 or real.max() >= vocab_size):
+    out_of_range = (ids >= vocab_size) | ((ids < 0) & (ids != -100) if name == "labels" else ids < 0)
+    if out_of_range.any():  # one read-back (it waits for the GPU); the range is read only for the message
+        real = ids[ids != -100] if name == "labels" else ids
         raise ValueError(f"`{name}` holds ids from {int(real.min())} to {int(real.max())}, but the model has "
                          f"{vocab_size} token embeddings: the tokenizer does not match this model.")
 

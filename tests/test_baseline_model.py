@@ -202,6 +202,29 @@ def test_empty_and_overlong_sources_raise_clear_errors(tiny_config):
         model.get_encoder()(input_ids=torch.full((1, 20), 5))
 
 
+def test_positions_within_the_table_are_not_read_back_to_the_host(tiny_config):
+    # A bound known on the host spares the read-back, which waits for the GPU: positions on the meta device, which
+    # cannot be read, pass when the bound fits and are read (and fail) when it does not.
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config(max_position_embeddings=16))
+    embeddings = model.model.decoder.embed_target
+    positions = torch.empty(2, 20, dtype=torch.long, device="meta")
+    embeddings.check_positions(positions, longest=16)
+    with pytest.raises((NotImplementedError, RuntimeError)):
+        embeddings.check_positions(positions, longest=20)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        embeddings.check_positions(torch.arange(20), longest=20)
+
+
+def test_out_of_range_labels_raise_an_error_naming_them_and_minus_100_passes(tiny_config):
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
+    input_ids = torch.tensor([[5, 6, 2]])
+    model(input_ids=input_ids, labels=torch.tensor([[7, 2, -100]]))
+    vocab_size = model.config.vocab_size
+    for labels in ([[7, vocab_size, -100]], [[7, -5, 2]]):
+        with pytest.raises(ValueError, match=r"`labels` holds ids from -?\d+ to \d+, but the model has"):
+            model(input_ids=input_ids, labels=torch.tensor(labels))
+
+
 def test_the_baseline_ignores_source_features(trained_baseline, subword_tokenizer, test_sentences):
     model, _ = trained_baseline
     batch = encode(subword_tokenizer, test_sentences[:2])
