@@ -175,8 +175,8 @@ class Trainee:
                    "source_tokens_per_second": round(self.source_tokens / self.seconds),
                    "padding_share": round(1 - (self.target_tokens + self.source_tokens) / self.padded, 4),
                    "num_parameters": self.model.num_parameters(),
-                   "useful_tflops_per_second": round(self.useful_flops / self.seconds / 1e12, 1),
-                   "computed_tflops_per_second": round(self.padded_flops / self.seconds / 1e12, 1)}
+                   "useful_tflops_per_second": round(self.useful_flops / self.seconds / 1e12, 3),
+                   "computed_tflops_per_second": round(self.padded_flops / self.seconds / 1e12, 3)}
         if peak:
             summary["useful_fraction_of_peak"] = round(self.useful_flops / self.seconds / peak, 3)
             summary["computed_fraction_of_peak"] = round(self.padded_flops / self.seconds / peak, 3)

@@ -1,0 +1,70 @@
+"""The speed benchmarks' scripts on small slices of real data: the decoding benchmark on CPU from CoNLL-U parses, and
+the GPU training benchmark's compiled path run on the CPU (its smoke-test mode)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_srcfeat.conllu import write_conllu
+
+
+def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_tokens_per_second(
+        model_folder, stanza_annotator, multi30k_dir, tmp_path):
+    from benchmarks import measure_decoding_speed
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    sources = list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=4)["source"])
+    parses = tmp_path / "test.en.conllu"
+    write_conllu(stanza_annotator.annotate(sources, show_progress=False), parses)
+    result = measure_decoding_speed.main([
+        "--models", str(model_folder), "--graft", "deps_san", "--sentences", "4", "--rounds", "1",
+        "--source_conllu", str(parses), "--data_dir", str(multi30k_dir), "--work_dir", str(tmp_path / "work"),
+        "--output", str(tmp_path / "speed.json")])
+
+    assert result["source_parses"] == str(parses)
+    for setting in ("batch32_beam4", "batch1_beam1"):
+        fast_rows = [row for row in result["timings"][setting].values() if row["loop"] == "fast"]
+        assert [row["model_type"] for row in fast_rows] == ["srcfeat_transformer", "deps_san"]
+        for row in fast_rows:
+            assert row["identical_to_transformers"] == 1.0
+            assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
+
+
+def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
+                                                             tmp_path, capsys):
+    from benchmarks import measure_decoding_speed
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    sources = list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=3)["source"])
+    parses = tmp_path / "shuffled.conllu"
+    write_conllu(stanza_annotator.annotate(sources[::-1], show_progress=False), parses)
+    with pytest.raises(SystemExit):
+        measure_decoding_speed.main(["--models", str(model_folder), "--sentences", "3", "--source_conllu",
+                                     str(parses), "--data_dir", str(multi30k_dir), "--output",
+                                     str(tmp_path / "speed.json")])
+    assert "does not hold the parses of test_2016_flickr's first 3 sources" in capsys.readouterr().err
+
+
+def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
+        feature_tokenizer, train_annotations, multi30k_dir, tmp_path):
+    from benchmarks import gpu_throughput
+
+    tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
+    feature_tokenizer.save_pretrained(tokenizer_folder)
+    write_conllu(train_annotations[:120], parses)
+    gpu_throughput.main([
+        "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--eager_baseline",
+        "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
+        "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
+        "--output", str(output)])
+
+    result = json.loads(output.read_text())
+    assert result["errors"] == {"benchmark": {}}
+    assert result["settings"]["warmup"] == result["settings"]["batches"] > 1
+    systems = result["systems"]["benchmark"]
+    assert set(systems) == {"baseline", "baseline_eager"}
+    for summary in systems.values():
+        assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
+        assert 0 < summary["padding_share"] < 0.5
