@@ -1,5 +1,5 @@
 """Exploratory: attention forward+backward for a token batch's shapes (1,100 sentences of <= 32 tokens, 8 heads of
-64, bf16, padding mask) by each SDPA backend and FlexAttention (not committed)."""
+64, bf16, padding mask) by each SDPA backend and FlexAttention ."""
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -22,7 +22,11 @@ def bench(fn, label):
     times = []
     for _ in range(20):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize(); times.append(s.elapsed_time(e))
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
     times.sort()
     print(f"{label:40s} {times[len(times)//2]*1000:8.0f} us fwd+bwd", flush=True)
 

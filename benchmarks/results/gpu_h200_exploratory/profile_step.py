@@ -1,5 +1,8 @@
-"""Exploratory: where a compiled base-size training step spends its time on the GPU (not committed)."""
-import sys, time, torch
+"""Exploratory: where a compiled base-size training step spends its time on the GPU."""
+import time
+
+import torch
+
 from benchmarks import gpu_throughput as g
 
 args = g.argparse.Namespace(pairs=29000, tokenizer=".gpu/tokenizer", source_conllu=".gpu/parses/train.en.conllu.gz",
@@ -16,10 +19,12 @@ for batch in batches:
     trainee.step(batch)
 g.synchronize(device)
 for label, chunk in (("steady", batches[:8]),):
-    g.synchronize(device); start = time.perf_counter()
+    g.synchronize(device)
+    start = time.perf_counter()
     for batch in chunk:
         trainee.step(batch)
-    g.synchronize(device); print(label, "ms/step", (time.perf_counter() - start) / len(chunk) * 1000, flush=True)
+    g.synchronize(device)
+    print(label, "ms/step", (time.perf_counter() - start) / len(chunk) * 1000, flush=True)
 activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
 with torch.profiler.profile(activities=activities) as prof:
     for batch in batches[:4]:
