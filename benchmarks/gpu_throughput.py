@@ -97,9 +97,10 @@ def build(system: str, size: str, tokenizer):
     return train.build_model(arguments, tokenizer, seed=1)
 
 
-def compile_layers(model: nn.Module) -> int:
-    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes). Layers of
-    one class share the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
+def compile_layers(model: nn.Module, mode: str | None = None) -> int:
+    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode` as
+    torch.compile takes it, e.g. "reduce-overhead" for CUDA graphs). Layers of one class share the compiled code,
+    so compiling costs one graph per layer type. Returns the layers compiled."""
     # The layers of every system measured share one compiled function (GradientCheckpointingLayer's call), a few
     # entries per system: above the default recompile limit, the later systems would silently run eagerly.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -107,7 +108,7 @@ def compile_layers(model: nn.Module) -> int:
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
-        layer.compile(dynamic=True)
+        layer.compile(dynamic=True, mode=mode)
     return len(layers)
 
 
@@ -227,6 +228,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds in which the systems take turns")
     parser.add_argument("--compile", action="store_true",
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
+    parser.add_argument("--compile_mode", default=None, choices=["default", "reduce-overhead", "max-autotune"],
+                        help="torch.compile's mode for --compile (default: its default)")
+    parser.add_argument("--pin_memory", action="store_true",
+                        help="batches in pinned memory, as a DataLoader with pin_memory=True gives them (the copy "
+                             "to the GPU then does not wait for it)")
     parser.add_argument("--eager_baseline", action="store_true",
                         help="with --compile: also the baseline without compilation, as baseline_eager")
     parser.add_argument("--eager_attention_baseline", action="store_true",
@@ -249,6 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
     batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
+    if args.pin_memory and cuda:
+        batches = [{name: value.pin_memory() for name, value in batch.items()} for batch in batches]
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
     # steps through every batch once, so that none falls into a timed round.
     warmup = max(args.warmup, len(batches)) if args.compile else args.warmup
@@ -263,8 +271,9 @@ def main(argv: list[str] | None = None) -> None:
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
-                     "compiled": "each encoder and decoder layer, torch.compile(dynamic=True)" if args.compile
-                     else False,
+                     "compiled": f"each encoder and decoder layer, torch.compile(dynamic=True, mode={args.compile_mode!r})"
+                     if args.compile else False,
+                     "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",
                      "sizes": {size: SIZES[size] for size in args.sizes}},
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
                 if name == "baseline_eager_attention":
                     model.set_attn_implementation("eager")
                 if args.compile and name != "baseline_eager":
-                    compile_layers(model)
+                    compile_layers(model, args.compile_mode)
                 trainees[name] = Trainee(model, args.device, model.config)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
