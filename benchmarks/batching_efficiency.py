@@ -9,11 +9,12 @@ The benchmark's baseline (d_model 256, 3+3 layers) trains on real Multi30k pairs
 machine load hit every arm alike:
 
 - `sentence_batches`: random batches of `--batch_size` sentences (the benchmark's batching), PyTorch's default
-  matrix kernels (MKL) and `nn.functional.cross_entropy` for the loss: the training step before the zoo's kernels;
+  matrix kernels (MKL), `nn.Dropout`'s masks and `nn.functional.cross_entropy` for the loss: the training step
+  before the zoo's kernels;
 - `token_batches`: the same step on token-budget batches (`TokenBudgetBatchSampler`, `--max_tokens`);
 - `token_batches_onednn`: token batches with the zoo's training step as it ships: every linear layer's three
-  products through oneDNN (`hf_srcfeat.linear`) and the loss's gradient written in one pass
-  (`hf_srcfeat.label_smoothed_cross_entropy`);
+  products through oneDNN (`hf_srcfeat.linear`), the loss's gradient written in one pass
+  (`hf_srcfeat.label_smoothed_cross_entropy`) and dropout masks from 16-bit random lanes (`hf_srcfeat.dropout`);
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
   (inductor, dynamic shapes); compilation is done in the warm-up, before any timing.
 
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 
 from benchmarks import benchmark
-from hf_srcfeat import linear
+from hf_srcfeat import dropout, linear
 from hf_srcfeat.commands import train
 from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def step(batch: dict) -> None:
             linear.ONEDNN_MIN_ROWS = sys.maxsize if pytorch_kernels else default_min_rows
+            dropout.LANE_MASKS = not pytorch_kernels
             forward(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

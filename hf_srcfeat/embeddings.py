@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from .dropout import Dropout
 from .source_features import SourceFeatures
 
 
@@ -92,7 +93,7 @@ class SinusoidalTokenEmbedding(nn.Module):
             self.embed_positions = nn.Embedding(config.max_position_embeddings + self.position_offset, config.d_model)
         self.layernorm_embedding = nn.LayerNorm(config.d_model) if getattr(config, "layernorm_embedding", False) \
             else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         # Sinusoid tables by device, computed at first use: not buffers, so that meta-device loading and saved
         # weights never see them.
         self.sinusoid_tables: dict[torch.device, torch.Tensor] = {}

@@ -41,6 +41,7 @@ from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
 from .decoding import beam_search, greedy_search, reason_not_supported
+from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
 from .label_smoothed_cross_entropy import label_smoothed_cross_entropy
@@ -84,7 +85,7 @@ class ResidualSublayer(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.layer_norm = nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.pre_norm = config.layernorm_position == "pre"
 
     def forward(self, hidden_states: torch.Tensor, sublayer: Callable) -> tuple[torch.Tensor, object]:
@@ -103,7 +104,7 @@ class FeedForward(nn.Module):
         self.fc1 = Linear(config.d_model, inner_dim)
         self.fc2 = Linear(inner_dim, config.d_model)
         self.activation = ACT2FN[config.activation_function]
-        self.activation_dropout = nn.Dropout(config.activation_dropout)
+        self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
