@@ -105,6 +105,9 @@ def compile_layers(model: nn.Module, mode: str | None = None) -> int:
     # entries per system: above the default recompile limit, the later systems would silently run eagerly.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
+    # A system that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed.
+    if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
@@ -193,7 +196,13 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
                         rounds: int, errors: dict[str, str], peak: float | None) -> dict[str, dict]:
     """Every system warms up (compiling, with `--compile`), then the systems take turns for `rounds` rounds of
     steps // rounds steps on the same batches, so that clock, temperature and allocator changes over the run hit all
-    systems alike. A system whose warm-up fails goes to `errors` and leaves the run."""
+    systems alike. A system whose warm-up or timed steps fail goes to `errors` and leaves the run."""
+
+    def leave(system: str, stage: str, error: Exception) -> None:
+        errors[system] = f"{stage}: {type(error).__name__}: {str(error)[:2000]}"
+        print(f"{system}: {errors[system][:500]}", flush=True)
+        del trainees[system]
+
     for system, trainee in list(trainees.items()):
         start = time.perf_counter()
         try:
@@ -201,17 +210,18 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
                 trainee.step(batches[index % len(batches)])
             synchronize(trainee.device)
         except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
-            errors[system] = f"{type(error).__name__}: {str(error)[:2000]}"
-            print(f"{system}: warm-up failed: {errors[system][:500]}", flush=True)
-            del trainees[system]
+            leave(system, "warm-up", error)
             continue
         trainee.warmup_seconds = time.perf_counter() - start
         print(f"{system}: warm-up {trainee.warmup_seconds:.1f} s", flush=True)
     per_round = max(1, steps // rounds)
     for round_index in range(rounds):
         chunk = [batches[(warmup + round_index * per_round + i) % len(batches)] for i in range(per_round)]
-        for trainee in trainees.values():
-            trainee.timed_round(chunk)
+        for system, trainee in list(trainees.items()):
+            try:
+                trainee.timed_round(chunk)
+            except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
+                leave(system, f"timed round {round_index + 1}", error)
     return {system: {**trainee.summary(peak), "warmup_seconds": round(trainee.warmup_seconds, 1)}
             for system, trainee in trainees.items()}
 
@@ -258,8 +268,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.pin_memory and cuda:
         batches = [{name: value.pin_memory() for name, value in batch.items()} for batch in batches]
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
-    # steps through every batch once, so that none falls into a timed round.
-    warmup = max(args.warmup, len(batches)) if args.compile else args.warmup
+    # steps through every batch once, so that none falls into a timed round; twice with CUDA graphs, which run a
+    # shape eagerly the first time and record it the second.
+    passes = 2 if args.compile_mode == "reduce-overhead" else 1
+    warmup = max(args.warmup, passes * len(batches)) if args.compile else args.warmup
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
         "cuda": torch.version.cuda, "transformers": __import__("transformers").__version__,

@@ -51,6 +51,15 @@ GRAFTS = {
 }
 
 
+def generated_token_count(sequences, eos_token_id: int, pad_token_id: int) -> int:
+    """Tokens each row generated after the decoder's start token, up to and with its first </s>: beam search fills
+    a finished row with </s> (greedy with padding), which are not generated tokens."""
+    generated = sequences[:, 1:]
+    is_eos = generated == eos_token_id
+    before_first_eos = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
+    return int((before_first_eos & (generated != pad_token_id)).sum())
+
+
 def graft_methods(baseline: str, names: list[str], work_dir: Path) -> list[str]:
     """Save each method grafted onto the baseline (with its tokenizer) under `work_dir`; returns the folders."""
     import torch
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--ctranslate2 measures the CPU export; leave it out with --device cuda")
     if not cuda:
         torch.set_num_threads(1)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop != "transformers_mkl"}
     sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
     annotations = None
@@ -115,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
-    runners, model_types, pad_token_ids = {}, {}, {}
+    runners, model_types, special_token_ids = {}, {}, {}
     for folder in models:
         tokenizer = load_tokenizer(folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).to(args.device).eval()
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             runners[(folder, loop)] = decode
             model_types[(folder, loop)] = model.config.model_type
-            pad_token_ids[(folder, loop)] = model.config.pad_token_id
+            special_token_ids[(folder, loop)] = (model.config.eos_token_id, model.config.pad_token_id)
     export_error = None
     if args.ctranslate2:
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
@@ -165,9 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
     for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
         outputs = {key: run(batch_size, beams) for key, run in runners.items()}
         for key, output in outputs.items():
-            if key[1] != "ctranslate2":  # tokens after the decoder's start token, up to and with </s>
+            if key[1] != "ctranslate2":
                 generated_tokens[(key, batch_size, beams)] = sum(
-                    int((sequences[:, 1:] != pad_token_ids[key]).sum()) for sequences in output)
+                    generated_token_count(sequences, *special_token_ids[key]) for sequences in output)
         for folder in models:
             for reference in [loop for loop in loops if loop != "fast"]:
                 rows = [torch.equal(a[row], b[row]) if a.shape == b.shape else False

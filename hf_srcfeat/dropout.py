@@ -29,7 +29,7 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """A boolean CPU mask of `shape`, True (kept) with probability 1 - `dropped_share(p)`, each element independent."""
     count = math.prod(shape)
-    words = torch.empty((count + 3) // 4, dtype=torch.int64)
+    words = torch.empty((count + 3) // 4, dtype=torch.int64, device="cpu")
     # The full 64-bit range: `random_()` without bounds leaves the sign bit 0, and with it a lane that is never dropped.
     words.random_(-(1 << 63), None, generator=generator)
     lanes = words.view(torch.int16)[:count].view(shape)  # each uniform over [-32768, 32767]
@@ -47,10 +47,10 @@ class DropoutFunction(torch.autograd.Function):
         return inputs.mul(mask).mul_(ctx.scale)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
         (mask,) = ctx.saved_tensors
-        return grad_output.mul(mask).mul_(ctx.scale), None
+        # Out of place, so that a second derivative (create_graph=True) differentiates through it.
+        return grad_output.mul(mask).mul(ctx.scale), None
 
 
 class Dropout(nn.Dropout):

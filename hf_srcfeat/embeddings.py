@@ -74,7 +74,7 @@ def source_positions(attention_mask: torch.Tensor | None, batch_size: int, seq_l
     """Position of every source token, counting only real tokens, so left padding does not shift positions."""
     if attention_mask is None:
         return torch.arange(seq_len, device=device).expand(batch_size, seq_len)
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    return ((attention_mask != 0).long().cumsum(-1) - 1).clamp(min=0)
 
 
 class SinusoidalTokenEmbedding(nn.Module):

@@ -366,7 +366,7 @@ def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> Non
     instead of an index error inside the embedding."""
     if ids is None or not ids.numel() or torch.compiler.is_compiling():  # reads back to the host: eager only
         return
-    if ids.is_floating_point():
+    if ids.dtype not in (torch.long, torch.int):
         raise TypeError(f"`{name}` has dtype {ids.dtype}; token ids are an integer tensor (torch.long).")
     out_of_range = (ids >= vocab_size) | ((ids < 0) & (ids != -100) if name == "labels" else ids < 0)
     if out_of_range.any():  # one read-back (it waits for the GPU); the range is read only for the message

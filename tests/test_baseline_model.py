@@ -215,6 +215,20 @@ def test_positions_within_the_table_are_not_read_back_to_the_host(tiny_config):
         embeddings.check_positions(torch.arange(20), longest=20)
 
 
+def test_source_positions_count_the_mask_as_real_or_padding_whatever_its_values(tiny_config):
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config(max_position_embeddings=16)).eval()
+    input_ids = torch.full((1, 10), 5)
+    ones = model.get_encoder()(input_ids=input_ids, attention_mask=torch.ones(1, 10, dtype=torch.long))
+    twos = model.get_encoder()(input_ids=input_ids, attention_mask=torch.full((1, 10), 2))
+    torch.testing.assert_close(twos.last_hidden_state, ones.last_hidden_state, rtol=0, atol=0)
+
+
+def test_token_ids_of_a_dtype_the_embedding_cannot_index_raise_an_error_naming_it(tiny_config):
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
+    with pytest.raises(TypeError, match="`input_ids` has dtype torch.uint8"):
+        model(input_ids=torch.tensor([[5, 6, 2]], dtype=torch.uint8), labels=torch.tensor([[7, 2]]))
+
+
 def test_out_of_range_labels_raise_an_error_naming_them_and_minus_100_passes(tiny_config):
     model = SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
     input_ids = torch.tensor([[5, 6, 2]])

@@ -34,6 +34,18 @@ def test_kept_values_are_scaled_so_that_the_expectation_is_unchanged_and_the_gra
     torch.testing.assert_close(inputs.grad, kept.float() * scale, rtol=0, atol=0)
 
 
+def test_second_derivatives_and_a_default_device_context_work_as_with_nn_dropout():
+    dropout = Dropout(0.3).train()
+    inputs = torch.randn(40, 8, requires_grad=True)
+    output = dropout(inputs)
+    (first,) = torch.autograd.grad((output**2).sum(), inputs, create_graph=True)
+    first.sum().backward()
+    kept_scale = (output != 0).float() / (1 - dropped_share(0.3))
+    torch.testing.assert_close(inputs.grad, 2 * kept_scale**2)
+    with torch.device("meta"):
+        assert dropout(torch.ones(4, 4, device="cpu")).device.type == "cpu"
+
+
 def test_masks_follow_the_seed_and_evaluation_applies_none():
     dropout = Dropout(0.2).train()
     inputs = torch.randn(16, 40)

@@ -32,6 +32,25 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
             assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
 
 
+def test_generated_tokens_end_at_each_rows_first_end_of_sentence(model_folder, test_sentences):
+    # Beam search fills a finished row with </s>, greedy search with padding: neither counts as generated.
+    from transformers import AutoModelForSeq2SeqLM
+
+    from benchmarks.measure_decoding_speed import generated_token_count
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_folder).eval()
+    batch = load_tokenizer(model_folder)(test_sentences[:6], padding=True, return_tensors="pt")
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id
+    for beams in (1, 4):
+        sequences = model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=20)
+        expected = 0
+        for row in sequences[:, 1:].tolist():
+            tokens = row[:row.index(eos) + 1] if eos in row else row
+            expected += sum(token != pad for token in tokens)
+        assert generated_token_count(sequences, eos, pad) == expected < sequences[:, 1:].numel()
+
+
 def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
                                                              tmp_path, capsys):
     from benchmarks import measure_decoding_speed
