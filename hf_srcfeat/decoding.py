@@ -48,9 +48,29 @@ ROW_WISE_STOPPING_CRITERIA = (stopping_criteria.MaxLengthCriteria, stopping_crit
 
 def apply_processors(logits_processor, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """`logits_processor(input_ids, scores)` for the row-wise processors, which take no other argument: without
-    `LogitsProcessorList`'s per-call signature inspection of every processor (2% of a greedy step of one sentence)."""
+    `LogitsProcessorList`'s per-call signature inspection of every processor (2% of a greedy step of one sentence).
+    No-repeat n-grams are banned by `ban_repeated_ngrams` instead of the processor's loops over rows."""
     for processor in logits_processor:
-        scores = processor(input_ids, scores)
+        if type(processor) is logits_process.NoRepeatNGramLogitsProcessor:
+            scores = ban_repeated_ngrams(input_ids, scores, processor.ngram_size)
+        else:
+            scores = processor(input_ids, scores)
+    return scores
+
+
+def ban_repeated_ngrams(input_ids: torch.Tensor, scores: torch.Tensor, ngram_size: int) -> torch.Tensor:
+    """`NoRepeatNGramLogitsProcessor(ngram_size)(input_ids, scores)` in tensor operations: a token that would
+    complete an n-gram the row already holds gets -inf. The processor builds each row's n-grams in Python every step,
+    0.6 ms at 128 rows (4% of a beam search step at batch 32, beam 4) against 0.1 ms here."""
+    length = input_ids.shape[1]
+    if length < ngram_size:  # no n-gram complete yet
+        return scores
+    ngrams = input_ids.unfold(1, ngram_size, 1)  # [rows, windows, ngram_size]
+    last_tokens = input_ids[:, length - ngram_size + 1:]  # what a new token would follow
+    repeated = (ngrams[:, :, :-1] == last_tokens[:, None, :]).all(-1)
+    banned_rows, windows = repeated.nonzero(as_tuple=True)
+    scores = scores.clone()
+    scores[banned_rows, ngrams[banned_rows, windows, -1]] = -float("inf")
     return scores
 
 

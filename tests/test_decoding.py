@@ -157,3 +157,22 @@ def test_the_cache_repeats_rows_for_beams_into_larger_buffers():
     layer.select_rows(torch.tensor([0, 0, 0, 1, 1, 1]))  # three beams per sentence
     stored, _ = layer.update(torch.full((6, 1, 1, 1), 9.0), torch.zeros(6, 1, 1, 1))
     assert stored[:, 0, :, 0].tolist() == [[1.0, 9.0]] * 3 + [[2.0, 9.0]] * 3
+
+
+def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(subword_tokenizer, sources):
+    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+    # Real target-side token ids, each sentence followed by itself so that every n-gram repeats.
+    ids = [subword_tokenizer(text)["input_ids"] for text in sources[:12]]
+    rows = torch.tensor([(row * 2)[:24] for row in ids if len(row) >= 12])
+    generator = torch.Generator().manual_seed(0)
+    bans = 0
+    for ngram_size in (1, 2, 3, 4):
+        for length in range(1, rows.shape[1] + 1):
+            prefix = rows[:, :length]
+            scores = torch.randn(len(rows), len(subword_tokenizer), generator=generator)
+            expected = NoRepeatNGramLogitsProcessor(ngram_size)(prefix, scores)
+            banned = decoding.ban_repeated_ngrams(prefix, scores, ngram_size)
+            assert torch.equal(banned, expected), (ngram_size, length)
+            bans += int(torch.isinf(expected).sum())
+    assert bans > 1000  # the rows repeat themselves: most prefixes past their first sentence ban something
