@@ -16,11 +16,11 @@ file is rewritten after each size, with the GPU's name, the software versions an
 
 `--compile` puts every encoder and decoder layer under `torch.compile` (regional compilation: one compiled graph
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
-FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once; `--eager_baseline` adds the baseline without it as
-`baseline_eager`; `--eager_attention_baseline` adds the baseline with eager attention as
-`baseline_eager_attention`. Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real
-tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
-shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
+FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
+`--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
+with eager attention as `baseline_eager_attention`. Each system's matrix-multiplication FLOP/s are counted with the
+baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
+not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
 """
 
@@ -137,8 +137,8 @@ def matmul_peak_bf16(size: int = 8192, repeats: int = 10) -> float:
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
-    def __init__(self, model, device: str, config):
-        self.model, self.device, self.config = model.to(device).train(), device, config
+    def __init__(self, model, device: str):
+        self.model, self.device = model.to(device).train(), device
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
         self.useful_flops, self.padded_flops = 0.0, 0.0
@@ -159,16 +159,17 @@ class Trainee:
             self.step(batch)
         synchronize(self.device)
         seconds = time.perf_counter() - start
-        target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+        target_tokens = 0
+        for batch in batches:
+            sources, targets, padded_sources, padded_targets = batch_lengths(batch)
+            target_tokens += sum(targets)
+            self.source_tokens += sum(sources)
+            self.padded += sum(padded_sources) + sum(padded_targets)
+            self.useful_flops += training_flops(self.model.config, sources, targets)
+            self.padded_flops += training_flops(self.model.config, padded_sources, padded_targets)
         self.seconds += seconds
         self.steps += len(batches)
         self.target_tokens += target_tokens
-        self.source_tokens += sum(int(batch["attention_mask"].sum()) for batch in batches)
-        self.padded += sum(batch["labels"].numel() + batch["input_ids"].numel() for batch in batches)
-        for batch in batches:
-            sources, targets, padded_sources, padded_targets = batch_lengths(batch)
-            self.useful_flops += training_flops(self.config, sources, targets)
-            self.padded_flops += training_flops(self.config, padded_sources, padded_targets)
         self.round_rates.append(target_tokens / seconds)
 
     def summary(self, peak: float | None) -> dict:
@@ -258,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
-        raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none (--device cpu for a smoke test).")
+        raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none "
+                         "(--device cpu for a smoke test).")
     torch.backends.cuda.matmul.allow_tf32 = True
     if args.no_cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -283,8 +285,8 @@ def main(argv: list[str] | None = None) -> None:
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
-                     "compiled": f"each encoder and decoder layer, torch.compile(dynamic=True, mode={args.compile_mode!r})"
-                     if args.compile else False,
+                     "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
+                                 f"mode={args.compile_mode!r})" if args.compile else False,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
                     model.set_attn_implementation("eager")
                 if args.compile and name != "baseline_eager":
                     compile_layers(model, args.compile_mode)
-                trainees[name] = Trainee(model, args.device, model.config)
+                trainees[name] = Trainee(model, args.device)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:

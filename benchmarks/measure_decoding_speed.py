@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop != "transformers_mkl"}
+    references = [loop for loop in loops if loop != "fast"]  # what the fast loops are compared with
     sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
     annotations = None
     if args.source_conllu:
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
                 generated_tokens[(key, batch_size, beams)] = sum(
                     generated_token_count(sequences, *special_token_ids[key]) for sequences in output)
         for folder in models:
-            for reference in [loop for loop in loops if loop != "fast"]:
+            for reference in references:
                 rows = [torch.equal(a[row], b[row]) if a.shape == b.shape else False
                         for a, b in zip(outputs[(folder, "fast")], outputs[(folder, reference)], strict=True)
                         for row in range(a.shape[0])]
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
             if ctranslate2 in runners:
                 row["time_over_ctranslate2"] = round(total / seconds[(ctranslate2, batch_size, beams)], 3)
             if key[1] == "fast":
-                for reference in [loop for loop in loops if loop != "fast"]:
+                for reference in references:
                     row[f"speedup_over_{reference}"] = round(
                         seconds[((key[0], reference), batch_size, beams)] / total, 3)
                     row[f"identical_to_{reference}"] = identical[(key[0], reference, batch_size, beams)]

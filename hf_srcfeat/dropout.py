@@ -57,8 +57,8 @@ class Dropout(nn.Dropout):
     """`nn.Dropout`; in CPU training its masks come from `dropout_mask`."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if (not LANE_MASKS or not self.training or not 0.0 < dropped_share(self.p) < 1.0 or self.inplace or inputs.device.type != "cpu"
-                or not inputs.is_floating_point() or torch.compiler.is_compiling()):
+        if (not LANE_MASKS or not self.training or not 0.0 < dropped_share(self.p) < 1.0 or self.inplace
+                or inputs.device.type != "cpu" or not inputs.is_floating_point() or torch.compiler.is_compiling()):
             return super().forward(inputs)
         return DropoutFunction.apply(inputs, self.p)
 

@@ -14,7 +14,7 @@ tokenizer, rows, _ = g.encoded_pairs(args)
 batches = g.token_batches(tokenizer, rows, 32768 if device == "cuda" else 4096, seed=1)
 model = g.build("baseline", "base" if device == "cuda" else "benchmark", tokenizer)
 g.compile_layers(model)
-trainee = g.Trainee(model, device, model.config)
+trainee = g.Trainee(model, device)
 for batch in batches:
     trainee.step(batch)
 g.synchronize(device)
