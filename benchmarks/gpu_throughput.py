@@ -146,6 +146,8 @@ class Trainee:
 
     def step(self, batch: dict) -> None:
         batch = {name: value.to(self.device, non_blocking=True) for name, value in batch.items()}
+        # A new iteration for CUDA graphs (no-op otherwise): the last step's graph outputs may be overwritten.
+        torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16):
             loss = self.model(**batch).loss
         loss.backward()
@@ -249,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eager_attention_baseline", action="store_true",
                         help="also the baseline with eager attention (compiled with --compile: inductor fuses its "
                              "mask and softmax), as baseline_eager_attention")
+    parser.add_argument("--cuda_graphs_baseline", action="store_true",
+                        help="with --compile: also the baseline compiled with mode='reduce-overhead' (CUDA graphs: "
+                             "each layer's kernels launched as one graph), as baseline_cuda_graphs")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
     # steps through every batch once, so that none falls into a timed round; twice with CUDA graphs, which run a
     # shape eagerly the first time and record it the second.
-    passes = 2 if args.compile_mode == "reduce-overhead" else 1
+    cuda_graphs = args.compile_mode == "reduce-overhead" or (args.compile and args.cuda_graphs_baseline)
+    passes = 2 if cuda_graphs else 1
     warmup = max(args.warmup, passes * len(batches)) if args.compile else args.warmup
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
@@ -299,13 +305,16 @@ def main(argv: list[str] | None = None) -> None:
     for size in args.sizes:
         trainees, errors = {}, result["errors"].setdefault(size, {})
         names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else []) + (
-            ["baseline_eager_attention"] if args.eager_attention_baseline else [])
+            ["baseline_eager_attention"] if args.eager_attention_baseline else []) + (
+            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else [])
         for name in names:
             try:
                 model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
                 if name == "baseline_eager_attention":
                     model.set_attn_implementation("eager")
-                if args.compile and name != "baseline_eager":
+                if name == "baseline_cuda_graphs":
+                    compile_layers(model, "reduce-overhead")
+                elif args.compile and name != "baseline_eager":
                     compile_layers(model, args.compile_mode)
                 trainees[name] = Trainee(model, args.device)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
