@@ -11,10 +11,13 @@ machine load hit every arm alike:
 - `sentence_batches`: random batches of `--batch_size` sentences (the benchmark's batching), PyTorch's default
   matrix kernels (MKL), `nn.Dropout`'s masks and `nn.functional.cross_entropy` for the loss: the training step
   before the zoo's kernels;
-- `token_batches`: the same step on token-budget batches (`TokenBudgetBatchSampler`, `--max_tokens`);
+- `token_batches`: the same step on token-budget batches (`TokenBudgetBatchSampler`, `--max_tokens`, pairs of one
+  cost ordered by source, then target length);
 - `token_batches_onednn`: token batches with the zoo's training step as it ships: every linear layer's three
   products through oneDNN (`hf_srcfeat.linear`), the loss's gradient written in one pass
   (`hf_srcfeat.label_smoothed_cross_entropy`) and dropout masks from 16-bit random lanes (`hf_srcfeat.dropout`);
+- `cost_ordered_token_batches_onednn`: the same on token batches of pairs sorted by their longer side alone, whose
+  shorter sides pad more;
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
   (inductor, dynamic shapes); compilation is done in the warm-up, before any timing.
 
@@ -92,17 +95,34 @@ def batch_lengths(batch: dict) -> tuple[list[int], list[int], list[int], list[in
     return sources, targets, [batch["input_ids"].shape[1]] * rows, [batch["labels"].shape[1]] * rows
 
 
+def source_annotations(sources: list[str], source_conllu: str | None = None, device: str = "cpu") -> list:
+    """The parses of `sources`: read from `source_conllu` (`hf-srcfeat-annotate`'s output for the same sentences, in
+    order: a large corpus without parsing it again), or Stanza's."""
+    from hf_srcfeat.annotator_stanza import StanzaAnnotator
+    from hf_srcfeat.conllu import read_conllu
+
+    if source_conllu is None:
+        return StanzaAnnotator(device=device).annotate(sources, show_progress=True)
+    annotations = [sentence for _, sentence in zip(range(len(sources)), read_conllu(source_conllu), strict=False)]
+    if [sentence.text for sentence in annotations] != sources:
+        raise SystemExit(f"{source_conllu} does not hold the parses of the first {len(sources)} training sources in "
+                         "order.")
+    return annotations
+
+
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
-    from hf_srcfeat.annotator_stanza import StanzaAnnotator
     from hf_srcfeat.data.batching import TokenBudgetBatchSampler
     from hf_srcfeat.data.multi30k import load_multi30k
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, help="the benchmark's tokenizer folder")
     parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--pairs", type=int, default=4000)
+    parser.add_argument("--pairs", type=int, default=4000, help="Multi30k training pairs to batch (default 4000; "
+                        "the recipes batch all 29,000, which pads less)")
+    parser.add_argument("--source_conllu", default=None,
+                        help="parses of the training sources (hf-srcfeat-annotate) instead of running Stanza")
     parser.add_argument("--batch_size", type=int, default=64, help="sentences per sentence batch (the benchmark's)")
     parser.add_argument("--max_tokens", type=int, default=2048, help="padded tokens per token batch")
     parser.add_argument("--rounds", type=int, default=6)
@@ -117,18 +137,21 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     pairs = load_multi30k("train", "en", "de", args.data_dir, limit=args.pairs)
-    annotations = StanzaAnnotator().annotate(list(pairs["source"]), show_progress=True)
+    annotations = source_annotations(list(pairs["source"]), args.source_conllu)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     encodings = tokenizer(annotations=annotations, text_target=list(pairs["target"]), truncation=True, max_length=128)
     rows = [{name: encodings[name][index] for name in encodings} for index in range(len(annotations))]
     collate = DataCollatorForSeq2Seq(tokenizer)
     order = np.random.default_rng(1).permutation(len(rows)).tolist()
     sentence_batches = [collate([rows[i] for i in order[start:start + args.batch_size]])
                         for start in range(0, len(order) - args.batch_size + 1, args.batch_size)]
-    lengths = [max(len(row["input_ids"]), len(row["labels"])) for row in rows]
+    lengths = [(len(row["input_ids"]), len(row["labels"])) for row in rows]
     token_batches = [collate([rows[i] for i in batch])
                      for batch in TokenBudgetBatchSampler(lengths, args.max_tokens, seed=1)]
+    # The order before pairs of one cost were sorted by source and target length: by the longer side alone.
+    cost_ordered_batches = [collate([rows[i] for i in batch]) for batch in TokenBudgetBatchSampler(
+        [max(pair) for pair in lengths], args.max_tokens, seed=1)]
 
     shared = benchmark.SHARED_ARGUMENTS
     model_arguments = train.ModelArguments(**{**{key: shared[key] for key in (
@@ -164,9 +187,10 @@ def main(argv: list[str] | None = None) -> None:
         return step, model.config
 
     kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches,
-             "token_batches_onednn": token_batches}
+             "token_batches_onednn": token_batches, "cost_ordered_token_batches_onednn": cost_ordered_batches}
     steps = {"sentence_batches": training_arm(pytorch_kernels=True)[0],
-             "token_batches": training_arm(pytorch_kernels=True)[0]}
+             "token_batches": training_arm(pytorch_kernels=True)[0],
+             "cost_ordered_token_batches_onednn": training_arm()[0]}
     steps["token_batches_onednn"], config = training_arm()
     if args.compiled:
         # The shipped step, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,

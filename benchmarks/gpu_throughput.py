@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from benchmarks import benchmark
-from benchmarks.batching_efficiency import batch_lengths, training_flops
+from benchmarks.batching_efficiency import batch_lengths, source_annotations, training_flops
 from hf_srcfeat.commands import train
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -53,22 +53,13 @@ def encoded_pairs(args) -> tuple[object, list[dict], float]:
     seconds their sources took to parse (near 0 when the annotation cache held them)."""
     from transformers import AutoTokenizer
 
-    from hf_srcfeat.annotator_stanza import StanzaAnnotator
-    from hf_srcfeat.conllu import read_conllu
     from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.tokenization_source_features import train_source_feature_tokenizer
 
     pairs = load_multi30k("train", "en", "de", args.data_dir, limit=args.pairs)
     sources, targets = list(pairs["source"]), list(pairs["target"])
     start = time.perf_counter()
-    if args.source_conllu:
-        annotations = [sentence for _, sentence in zip(range(len(sources)), read_conllu(args.source_conllu),
-                                                       strict=False)]
-        if [sentence.text for sentence in annotations] != sources:
-            raise SystemExit(f"{args.source_conllu} does not hold the parses of the first {len(sources)} training "
-                             "sources in order.")
-    else:
-        annotations = StanzaAnnotator(device=args.device).annotate(sources, show_progress=True)
+    annotations = source_annotations(sources, args.source_conllu, args.device)
     parse_seconds = time.perf_counter() - start
     if args.tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -84,7 +75,7 @@ def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int) -> li
 
     from hf_srcfeat.data.batching import TokenBudgetBatchSampler
 
-    lengths = [max(len(row["input_ids"]), len(row["labels"])) for row in rows]
+    lengths = [(len(row["input_ids"]), len(row["labels"])) for row in rows]
     collate = DataCollatorForSeq2Seq(tokenizer)
     return [collate([rows[index] for index in batch])
             for batch in TokenBudgetBatchSampler(lengths, max_tokens, seed=seed)]

@@ -12,11 +12,17 @@ from .test_training import TINY, train
 
 
 @pytest.fixture(scope="module")
-def pair_lengths(subword_tokenizer, train_pairs) -> list[int]:
-    """The longer of source and target in subwords, for 2,000 real Multi30k pairs."""
+def source_target_lengths(subword_tokenizer, train_pairs) -> list[tuple[int, int]]:
+    """Source and target lengths in subwords of 2,000 real Multi30k pairs."""
     sources = subword_tokenizer(list(train_pairs["source"]))["input_ids"]
     targets = subword_tokenizer(text_target=list(train_pairs["target"]))["input_ids"]
-    return [max(len(source), len(target)) for source, target in zip(sources, targets, strict=True)]
+    return [(len(source), len(target)) for source, target in zip(sources, targets, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def pair_lengths(source_target_lengths) -> list[int]:
+    """The longer of source and target of each pair."""
+    return [max(pair) for pair in source_target_lengths]
 
 
 def test_every_example_comes_once_in_batches_within_the_budget(pair_lengths):
@@ -34,6 +40,25 @@ def test_length_grouped_batches_pad_far_less_than_random_sentence_batches(pair_l
     random_batches = [order[start:start + mean_rows] for start in range(0, len(order), mean_rows)]
     grouped, random = padding_fraction(pair_lengths, batches), padding_fraction(pair_lengths, random_batches)
     assert grouped < 0.05 and random > 0.25, (grouped, random)
+
+
+def test_pairs_of_one_cost_are_ordered_by_source_and_target_so_both_sides_pad_less(source_target_lengths,
+                                                                                   pair_lengths):
+    by_pair = list(TokenBudgetBatchSampler(source_target_lengths, max_tokens=1000, seed=1))
+    by_cost = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, seed=1))
+    # The budget is the same (rows x longer side), so the batches are as many and as full
+    assert len(by_pair) == len(by_cost)
+    assert all(len(batch) * max(pair_lengths[i] for i in batch) <= 1000 for batch in by_pair)
+    assert sorted(i for batch in by_pair for i in batch) == list(range(len(pair_lengths)))
+    padding_by_pair = padding_fraction(source_target_lengths, by_pair)
+    padding_by_cost = padding_fraction(source_target_lengths, by_cost)
+    assert padding_by_pair < 0.9 * padding_by_cost, (padding_by_pair, padding_by_cost)
+
+
+def test_lengths_of_another_shape_are_refused():
+    with pytest.raises(ValueError, match=r"one length or a \(source, target\) pair per example, got an array of "
+                                         r"shape \(2, 3\)"):
+        TokenBudgetBatchSampler([(5, 6, 7), (1, 2, 3)], max_tokens=100)
 
 
 def test_the_order_depends_on_seed_and_epoch_only(pair_lengths):

@@ -1,5 +1,6 @@
-"""The speed benchmarks' scripts on small slices of real data: the decoding benchmark on CPU from CoNLL-U parses, and
-the GPU training benchmark's compiled path run on the CPU (its smoke-test mode)."""
+"""The speed benchmarks' scripts on small slices of real data: the decoding benchmark on CPU from CoNLL-U parses, the
+GPU training benchmark's compiled path run on the CPU (its smoke-test mode), and the CPU training-efficiency
+benchmark."""
 
 from __future__ import annotations
 
@@ -88,3 +89,37 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
+
+
+def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_tokenizer, train_annotations,
+                                                                      multi30k_dir, tmp_path):
+    from benchmarks import batching_efficiency
+
+    tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "cpu.json"
+    feature_tokenizer.save_pretrained(tokenizer_folder)
+    write_conllu(train_annotations[:300], parses)
+    batching_efficiency.main([
+        "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
+        "--pairs", "300", "--max_tokens", "512", "--batch_size", "32", "--rounds", "1", "--steps_per_round", "2",
+        "--output", str(output)])
+
+    result = json.loads(output.read_text())
+    arms = ("sentence_batches", "token_batches", "token_batches_onednn", "cost_ordered_token_batches_onednn")
+    for arm in arms:
+        assert result[arm]["steps"] == 2
+        assert 0 < result[arm]["useful_fraction_of_peak"] <= result[arm]["computed_fraction_of_peak"]
+    # Token batches pad less than random sentence batches
+    assert result["token_batches"]["padding_share"] < result["sentence_batches"]["padding_share"] / 2
+    assert 0 < result["matmul_peak_gflops"] == max(result["matmul_peak_gflops_mkl"],
+                                                   result["matmul_peak_gflops_onednn"])
+
+
+def test_training_efficiency_benchmark_refuses_parses_of_other_sentences(feature_tokenizer, train_annotations,
+                                                                         multi30k_dir, tmp_path):
+    from benchmarks import batching_efficiency
+
+    parses = tmp_path / "train.en.conllu"
+    write_conllu(train_annotations[1:21], parses)
+    with pytest.raises(SystemExit, match="does not hold the parses of the first 20 training sources in order"):
+        batching_efficiency.main(["--tokenizer", "unused", "--source_conllu", str(parses), "--data_dir",
+                                  str(multi30k_dir), "--pairs", "20", "--output", str(tmp_path / "unused.json")])

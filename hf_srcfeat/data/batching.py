@@ -31,8 +31,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     `num_replicas`-th batch, after the batch list is cut to a multiple of `num_replicas` so that ranks take the same
     number of steps.
 
+    Translation pairs are best given as (source, target) lengths: the cost of a pair is then the longer side, and
+    pairs of one cost are sorted by source, then target length. Sources and targets are padded apart, so sorting by
+    the cost alone would batch a (20, 12) pair with a (12, 20) pair, padding both sides to 20.
+
     Args:
-        lengths: the cost of each example in tokens (for translation pairs: the longer of source and target).
+        lengths: each example's cost in tokens, or each translation pair's (source, target) lengths.
         max_tokens: padded tokens per batch; an example longer than this is an error naming it.
         max_sentences: optional cap on rows per batch.
         shuffle: shuffle examples and batches (False: batches in length order, for evaluation).
@@ -48,9 +52,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in 0..{num_replicas - 1}.")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        too_long = np.flatnonzero(self.lengths > max_tokens)
+        if self.lengths.ndim == 1:
+            self.costs = self.lengths
+        elif self.lengths.ndim == 2 and self.lengths.shape[1] == 2:
+            self.costs = self.lengths.max(axis=1)
+        else:
+            raise ValueError(f"lengths must hold one length or a (source, target) pair per example, got an array of "
+                             f"shape {self.lengths.shape}.")
+        too_long = np.flatnonzero(self.costs > max_tokens)
         if len(too_long):
-            raise ValueError(f"example {int(too_long[0])} has {int(self.lengths[too_long[0]])} tokens, more than "
+            raise ValueError(f"example {int(too_long[0])} has {int(self.costs[too_long[0]])} tokens, more than "
                              f"max_tokens={max_tokens} ({len(too_long)} such examples); raise the budget or truncate.")
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
@@ -69,12 +80,15 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _make_batches(self) -> list[list[int]]:
         generator = np.random.default_rng(self.seed + self.epoch)
         order = generator.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
-        order = order[np.argsort(self.lengths[order], kind="stable")]
+        # Stable sorts from the least to the most significant key: by cost, then source, then target length.
+        for key in (self.lengths[:, ::-1].T if self.lengths.ndim == 2 else []):
+            order = order[np.argsort(key[order], kind="stable")]
+        order = order[np.argsort(self.costs[order], kind="stable")]
         batches: list[list[int]] = []
         current: list[int] = []
         longest = 0
         for index in order.tolist():
-            length = int(self.lengths[index])
+            length = int(self.costs[index])
             full = max(longest, length) * (len(current) + 1) > self.max_tokens or \
                 (self.max_sentences is not None and len(current) == self.max_sentences)
             if current and full:
@@ -97,20 +111,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return len(self.batches()) // self.num_replicas
 
 
-def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
-    """Share of the padded batch positions that are padding."""
-    array = np.asarray(lengths)
-    padded = sum(len(batch) * int(array[list(batch)].max()) for batch in batches)
+def padding_fraction(lengths: Sequence[int] | Sequence[tuple[int, int]], batches: Sequence[Sequence[int]]) -> float:
+    """Share of the padded batch positions that are padding; with (source, target) lengths sources and targets are
+    padded apart, as a batch pads them."""
+    array = np.asarray(lengths).reshape(len(lengths), -1)
+    padded = sum(len(batch) * int(array[list(batch)].max(axis=0).sum()) for batch in batches)
     return 1.0 - float(sum(int(array[list(batch)].sum()) for batch in batches)) / padded
 
 
-def example_lengths(dataset) -> list[int]:
-    """Per example, the longer of its source (`input_ids`) and target (`labels`) in tokens, read in batches (the
-    token ids of a large corpus are never held whole)."""
+def example_lengths(dataset) -> list[tuple[int, int]]:
+    """Per example, the lengths of its source (`input_ids`) and target (`labels`, 0 without) in tokens, read in
+    batches (the token ids of a large corpus are never held whole)."""
     lengths = []
     for batch in dataset.iter(batch_size=10_000):
         targets = batch["labels"] if "labels" in batch else [[]] * len(batch["input_ids"])
-        lengths += [max(len(source), len(target)) for source, target in zip(batch["input_ids"], targets, strict=True)]
+        lengths += [(len(source), len(target)) for source, target in zip(batch["input_ids"], targets, strict=True)]
     return lengths
 
 
@@ -118,10 +133,12 @@ class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
     """`Seq2SeqTrainer` whose training batches fill a token budget (`max_tokens_per_batch`) instead of holding
     `per_device_train_batch_size` sentences; under several processes accelerate deals the batches out, each process
     taking whole batches. Evaluation and prediction batch as usual. `lengths` gives each training example's cost in
-    tokens where the dataset holds no token ids yet (e.g. raw text that the collator tokenizes); by default it is
-    read from the `input_ids` and `labels` columns."""
+    tokens, or its (source, target) lengths, where the dataset holds no token ids yet (e.g. raw text that the
+    collator tokenizes); by default the (source, target) lengths are read from the `input_ids` and `labels`
+    columns."""
 
-    def __init__(self, *args, max_tokens_per_batch: int, lengths: Sequence[int] | None = None, **kwargs):
+    def __init__(self, *args, max_tokens_per_batch: int,
+                 lengths: Sequence[int] | Sequence[tuple[int, int]] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch = max_tokens_per_batch
         self.lengths = lengths
