@@ -10,9 +10,10 @@ beam 4) / 2x (batch 1, greedy) of CTranslate2".
 
 The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
 translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost
-per token). Each model runs three arms: `fast` (the zoo's loops, oneDNN matrix products: the default),
-`transformers` (Transformers' loops, same kernels) and `transformers_mkl` (Transformers' loops with PyTorch's default
-matrix kernels: the path before either change). On the first `--sentences` sources of test_2016_flickr, every
+per token). Each model runs four arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
+inference: the default), `fast_unprepared` (the same loops, the kernels reading the weights as stored),
+`transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops with
+PyTorch's default matrix kernels: the path before any of the changes). On the first `--sentences` sources of test_2016_flickr, every
 model's inputs are encoded once with the features it reads (parses through the cache), outside the timings; then,
 for each setting, the arms and the baseline's CTranslate2 float32 export (which tokenizes inside its timing, with
 the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
@@ -37,9 +38,10 @@ from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating points
-#: Arm -> (generate's fast_decoding, oneDNN for the backbone's linear layers): the zoo's loops, Transformers' loops,
-#: and Transformers' loops with PyTorch's default matrix kernels (the path before either change).
-LOOPS = {"fast": (True, True), "transformers": (False, True), "transformers_mkl": (False, False)}
+#: Arm -> (generate's fast_decoding, the backbone's linear kernels: "prepared" (the default: oneDNN, weights in
+#: prepared layouts), "onednn" (weights as stored) or "pytorch" (PyTorch's default kernels)).
+LOOPS = {"fast": (True, "prepared"), "fast_unprepared": (True, "onednn"), "transformers": (False, "prepared"),
+         "transformers_mkl": (False, "pytorch")}
 #: --graft name -> (model type, method arguments): the published method each stands for, in its graft form.
 GRAFTS = {
     "relevance_features": ("relevance_features", {}),
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not cuda:
         torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop != "transformers_mkl"}
+    # On a GPU the kernels are PyTorch's whatever the arm: only the loops differ.
+    loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop in ("fast", "transformers")}
     references = [loop for loop in loops if loop != "fast"]  # what the fast loops are compared with
     sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
     annotations = None
@@ -135,10 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
                                           ).to(args.device)
                                 for start in range(0, len(sources), batch_size)]
                    for batch_size, _ in SETTINGS}
-        for loop, (fast_decoding, onednn) in loops.items():
+        for loop, (fast_decoding, kernels) in loops.items():
             def decode(batch_size: int, beams: int, model=model, encoded=encoded, fast_decoding=fast_decoding,
-                       onednn=onednn):
-                linear.ONEDNN_MIN_ROWS = default_min_rows if onednn else sys.maxsize
+                       kernels=kernels):
+                linear.ONEDNN_MIN_ROWS = sys.maxsize if kernels == "pytorch" else default_min_rows
+                linear.PREPARED_INFERENCE_WEIGHTS = kernels == "prepared"
                 try:
                     with torch.no_grad():
                         outputs = [model.generate(**batch, num_beams=beams, do_sample=False,
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
                         torch.cuda.synchronize()
                     return outputs
                 finally:
-                    linear.ONEDNN_MIN_ROWS = default_min_rows
+                    linear.ONEDNN_MIN_ROWS, linear.PREPARED_INFERENCE_WEIGHTS = default_min_rows, True
 
             runners[(folder, loop)] = decode
             model_types[(folder, loop)] = model.config.model_type

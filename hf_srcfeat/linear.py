@@ -3,17 +3,33 @@
 An `nn.Linear` whose products on the CPU in float32 run through oneDNN once a call has enough rows: there PyTorch's
 default (MKL) reaches about half of a core's float32 peak on AMD processors and oneDNN close to it
 (`benchmarks/measure_decoding_speed.py`, `benchmarks/batching_efficiency.py`). In training the three products of a
-layer (the output, the input's and the weight's gradients) all run through oneDNN. Other dtypes and devices,
-autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved weights are `nn.Linear`'s.
+layer (the output, the input's and the weight's gradients) all run through oneDNN.
+
+Without gradients (translation), the weight is also kept in the layout the kernel reads fastest, made once and
+remade when the weight changes: packed into oneDNN's blocked layout for products of several rows, transposed for
+one row (greedy decoding of one sentence), where MKL then streams it row by row. Decoding reads every weight of the
+decoder each step, from memory rather than cache once the model outgrows the cache; read in these layouts a step's
+products take about half as long (`benchmarks/measure_decoding_speed.py`). The copies cost the weights' size again
+and are dropped as soon as the layer trains.
+
+Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
+weights are `nn.Linear`'s.
 """
 
 from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 #: Below this many rows (e.g. greedy decoding of one sentence) MKL's matrix-vector kernels are the faster ones.
 ONEDNN_MIN_ROWS = 16
+#: Products without gradients read the weight in a prepared layout (False: the training kernels' path).
+PREPARED_INFERENCE_WEIGHTS = True
+#: The row count oneDNN packs the weight for; products of any number of rows read it, fastest from about 4 rows.
+PACKING_ROWS_HINT = 64
 
 
 def onednn_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,16 +74,59 @@ class OneDNNLinearFunction(torch.autograd.Function):
         return grad_inputs, grad_weight, grad_bias
 
 
+@dataclass
+class PreparedWeight:
+    """A layer's weight in the layouts inference reads, made on first use, for one state of the weight."""
+
+    weight: weakref.ref  # the weight they were made from (a new tensor may take a freed one's address)
+    state: tuple[int, int]  # its data_ptr and version then
+    transposed: torch.Tensor | None = None  # [in_features, out_features], contiguous
+    packed: torch.Tensor | None = None  # oneDNN's blocked layout (an opaque mkldnn tensor)
+
+
+# Kept beside the layers rather than on them, so that copying, pickling or saving a layer never meets the opaque
+# oneDNN tensor; an entry goes when its layer does.
+_PREPARED_WEIGHTS: weakref.WeakKeyDictionary[nn.Module, PreparedWeight] = weakref.WeakKeyDictionary()
+
+
+def _prepared_inference_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and inputs.dtype == torch.float32
+            and weight.dtype == torch.float32 and inputs.device.type == "cpu" and not weight.is_inference()
+            and not (torch.is_grad_enabled() and (weight.requires_grad or inputs.requires_grad))
+            and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
+
+
 class Linear(nn.Linear):
     """`nn.Linear`; CPU float32 products of batches of rows run oneDNN's matrix multiplication, in inference and
-    training."""
+    training, and inference reads the weight in a prepared layout."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if _prepared_inference_applies(inputs, self.weight):
+            return self._inference_product(inputs)
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            _PREPARED_WEIGHTS.pop(self, None)  # training from here on: the copies would go stale
         if not _onednn_applies(inputs, self.weight):
             return super().forward(inputs)
         if torch.is_grad_enabled() and (self.weight.requires_grad or inputs.requires_grad):
             return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
         return onednn_product(inputs, self.weight, self.bias)
 
+    def _inference_product(self, inputs: torch.Tensor) -> torch.Tensor:
+        state = (self.weight.data_ptr(), self.weight._version)
+        prepared = _PREPARED_WEIGHTS.get(self)
+        if prepared is None or prepared.weight() is not self.weight or prepared.state != state:
+            prepared = _PREPARED_WEIGHTS[self] = PreparedWeight(weakref.ref(self.weight), state)
+        weight = self.weight.detach()
+        if inputs.numel() == self.in_features:  # one row
+            if prepared.transposed is None:
+                prepared.transposed = weight.t().contiguous()
+            row = inputs.reshape(1, self.in_features)
+            outputs = row @ prepared.transposed if self.bias is None else torch.addmm(self.bias, row,
+                                                                                       prepared.transposed)
+            return outputs.view(*inputs.shape[:-1], self.out_features)
+        if prepared.packed is None:
+            prepared.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
+        return torch.ops.mkldnn._linear_pointwise(inputs, prepared.packed, self.bias, "none", [], "")
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "onednn_product"]
+
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product"]

@@ -26,6 +26,8 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
 
     assert result["source_parses"] == str(parses)
     for setting in ("batch32_beam4", "batch1_beam1"):
+        assert {row["loop"] for row in result["timings"][setting].values()} == {
+            "fast", "fast_unprepared", "transformers", "transformers_mkl"}
         fast_rows = [row for row in result["timings"][setting].values() if row["loop"] == "fast"]
         assert [row["model_type"] for row in fast_rows] == ["srcfeat_transformer", "deps_san"]
         for row in fast_rows:

@@ -1,6 +1,6 @@
-"""The training step's own kernels: the backbone's linear layers multiply through oneDNN in CPU float32 training
-too (`hf_srcfeat.linear`), and the label-smoothed loss writes its gradient in one pass
-(`hf_srcfeat.label_smoothed_cross_entropy`). Both must give what PyTorch's own operations give."""
+"""The zoo's own kernels: the backbone's linear layers multiply through oneDNN in CPU float32 training too, and read
+prepared copies of their weights in inference (`hf_srcfeat.linear`); the label-smoothed loss writes its gradient in
+one pass (`hf_srcfeat.label_smoothed_cross_entropy`). All must give what PyTorch's own operations give."""
 
 from __future__ import annotations
 
@@ -68,6 +68,65 @@ def test_the_linear_layer_leaves_autocast_other_dtypes_and_frozen_inputs_to_pyto
     assert layer(rows).grad_fn.name() == "OneDNNLinearFunctionBackward"
     layer.requires_grad_(False)
     assert layer(rows).grad_fn is None
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(256,), (1, 1, 256), (3, 256), (4, 7, 256)])
+def test_inference_products_from_prepared_weights_are_nn_linears(shape, bias):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    torch.manual_seed(0)
+    layer = linear.Linear(256, 96, bias=bias)
+    inputs = torch.randn(shape)
+    with torch.no_grad():
+        outputs = layer(inputs)
+        expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
+    assert outputs.shape == expected.shape == (*shape[:-1], 96)
+    assert torch.allclose(outputs, expected, atol=1e-5, rtol=1e-5)
+    prepared = linear._PREPARED_WEIGHTS[layer]
+    assert (prepared.transposed is not None) == (inputs.numel() == 256)  # one row: the transposed copy
+    assert (prepared.packed is not None) == (inputs.numel() > 256)  # several: oneDNN's packed copy
+
+
+def test_prepared_weights_follow_every_change_of_the_weight_and_go_when_the_layer_trains():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    torch.manual_seed(0)
+    layer, row, rows = linear.Linear(64, 32), torch.randn(1, 64), torch.randn(5, 64)
+
+    def matches_nn_linear() -> bool:
+        with torch.no_grad():
+            return all(torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+                       for x in (row, rows))
+
+    assert matches_nn_linear()
+    with torch.no_grad():
+        layer.weight.mul_(2)  # an in-place update, as an optimizer step makes
+    assert matches_nn_linear()
+    layer.load_state_dict(linear.Linear(64, 32).state_dict())
+    assert matches_nn_linear()
+    layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # a new tensor
+    assert matches_nn_linear()
+    with torch.no_grad():
+        layer.weight.data = torch.randn(32, 64)
+    assert matches_nn_linear()
+    address, version = layer.weight.data_ptr(), layer.weight._version
+    layer.weight = None
+    layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # may take the freed weight's address and version
+    assert matches_nn_linear(), (address == layer.weight.data_ptr(), version == layer.weight._version)
+    # Copying and saving never meet the copies; a training forward drops them
+    assert set(copy.deepcopy(layer).state_dict()) == {"weight", "bias"}
+    assert layer in linear._PREPARED_WEIGHTS
+    layer(rows).sum().backward()
+    assert layer not in linear._PREPARED_WEIGHTS
+
+
+def test_without_prepared_weights_inference_takes_the_training_kernels(monkeypatch):
+    monkeypatch.setattr(linear, "PREPARED_INFERENCE_WEIGHTS", False)
+    layer = linear.Linear(64, 32)
+    with torch.no_grad():
+        layer(torch.randn(40, 64))
+    assert layer not in linear._PREPARED_WEIGHTS
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
