@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compiled", action="store_true",
                         help="also token batches with the model's forward under torch.compile (inductor)")
     args = parser.parse_args(argv)
+    train.code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="parses of test_2016_flickr's sources in order (instead of parsing them)")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
     args = parser.parse_args(argv)
+    code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
     cuda = args.device.startswith("cuda")
     if cuda and args.ctranslate2:
         parser.error("--ctranslate2 measures the CPU export; leave it out with --device cuda")

@@ -657,8 +657,9 @@ def parse_arguments(argv: list[str] | None = None):
 FROM_SCRATCH_DEFAULTS = {"learning_rate": 1e-3, "lr_scheduler_type": "inverse_sqrt", "warmup_steps": 400,
                          "adam_beta2": 0.98, "per_device_train_batch_size": 64, "per_device_eval_batch_size": 64}
 #: The recipes' training batches from scratch, unless a batch size is given: token batches of about 60 Multi30k
-#: pairs, as many as the 64-sentence batches hold, with 7.5% of the source and target positions padding instead of
-#: 51% (benchmarks/results/batching_efficiency_recipes_1024.json). Never below the longest example allowed.
+#: pairs, as many as the 64-sentence batches hold, with 2.3% of the source and target positions padding instead of
+#: 51% (benchmarks/results/batching_efficiency_recipes_1024_full_corpus.json). Never below the longest example
+#: allowed.
 FROM_SCRATCH_TOKENS_PER_BATCH = 1024
 
 
