@@ -8,8 +8,9 @@ the outputs as token ids) the model hands them to the loops here instead. Same a
   rule Transformers applies to the whole batch holds for it), instead of being computed until the longest is done;
 * self-attention keys and values live in buffers allocated once for the longest output; beam search reorders
   them in place (one gather per layer) instead of concatenating a new copy every step;
-* cross-attention keys and values are computed once and never reordered: every beam of a sentence shares them;
-  beam search's first step, where all beams of a sentence hold the same prompt, runs once per sentence;
+* cross-attention keys and values are computed once per sentence and never reordered: the beams of a sentence
+  attend to them together, as the query positions of one row; beam search's first step, where all beams of a
+  sentence hold the same prompt, runs once per sentence;
 * one decoder pass per step straight through the layers, without `generate`'s per-step input preparation,
   mask building and output bookkeeping.
 
@@ -183,6 +184,7 @@ class DecoderState:
                                                     encoder_hidden_states=self.encoder_hidden_states)
         self.contexts = self.decoder.layer_contexts(encoder_outputs, self.encoder_attention_mask)
         self.self_attention_layers = [PreallocatedLayer(max_length) for _ in self.decoder.layers]
+        self.beams = 1  # rows per sentence; the cross-attention caches hold one row per sentence
         self.self_attention = Cache(layers=list(self.self_attention_layers))
         self.cache = EncoderDecoderCache(self.self_attention, DynamicCache(config=self.decoder.config))
 
@@ -199,14 +201,15 @@ class DecoderState:
     def first_step_of_beams(self, input_ids: torch.Tensor, num_beams: int) -> torch.Tensor:
         """`step` for the first token of beam search, whose `num_beams` rows per sentence all hold the same prompt:
         the decoder runs on one row per sentence (so the cross-attention keys and values are computed once per
-        sentence, not once per beam) and its logits and caches are repeated for every beam."""
+        sentence, not once per beam, and stay so) and its logits and self-attention caches are repeated for every
+        beam."""
         beam_memory = self.encoder_hidden_states, self.cross_mask, self.contexts, self.rows
         first_beams = torch.arange(0, self.rows, num_beams, device=input_ids.device)
         self.select_rows(first_beams, first_beams)
         logits = self.step(input_ids.index_select(0, first_beams))
         every_beam = torch.arange(first_beams.numel(), device=input_ids.device).repeat_interleave(num_beams)
         self.select_rows(every_beam)
-        self.select_cross_attention_rows(every_beam)
+        self.beams = num_beams
         # The encoder memory generate expanded for the beams, rather than a repeated copy of it.
         self.encoder_hidden_states, self.cross_mask, self.contexts, self.rows = beam_memory
         return logits.index_select(0, every_beam)
@@ -219,7 +222,8 @@ class DecoderState:
             layer.select_rows(rows)
         if kept_rows is None:
             return
-        self.select_cross_attention_rows(kept_rows)
+        # Sentences leave with all their beams: the cross-attention caches keep one row per sentence.
+        self.select_cross_attention_rows(kept_rows[::self.beams] // self.beams)
         self.encoder_hidden_states = self.encoder_hidden_states.index_select(0, kept_rows)
         if isinstance(self.cross_mask, torch.Tensor):  # None when no source is padded
             self.cross_mask = self.cross_mask.index_select(0, kept_rows)

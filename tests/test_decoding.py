@@ -85,23 +85,26 @@ def test_sentences_leave_the_batch_when_they_are_done(trained_baseline, batch, m
 
 def test_beam_search_starts_with_one_decoder_row_per_sentence(trained_baseline, batch, monkeypatch):
     # Every beam of a sentence starts from the same prompt: the first step, and the cross-attention keys and values
-    # it computes, run once per sentence and are repeated for the beams.
+    # it computes, run once per sentence; the beams then attend to their sentence's keys and values together.
     model, _ = trained_baseline
     rows_per_step: list[int] = []
-    cross_attention_rows: list[int] = []
+    cross_attention_rows: list[list[int]] = []
     step = decoding.DecoderState.step
 
     def counted(self, input_ids):
         rows_per_step.append(input_ids.shape[0])
         logits = step(self, input_ids)
-        if len(rows_per_step) == 1:
-            cross_attention_rows.extend(len(layer.keys) for layer in self.cache.cross_attention_cache.layers)
+        cross_attention_rows.append([len(layer.keys) for layer in self.cache.cross_attention_cache.layers])
         return logits
 
     monkeypatch.setattr(decoding.DecoderState, "step", counted)
-    model.generate(**batch, num_beams=4)
+    expected = model.generate(**batch, num_beams=4, fast_decoding=False)
+    assert torch.equal(model.generate(**batch, num_beams=4), expected)
     assert rows_per_step[:2] == [32, 32 * 4]
-    assert cross_attention_rows == [32] * model.config.decoder_layers
+    # Sentences leave with all their beams: the cross-attention caches keep one row per sentence still decoded
+    assert rows_per_step[-1] < 32 * 4
+    assert all(rows == [rows_in_step // 4] * model.config.decoder_layers
+               for rows, rows_in_step in zip(cross_attention_rows[1:], rows_per_step[1:], strict=True))
 
 
 def test_a_sentence_alone_and_in_a_padded_batch_get_the_same_translation(trained_baseline, subword_tokenizer,
@@ -176,3 +179,33 @@ def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(
             assert torch.equal(banned, expected), (ngram_size, length)
             bans += int(torch.isinf(expected).sum())
     assert bans > 1000  # the rows repeat themselves: most prefixes past their first sentence ban something
+
+
+@pytest.mark.parametrize("score_modified", [False, True])
+def test_beams_attending_to_their_sentences_cached_memory_get_what_repeated_memory_gives(trained_baseline,
+                                                                                          score_modified):
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    from hf_srcfeat.attention import ScoreModification
+
+    attention = trained_baseline[0].get_decoder().layers[0].encoder_attn
+    torch.manual_seed(0)
+    d_model, beams = attention.embed_dim, 3
+    memory = torch.randn(2, 5, d_model)
+    source_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    queries = torch.randn(2 * beams, 1, d_model)
+    # A score modification (none of the zoo's cross-attentions has one) takes the repeated keys and values
+    modification = ScoreModification(bias=torch.randn(2 * beams, attention.num_heads, 1, 5)) if score_modified \
+        else None
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with torch.no_grad():
+        attention(queries[::beams], key_value_states=memory, attention_mask=source_mask, past_key_values=cache)
+        assert cache.cross_attention_cache.layers[0].keys.shape[0] == 2  # one row per sentence
+        shared = attention(queries, key_value_states=memory.repeat_interleave(beams, 0),
+                           attention_mask=source_mask.repeat_interleave(beams, 0), past_key_values=cache,
+                           score_modification=modification)[0]
+        repeated = attention(queries, key_value_states=memory.repeat_interleave(beams, 0),
+                             attention_mask=source_mask.repeat_interleave(beams, 0),
+                             score_modification=modification)[0]
+    assert shared.shape == repeated.shape == (2 * beams, 1, d_model)
+    assert torch.allclose(shared, repeated, atol=1e-5)
