@@ -9,8 +9,8 @@ Without gradients (translation), the weight is also kept in the layout the kerne
 remade when the weight changes: packed into oneDNN's blocked layout for products of several rows, transposed for
 one row (greedy decoding of one sentence), where MKL then streams it row by row. Decoding reads every weight of the
 decoder each step, from memory rather than cache once the model outgrows the cache; read in these layouts a step's
-products take about half as long (`benchmarks/measure_decoding_speed.py`). The copies cost the weights' size again
-and are dropped as soon as the layer trains.
+products take about half as long (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it
+met several rows, for single rows too), which costs the weight's size again, and drops it as soon as it trains.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
 weights are `nn.Linear`'s.
@@ -117,7 +117,7 @@ class Linear(nn.Linear):
         if prepared is None or prepared.weight() is not self.weight or prepared.state != state:
             prepared = _PREPARED_WEIGHTS[self] = PreparedWeight(weakref.ref(self.weight), state)
         weight = self.weight.detach()
-        if inputs.numel() == self.in_features:  # one row
+        if inputs.numel() == self.in_features and prepared.packed is None:  # one row
             if prepared.transposed is None:
                 prepared.transposed = weight.t().contiguous()
             row = inputs.reshape(1, self.in_features)
@@ -125,7 +125,9 @@ class Linear(nn.Linear):
                                                                                        prepared.transposed)
             return outputs.view(*inputs.shape[:-1], self.out_features)
         if prepared.packed is None:
+            # One copy per layer at a time: once several rows came, single rows read the packed copy too.
             prepared.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
+            prepared.transposed = None
         return torch.ops.mkldnn._linear_pointwise(inputs, prepared.packed, self.bias, "none", [], "")
 
 

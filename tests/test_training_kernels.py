@@ -88,6 +88,21 @@ def test_inference_products_from_prepared_weights_are_nn_linears(shape, bias):
     assert (prepared.packed is not None) == (inputs.numel() > 256)  # several: oneDNN's packed copy
 
 
+def test_a_layer_keeps_one_prepared_copy_and_single_rows_read_the_packed_one_once_it_exists():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    torch.manual_seed(0)
+    layer, row, rows = linear.Linear(64, 32), torch.randn(1, 64), torch.randn(5, 64)
+    with torch.no_grad():
+        layer(row)
+        assert linear._PREPARED_WEIGHTS[layer].transposed is not None
+        layer(rows)
+        prepared = linear._PREPARED_WEIGHTS[layer]
+        assert prepared.packed is not None and prepared.transposed is None
+        assert torch.allclose(layer(row), torch.nn.functional.linear(row, layer.weight, layer.bias), atol=1e-5)
+        assert linear._PREPARED_WEIGHTS[layer].transposed is None
+
+
 def test_prepared_weights_follow_every_change_of_the_weight_and_go_when_the_layer_trains():
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN")

@@ -43,8 +43,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed, num_replicas, rank: as `torch.utils.data.DistributedSampler`.
     """
 
-    def __init__(self, lengths: Sequence[int], max_tokens: int, max_sentences: int | None = None,
-                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+    def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int,
+                 max_sentences: int | None = None, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
+                 rank: int = 0):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
         if max_sentences is not None and max_sentences < 1:
