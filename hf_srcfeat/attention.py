@@ -223,7 +223,8 @@ class SrcFeatAttention(nn.Module):
                     cast(EncoderDecoderCache, past_key_values).is_updated[self.layer_idx] = True
 
         beams = query.shape[0] // key.shape[0]
-        if beams > 1:  # beam search: cached cross-attention keys and values hold one row per sentence
+        if beams > 1 and beams * key.shape[0] == query.shape[0]:
+            # Beam search: the cached cross-attention keys and values hold one row per sentence.
             if query.shape[2] == 1 and score_modification is None and not output_attentions:
                 return self._attend_with_shared_memory(query, key, value, attention_mask, beams, hidden_states)
             key, value = key.repeat_interleave(beams, 0), value.repeat_interleave(beams, 0)

@@ -96,6 +96,15 @@ def _prepared_inference_applies(inputs: torch.Tensor, weight: torch.Tensor) -> b
             and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
 
 
+def release_prepared_weights(model: nn.Module | None = None) -> None:
+    """Drop the prepared copies of `model`'s linear layers (of every layer when None), e.g. to free their memory
+    after translating; the next product without gradients makes them again."""
+    layers = list(_PREPARED_WEIGHTS) if model is None else [layer for layer in model.modules()
+                                                             if isinstance(layer, Linear)]
+    for layer in layers:
+        _PREPARED_WEIGHTS.pop(layer, None)
+
+
 class Linear(nn.Linear):
     """`nn.Linear`; CPU float32 products of batches of rows run oneDNN's matrix multiplication, in inference and
     training, and inference reads the weight in a prepared layout."""
@@ -131,4 +140,5 @@ class Linear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(inputs, prepared.packed, self.bias, "none", [], "")
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product"]
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product",
+           "release_prepared_weights"]

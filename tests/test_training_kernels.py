@@ -136,6 +136,19 @@ def test_prepared_weights_follow_every_change_of_the_weight_and_go_when_the_laye
     assert layer not in linear._PREPARED_WEIGHTS
 
 
+def test_prepared_copies_are_released_on_request():
+    model = torch.nn.Sequential(linear.Linear(64, 32), linear.Linear(32, 8))
+    other = linear.Linear(64, 32)
+    with torch.no_grad():
+        model(torch.randn(3, 64))
+        other(torch.randn(3, 64))
+    linear.release_prepared_weights(model)
+    assert not any(layer in linear._PREPARED_WEIGHTS for layer in model)
+    assert other in linear._PREPARED_WEIGHTS
+    linear.release_prepared_weights()
+    assert other not in linear._PREPARED_WEIGHTS
+
+
 def test_without_prepared_weights_inference_takes_the_training_kernels(monkeypatch):
     monkeypatch.setattr(linear, "PREPARED_INFERENCE_WEIGHTS", False)
     layer = linear.Linear(64, 32)
