@@ -8,8 +8,9 @@ layer (the output, the input's and the weight's gradients) all run through oneDN
 Without gradients (translation), the weight is also kept in the layout the kernel reads fastest, made once and
 remade when the weight changes: packed into oneDNN's blocked layout for products of several rows, transposed for
 one row (greedy decoding of one sentence), where MKL then streams it row by row. Decoding reads every weight of the
-decoder each step, from memory rather than cache once the model outgrows the cache; read in these layouts a step's
-products take about half as long (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it
+decoder each step, from memory rather than cache once the model outgrows the cache; read in these layouts the
+products of a greedy step of one sentence take about half as long, those of a batched step about a tenth less
+(`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it
 met several rows, for single rows too), which costs the weight's size again, and drops it as soon as it trains.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
