@@ -30,6 +30,7 @@ without the parser.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 import time
@@ -130,10 +131,11 @@ def main(argv: list[str] | None = None) -> dict:
     models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
-    runners, model_types, special_token_ids = {}, {}, {}
+    runners, model_types, special_token_ids, loaded = {}, {}, {}, []
     for folder in models:
         tokenizer = load_tokenizer(folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).to(args.device).eval()
+        loaded.append(model)
         inputs = {"annotations": annotations} if annotations else {"text": sources}
         encoded = {batch_size: [tokenizer(**{name: value[start:start + batch_size] for name, value in inputs.items()},
                                           padding=True, return_tensors="pt", **tree_options(model.config)
@@ -178,9 +180,16 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"no CTranslate2 row: {export_error}", flush=True)
 
     identical, generated_tokens = {}, {}
+    def prepared_weights() -> contextlib.ExitStack:
+        """Every model's weights prepared for inference, as the translate command decodes (first use makes them)."""
+        stack = contextlib.ExitStack()
+        for model in loaded:
+            stack.enter_context(linear.prepared_inference_weights(model))
+        return stack
+
     for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
-        linear.release_prepared_weights()
-        outputs = {key: run(batch_size, beams) for key, run in runners.items()}
+        with prepared_weights():
+            outputs = {key: run(batch_size, beams) for key, run in runners.items()}
         for key, output in outputs.items():
             if key[1] != "ctranslate2":
                 generated_tokens[(key, batch_size, beams)] = sum(
@@ -197,11 +206,11 @@ def main(argv: list[str] | None = None) -> dict:
         for batch_size, beams in SETTINGS:
             # Each setting starts from weights not yet prepared, as in a process that decodes only this way (a layer
             # keeps one prepared copy, packed once it met several rows); making them falls in the first arm's time.
-            linear.release_prepared_weights()
-            for key, run in runners.items():
-                start = time.perf_counter()
-                run(batch_size, beams)
-                seconds[(key, batch_size, beams)] += time.perf_counter() - start
+            with prepared_weights():
+                for key, run in runners.items():
+                    start = time.perf_counter()
+                    run(batch_size, beams)
+                    seconds[(key, batch_size, beams)] += time.perf_counter() - start
         print(f"round {round_index + 1} done", flush=True)
 
     baseline = (args.models[0], "fast")

@@ -5,13 +5,16 @@ default (MKL) reaches about half of a core's float32 peak on AMD processors and 
 (`benchmarks/measure_decoding_speed.py`, `benchmarks/batching_efficiency.py`). In training the three products of a
 layer (the output, the input's and the weight's gradients) all run through oneDNN.
 
-Without gradients (translation), the weight is also kept in the layout the kernel reads fastest, made once and
-remade when the weight changes: packed into oneDNN's blocked layout for products of several rows, transposed for
-one row (greedy decoding of one sentence), where MKL then streams it row by row. Decoding reads every weight of the
-decoder each step, from memory rather than cache once the model outgrows the cache; read in these layouts the
-products of a greedy step of one sentence take about half as long, those of a batched step about a tenth less
-(`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it
-met several rows, for single rows too), which costs the weight's size again, and drops it as soon as it trains.
+Within `prepared_inference_weights(model)` (translation: the translate command and the pipeline decode within
+it), products without gradients read the weight from a copy in the layout the kernel reads fastest, made on first
+use: packed into oneDNN's blocked layout for products of several rows, transposed for one row (greedy decoding of
+one sentence), where MKL then streams it row by row. Decoding reads every weight of the decoder each step, from
+memory rather than cache once the model outgrows the cache; read in these layouts the products of a greedy step of
+one sentence take about half as long, those of a batched step about a tenth less
+(`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
+too), which costs the weight's size again until the block ends. The copy is remade when PyTorch counts a change of
+the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
+within the block, whose caller promises that the weights stay as they are.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
 weights are `nn.Linear`'s.
@@ -19,7 +22,10 @@ weights are `nn.Linear`'s.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +33,8 @@ from torch import nn
 
 #: Below this many rows (e.g. greedy decoding of one sentence) MKL's matrix-vector kernels are the faster ones.
 ONEDNN_MIN_ROWS = 16
-#: Products without gradients read the weight in a prepared layout (False: the training kernels' path).
+#: Within `prepared_inference_weights`, products without gradients read the weight in a prepared layout (False:
+#: the training kernels' path there too).
 PREPARED_INFERENCE_WEIGHTS = True
 #: The row count oneDNN packs the weight for; products of any number of rows read it, fastest from about 4 rows.
 PACKING_ROWS_HINT = 64
@@ -77,69 +84,91 @@ class OneDNNLinearFunction(torch.autograd.Function):
 
 @dataclass
 class PreparedWeight:
-    """A layer's weight in the layouts inference reads, made on first use, for one state of the weight."""
+    """A layer's weight in the layout inference reads, made on first use, for one state of the weight."""
 
-    weight: weakref.ref  # the weight they were made from (a new tensor may take a freed one's address)
-    state: tuple[int, int]  # its data_ptr and version then
+    scopes: int = 0  # `prepared_inference_weights` blocks open for the layer
+    weight: weakref.ref | None = None  # the weight the copy was made from (a new tensor may take a freed address)
+    state: tuple[int, int] | None = None  # its data_ptr and version then
     transposed: torch.Tensor | None = None  # [in_features, out_features], contiguous
     packed: torch.Tensor | None = None  # oneDNN's blocked layout (an opaque mkldnn tensor)
 
 
 # Kept beside the layers rather than on them, so that copying, pickling or saving a layer never meets the opaque
-# oneDNN tensor; an entry goes when its layer does.
+# oneDNN tensor; an entry goes when its layer does, and when the last scope open for it closes.
 _PREPARED_WEIGHTS: weakref.WeakKeyDictionary[nn.Module, PreparedWeight] = weakref.WeakKeyDictionary()
+_PREPARED_WEIGHTS_LOCK = threading.Lock()
 
 
-def _prepared_inference_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and inputs.dtype == torch.float32
-            and weight.dtype == torch.float32 and inputs.device.type == "cpu" and not weight.is_inference()
-            and not (torch.is_grad_enabled() and (weight.requires_grad or inputs.requires_grad))
+@contextlib.contextmanager
+def prepared_inference_weights(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, `model`'s linear layers read their weights from copies prepared for inference (CPU,
+    float32, no gradient), made on first use and freed when the block ends. The caller promises not to change the
+    weights inside the block: updates that PyTorch does not count (writes through `.data`, fused optimizers) would
+    not reach the copies. `hf-srcfeat-translate` and the translation pipeline decode within such a block."""
+    layers = [layer for layer in model.modules() if isinstance(layer, Linear)]
+    with _PREPARED_WEIGHTS_LOCK:
+        for layer in layers:
+            _PREPARED_WEIGHTS.setdefault(layer, PreparedWeight()).scopes += 1
+    try:
+        yield model
+    finally:
+        with _PREPARED_WEIGHTS_LOCK:
+            for layer in layers:
+                prepared = _PREPARED_WEIGHTS.get(layer)
+                if prepared is not None:
+                    prepared.scopes -= 1
+                    if prepared.scopes <= 0:
+                        del _PREPARED_WEIGHTS[layer]
+
+
+def _prepared_inference_applies(inputs: torch.Tensor, layer: nn.Linear) -> bool:
+    weight, bias = layer.weight, layer.bias
+    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+            and inputs.dtype == torch.float32 and weight.dtype == torch.float32 and inputs.device.type == "cpu"
+            and type(weight) in (torch.Tensor, nn.Parameter) and not weight.is_inference()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(weight)  # vmap / jvp: no storage of its own
+            and not (torch.is_grad_enabled() and (weight.requires_grad or inputs.requires_grad
+                                                  or (bias is not None and bias.requires_grad)))
             and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
-
-
-def release_prepared_weights(model: nn.Module | None = None) -> None:
-    """Drop the prepared copies of `model`'s linear layers (of every layer when None), e.g. to free their memory
-    after translating; the next product without gradients makes them again."""
-    layers = list(_PREPARED_WEIGHTS) if model is None else [layer for layer in model.modules()
-                                                             if isinstance(layer, Linear)]
-    for layer in layers:
-        _PREPARED_WEIGHTS.pop(layer, None)
 
 
 class Linear(nn.Linear):
     """`nn.Linear`; CPU float32 products of batches of rows run oneDNN's matrix multiplication, in inference and
-    training, and inference reads the weight in a prepared layout."""
+    training, and inference within `prepared_inference_weights` reads the weight in a prepared layout."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if _prepared_inference_applies(inputs, self.weight):
-            return self._inference_product(inputs)
-        if torch.is_grad_enabled() and self.weight.requires_grad:
-            _PREPARED_WEIGHTS.pop(self, None)  # training from here on: the copies would go stale
+        prepared = _PREPARED_WEIGHTS.get(self)
+        if prepared is not None and _prepared_inference_applies(inputs, self):
+            return self._inference_product(inputs, prepared)
         if not _onednn_applies(inputs, self.weight):
             return super().forward(inputs)
-        if torch.is_grad_enabled() and (self.weight.requires_grad or inputs.requires_grad):
+        if torch.is_grad_enabled() and (self.weight.requires_grad or inputs.requires_grad
+                                        or (self.bias is not None and self.bias.requires_grad)):
             return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
         return onednn_product(inputs, self.weight, self.bias)
 
-    def _inference_product(self, inputs: torch.Tensor) -> torch.Tensor:
-        state = (self.weight.data_ptr(), self.weight._version)
-        prepared = _PREPARED_WEIGHTS.get(self)
-        if prepared is None or prepared.weight() is not self.weight or prepared.state != state:
-            prepared = _PREPARED_WEIGHTS[self] = PreparedWeight(weakref.ref(self.weight), state)
+    def _inference_product(self, inputs: torch.Tensor, prepared: PreparedWeight) -> torch.Tensor:
         weight = self.weight.detach()
-        if inputs.numel() == self.in_features and prepared.packed is None:  # one row
-            if prepared.transposed is None:
-                prepared.transposed = weight.t().contiguous()
+        state = (weight.data_ptr(), self.weight._version)
+        # Read into locals once: another thread may replace the copies meanwhile, never mutate them.
+        transposed, packed = prepared.transposed, prepared.packed
+        if prepared.weight is None or prepared.weight() is not self.weight or prepared.state != state:
+            transposed = packed = None
+        if inputs.numel() == self.in_features and packed is None:  # one row
+            if transposed is None:
+                transposed = weight.t().contiguous()
+                prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
+                    weakref.ref(self.weight), state, transposed, None)
             row = inputs.reshape(1, self.in_features)
-            outputs = row @ prepared.transposed if self.bias is None else torch.addmm(self.bias, row,
-                                                                                       prepared.transposed)
+            outputs = row @ transposed if self.bias is None else torch.addmm(self.bias, row, transposed)
             return outputs.view(*inputs.shape[:-1], self.out_features)
-        if prepared.packed is None:
-            # One copy per layer at a time: once several rows came, single rows read the packed copy too.
-            prepared.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
-            prepared.transposed = None
-        return torch.ops.mkldnn._linear_pointwise(inputs, prepared.packed, self.bias, "none", [], "")
+        if packed is None:
+            # One copy per layer: once several rows came, single rows read the packed copy too.
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
+            prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
+                weakref.ref(self.weight), state, None, packed)
+        return torch.ops.mkldnn._linear_pointwise(inputs, packed, self.bias, "none", [], "")
 
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product",
-           "release_prepared_weights"]
+           "prepared_inference_weights"]

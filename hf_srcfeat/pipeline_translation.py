@@ -20,6 +20,7 @@ from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotated_sentence import AnnotatedSentence, check_text
 from .decoding_options import check_decoding_options
+from .linear import prepared_inference_weights
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import NO_WORD, check_tokenizer_matches, tree_options
 
@@ -91,7 +92,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if texts and kwargs.get("parse", self._preprocess_params.get("parse", True)):  # one annotator call for all raw sentences: faster on batches
             parsed = iter(self.tokenizer.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
-        results = super().__call__(items, **kwargs)
+        # The weights stay as they are during a call: the linear layers read copies prepared for inference.
+        with prepared_inference_weights(self.model):
+            results = super().__call__(items, **kwargs)
         if single:
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results

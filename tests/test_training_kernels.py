@@ -78,14 +78,23 @@ def test_inference_products_from_prepared_weights_are_nn_linears(shape, bias):
     torch.manual_seed(0)
     layer = linear.Linear(256, 96, bias=bias)
     inputs = torch.randn(shape)
-    with torch.no_grad():
+    with torch.no_grad(), linear.prepared_inference_weights(layer):
         outputs = layer(inputs)
         expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
+        prepared = linear._PREPARED_WEIGHTS[layer]
+        assert (prepared.transposed is not None) == (inputs.numel() == 256)  # one row: the transposed copy
+        assert (prepared.packed is not None) == (inputs.numel() > 256)  # several: oneDNN's packed copy
     assert outputs.shape == expected.shape == (*shape[:-1], 96)
     assert torch.allclose(outputs, expected, atol=1e-5, rtol=1e-5)
-    prepared = linear._PREPARED_WEIGHTS[layer]
-    assert (prepared.transposed is not None) == (inputs.numel() == 256)  # one row: the transposed copy
-    assert (prepared.packed is not None) == (inputs.numel() > 256)  # several: oneDNN's packed copy
+    assert layer not in linear._PREPARED_WEIGHTS  # freed when the block ends
+
+
+def test_outside_a_prepared_block_inference_reads_the_weights_as_stored():
+    layer = linear.Linear(64, 32)
+    with torch.no_grad():
+        layer(torch.randn(1, 64))
+        layer(torch.randn(40, 64))
+    assert layer not in linear._PREPARED_WEIGHTS
 
 
 def test_a_layer_keeps_one_prepared_copy_and_single_rows_read_the_packed_one_once_it_exists():
@@ -93,7 +102,7 @@ def test_a_layer_keeps_one_prepared_copy_and_single_rows_read_the_packed_one_onc
         pytest.skip("this PyTorch build has no oneDNN")
     torch.manual_seed(0)
     layer, row, rows = linear.Linear(64, 32), torch.randn(1, 64), torch.randn(5, 64)
-    with torch.no_grad():
+    with torch.no_grad(), linear.prepared_inference_weights(layer):
         layer(row)
         assert linear._PREPARED_WEIGHTS[layer].transposed is not None
         layer(rows)
@@ -103,7 +112,7 @@ def test_a_layer_keeps_one_prepared_copy_and_single_rows_read_the_packed_one_onc
         assert linear._PREPARED_WEIGHTS[layer].transposed is None
 
 
-def test_prepared_weights_follow_every_change_of_the_weight_and_go_when_the_layer_trains():
+def test_prepared_weights_follow_every_change_of_the_weight_that_pytorch_counts():
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN")
     torch.manual_seed(0)
@@ -114,47 +123,66 @@ def test_prepared_weights_follow_every_change_of_the_weight_and_go_when_the_laye
             return all(torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
                        for x in (row, rows))
 
-    assert matches_nn_linear()
-    with torch.no_grad():
-        layer.weight.mul_(2)  # an in-place update, as an optimizer step makes
-    assert matches_nn_linear()
-    layer.load_state_dict(linear.Linear(64, 32).state_dict())
-    assert matches_nn_linear()
-    layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # a new tensor
-    assert matches_nn_linear()
-    with torch.no_grad():
-        layer.weight.data = torch.randn(32, 64)
-    assert matches_nn_linear()
-    address, version = layer.weight.data_ptr(), layer.weight._version
-    layer.weight = None
-    layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # may take the freed weight's address and version
-    assert matches_nn_linear(), (address == layer.weight.data_ptr(), version == layer.weight._version)
-    # Copying and saving never meet the copies; a training forward drops them
-    assert set(copy.deepcopy(layer).state_dict()) == {"weight", "bias"}
-    assert layer in linear._PREPARED_WEIGHTS
-    layer(rows).sum().backward()
-    assert layer not in linear._PREPARED_WEIGHTS
+    with linear.prepared_inference_weights(layer):
+        assert matches_nn_linear()
+        with torch.no_grad():
+            layer.weight.mul_(2)  # an in-place update, as a (non-fused) optimizer step makes
+        assert matches_nn_linear()
+        layer.load_state_dict(linear.Linear(64, 32).state_dict())
+        assert matches_nn_linear()
+        layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # a new tensor
+        assert matches_nn_linear()
+        address, version = layer.weight.data_ptr(), layer.weight._version
+        layer.weight = None
+        layer.weight = torch.nn.Parameter(torch.randn(32, 64))  # may take the freed weight's address and version
+        assert matches_nn_linear(), (address == layer.weight.data_ptr(), version == layer.weight._version)
+        # Copying and saving never meet the copies; training takes its own kernels
+        assert set(copy.deepcopy(layer).state_dict()) == {"weight", "bias"}
+        assert layer(torch.randn(40, 64)).grad_fn.name() == "OneDNNLinearFunctionBackward"
 
 
-def test_prepared_copies_are_released_on_request():
+def test_nested_blocks_free_the_copies_when_the_last_one_ends():
     model = torch.nn.Sequential(linear.Linear(64, 32), linear.Linear(32, 8))
     other = linear.Linear(64, 32)
-    with torch.no_grad():
-        model(torch.randn(3, 64))
+    with torch.no_grad(), linear.prepared_inference_weights(model), linear.prepared_inference_weights(other):
+        with linear.prepared_inference_weights(model):
+            model(torch.randn(3, 64))
+        assert all(layer in linear._PREPARED_WEIGHTS for layer in model)
         other(torch.randn(3, 64))
-    linear.release_prepared_weights(model)
-    assert not any(layer in linear._PREPARED_WEIGHTS for layer in model)
-    assert other in linear._PREPARED_WEIGHTS
-    linear.release_prepared_weights()
-    assert other not in linear._PREPARED_WEIGHTS
+    assert not any(layer in linear._PREPARED_WEIGHTS for layer in [*model, other])
 
 
 def test_without_prepared_weights_inference_takes_the_training_kernels(monkeypatch):
     monkeypatch.setattr(linear, "PREPARED_INFERENCE_WEIGHTS", False)
     layer = linear.Linear(64, 32)
-    with torch.no_grad():
+    with torch.no_grad(), linear.prepared_inference_weights(layer):
         layer(torch.randn(40, 64))
-    assert layer not in linear._PREPARED_WEIGHTS
+        assert linear._PREPARED_WEIGHTS[layer].packed is None
+
+
+@pytest.mark.parametrize("rows", [5, 40])
+def test_a_frozen_weight_still_trains_its_bias(rows):
+    torch.manual_seed(0)
+    layer = linear.Linear(64, 32)
+    layer.weight.requires_grad_(False)
+    with linear.prepared_inference_weights(layer):
+        layer(torch.randn(rows, 64)).sum().backward()
+    assert layer.bias.grad is not None and torch.allclose(layer.bias.grad, torch.full((32,), float(rows)))
+
+
+def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, subword_tokenizer, monkeypatch):
+    model = copy.deepcopy(trained_baseline[0])
+    products = []
+    original = linear.Linear._inference_product
+    monkeypatch.setattr(linear.Linear, "_inference_product",
+                        lambda self, *args: products.append(1) or original(self, *args))
+    inputs = subword_tokenizer(["A man rides a bike .", "Two dogs play ."], padding=True, return_tensors="pt")
+    model.generate(**inputs, max_new_tokens=5)
+    assert not products  # generate on its own reads the weights as stored
+    with linear.prepared_inference_weights(model):
+        model.generate(**inputs, max_new_tokens=5)
+    assert products
+    assert not any(isinstance(layer, linear.Linear) and layer in linear._PREPARED_WEIGHTS for layer in model.modules())
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -86,3 +86,16 @@ def test_a_baseline_is_never_given_tree_distances_it_does_not_read(translator, t
     monkeypatch.setattr(tokenization_source_features, "token_distance_matrix", refuse)
     assert not translator.model.config.reads_dependency_distances
     assert translator(test_sentences[:3], batch_size=2) == translator(test_sentences[:3])
+
+
+def test_the_pipeline_decodes_with_prepared_weights_and_frees_them_after_the_call(translator, test_sentences,
+                                                                                  monkeypatch):
+    from hf_srcfeat import linear
+
+    products = []
+    original = linear.Linear._inference_product
+    monkeypatch.setattr(linear.Linear, "_inference_product",
+                        lambda self, *args: products.append(1) or original(self, *args))
+    translator(test_sentences[:2], max_new_tokens=5)
+    assert products
+    assert not any(layer in linear._PREPARED_WEIGHTS for layer in translator.model.modules())

@@ -23,6 +23,7 @@ throughput line (parsing and translation timed apart) go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import io
 import math
@@ -483,10 +484,14 @@ def translate_files(argv: list[str] | None = None) -> int:
     interactive = args.input == "-" and sys.stdin.isatty()
     buffer_size = args.buffer_size or (1 if interactive else 1000)
 
+    from torch import nn
+
     import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
+    from hf_srcfeat.linear import prepared_inference_weights
 
     started = time.perf_counter()
-    file_translator = FileTranslator(load_translator(args), args.num_return_sequences, args.batch_size,
+    translator = load_translator(args)
+    file_translator = FileTranslator(translator, args.num_return_sequences, args.batch_size,
                                      sort_by_length=not args.no_sort,
                                      factor_names=args.factor_names if args.input_format == "factored" else None,
                                      parse=not args.no_parse)
@@ -499,7 +504,10 @@ def translate_files(argv: list[str] | None = None) -> int:
     index = 0
     # Written whole or not at all (hf_srcfeat.safe_writing): an interrupted run never leaves a short file that looks
     # finished, and an existing output is replaced only by a complete new one.
-    with open_binary_input(args.input) as source, \
+    # The model stays as loaded for the whole run: its linear layers read weights prepared once for inference.
+    model = getattr(translator, "model", None)
+    prepared = prepared_inference_weights(model) if isinstance(model, nn.Module) else contextlib.nullcontext()
+    with prepared, open_binary_input(args.input) as source, \
             (replaced_atomically(args.output) if args.output != "-" else _stdout()) as target:
         for chunk in chunks(reader(source), buffer_size):
             for item, translations in zip(chunk, file_translator.translate_chunk(chunk), strict=True):
