@@ -262,6 +262,7 @@ class SrcFeatAttention(nn.Module):
         mask = attention_mask[::beams] if attention_mask is not None else None
         attention_function = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
                                                                    eager_attention_forward)
-        output, _ = attention_function(self, grouped, key, value, mask, scaling=self.scaling, dropout=0.0)
+        output, _ = attention_function(self, grouped, key, value, mask, scaling=self.scaling,
+                                       dropout=self.dropout if self.training else 0.0)
         # [sentences, beams, heads, head_dim]: the rows in their order
         return self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim)), None
