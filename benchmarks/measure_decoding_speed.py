@@ -179,7 +179,6 @@ def main(argv: list[str] | None = None) -> dict:
             export_error = f"{type(error).__name__}: {error}"
             print(f"no CTranslate2 row: {export_error}", flush=True)
 
-    identical, generated_tokens = {}, {}
     def prepared_weights() -> contextlib.ExitStack:
         """Every model's weights prepared for inference, as the translate command decodes (first use makes them)."""
         stack = contextlib.ExitStack()
@@ -187,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
             stack.enter_context(linear.prepared_inference_weights(model))
         return stack
 
+    identical, generated_tokens = {}, {}
     for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
         with prepared_weights():
             outputs = {key: run(batch_size, beams) for key, run in runners.items()}

@@ -224,10 +224,16 @@ class SrcFeatAttention(nn.Module):
 
         beams = query.shape[0] // key.shape[0]
         if beams > 1 and beams * key.shape[0] == query.shape[0]:
-            # Beam search: the cached cross-attention keys and values hold one row per sentence.
+            # Beam search: the cached cross-attention keys and values hold one row per sentence. In a decoding step
+            # the beams' queries attend as the query positions of their sentence's row, so the keys and values are
+            # read once per sentence; the rows of a sentence share its source mask. The output's
+            # [sentences, beams, heads, head_dim] holds the rows in their order.
             if query.shape[2] == 1 and score_modification is None and not output_attentions:
-                return self._attend_with_shared_memory(query, key, value, attention_mask, beams, hidden_states)
-            key, value = key.repeat_interleave(beams, 0), value.repeat_interleave(beams, 0)
+                query = query.transpose(1, 2).reshape(key.shape[0], beams, self.num_heads, self.head_dim)
+                query = query.transpose(1, 2)
+                attention_mask = attention_mask[::beams] if attention_mask is not None else None
+            else:
+                key, value = key.repeat_interleave(beams, 0), value.repeat_interleave(beams, 0)
 
         score_scale = score_modification.scale if score_modification is not None else None
         position_bias = score_modification.bias if score_modification is not None else None
@@ -250,19 +256,3 @@ class SrcFeatAttention(nn.Module):
         )
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim))
         return output, (weights if output_attentions else None)
-
-    def _attend_with_shared_memory(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                                   attention_mask: torch.Tensor | None, beams: int,
-                                   hidden_states: torch.Tensor) -> tuple[torch.Tensor, None]:
-        """One decoding step of `beams` consecutive rows per sentence against their sentence's keys and values:
-        the beams' queries attend as the query positions of one row, so the keys and values are read once per
-        sentence rather than once per beam. The rows of a sentence share its source mask."""
-        sentences = key.shape[0]
-        grouped = query.transpose(1, 2).reshape(sentences, beams, self.num_heads, self.head_dim).transpose(1, 2)
-        mask = attention_mask[::beams] if attention_mask is not None else None
-        attention_function = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                                   eager_attention_forward)
-        output, _ = attention_function(self, grouped, key, value, mask, scaling=self.scaling,
-                                       dropout=self.dropout if self.training else 0.0)
-        # [sentences, beams, heads, head_dim]: the rows in their order
-        return self.out_proj(output.reshape(*hidden_states.shape[:-1], self.embed_dim)), None

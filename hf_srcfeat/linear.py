@@ -45,11 +45,21 @@ def onednn_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
 
 
-def _onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+def _cpu_float32_eager(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Where the zoo's CPU kernels apply at all: eager float32 on the CPU with oneDNN, no autocast."""
     # Compiled graphs first: tracing `mkldnn.is_available` would break them.
     return (not torch.compiler.is_compiling() and inputs.dtype == torch.float32 and weight.dtype == torch.float32
-            and inputs.device.type == "cpu" and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1]
-            and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
+            and inputs.device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and not torch.is_autocast_enabled("cpu"))
+
+
+def _onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    return _cpu_float32_eager(inputs, weight) and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1]
+
+
+def _needs_gradient(inputs: torch.Tensor, layer: nn.Linear) -> bool:
+    return torch.is_grad_enabled() and (layer.weight.requires_grad or inputs.requires_grad
+                                        or (layer.bias is not None and layer.bias.requires_grad))
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
@@ -122,14 +132,11 @@ def prepared_inference_weights(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def _prepared_inference_applies(inputs: torch.Tensor, layer: nn.Linear) -> bool:
-    weight, bias = layer.weight, layer.bias
-    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
-            and inputs.dtype == torch.float32 and weight.dtype == torch.float32 and inputs.device.type == "cpu"
+    weight = layer.weight
+    return (PREPARED_INFERENCE_WEIGHTS and _cpu_float32_eager(inputs, weight) and not torch.jit.is_tracing()
             and type(weight) in (torch.Tensor, nn.Parameter) and not weight.is_inference()
             and not torch._C._functorch.is_functorch_wrapped_tensor(weight)  # vmap / jvp: no storage of its own
-            and not (torch.is_grad_enabled() and (weight.requires_grad or inputs.requires_grad
-                                                  or (bias is not None and bias.requires_grad)))
-            and torch.backends.mkldnn.is_available() and not torch.is_autocast_enabled("cpu"))
+            and not _needs_gradient(inputs, layer))
 
 
 class Linear(nn.Linear):
@@ -142,8 +149,7 @@ class Linear(nn.Linear):
             return self._inference_product(inputs, prepared)
         if not _onednn_applies(inputs, self.weight):
             return super().forward(inputs)
-        if torch.is_grad_enabled() and (self.weight.requires_grad or inputs.requires_grad
-                                        or (self.bias is not None and self.bias.requires_grad)):
+        if _needs_gradient(inputs, self):
             return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
         return onednn_product(inputs, self.weight, self.bias)
 

@@ -81,10 +81,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _make_batches(self) -> list[list[int]]:
         generator = np.random.default_rng(self.seed + self.epoch)
         order = generator.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
-        # Stable sorts from the least to the most significant key: by cost, then source, then target length.
-        for key in (self.lengths[:, ::-1].T if self.lengths.ndim == 2 else []):
+        # By cost, then source, then target length: stable sorts from the least significant key to the most.
+        keys = (self.costs,) if self.lengths.ndim == 1 else (self.lengths[:, 1], self.lengths[:, 0], self.costs)
+        for key in keys:
             order = order[np.argsort(key[order], kind="stable")]
-        order = order[np.argsort(self.costs[order], kind="stable")]
         batches: list[list[int]] = []
         current: list[int] = []
         longest = 0
