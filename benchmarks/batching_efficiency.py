@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     lengths = [(len(row["input_ids"]), len(row["labels"])) for row in rows]
     token_batches = [collate([rows[i] for i in batch])
                      for batch in TokenBudgetBatchSampler(lengths, args.max_tokens, seed=1)]
-    # The order before pairs of one cost were sorted by source and target length: by the longer side alone.
+    # For comparison: pairs ordered by their longer side alone, whose shorter sides pad more.
     cost_ordered_batches = [collate([rows[i] for i in batch]) for batch in TokenBudgetBatchSampler(
         [max(pair) for pair in lengths], args.max_tokens, seed=1)]
 

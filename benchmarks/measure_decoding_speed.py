@@ -14,7 +14,7 @@ per token). Each setting starts from weights not yet prepared for inference, as 
 that way. Each model runs four arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
 inference: the default), `fast_unprepared` (the same loops, the kernels reading the weights as stored),
 `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops with
-PyTorch's default matrix kernels: the path before any of the changes). On the first `--sentences` sources of test_2016_flickr, every
+PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of test_2016_flickr, every
 model's inputs are encoded once with the features it reads (parses through the cache), outside the timings; then,
 for each setting, the arms and the baseline's CTranslate2 float32 export (which tokenizes inside its timing, with
 the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
