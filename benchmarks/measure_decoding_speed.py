@@ -15,7 +15,9 @@ that way. Each model runs four arms: `fast` (the zoo's loops, its matrix kernels
 inference: the default), `fast_unprepared` (the same loops, the kernels reading the weights as stored),
 `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops with
 PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of test_2016_flickr, every
-model's inputs are encoded once with the features it reads (parses through the cache), outside the timings; then,
+model's inputs are encoded once with the features it reads (parses through the cache), outside the timings, in
+batches of sources sorted by length, longest first, as the translate command batches them and CTranslate2 its own
+batches (`--input_order`: in corpus order); then,
 for each setting, the arms and the baseline's CTranslate2 float32 export (which tokenizes inside its timing, with
 the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--source_conllu", type=Path, default=None,
                         help="parses of test_2016_flickr's sources in order (instead of parsing them)")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
+    parser.add_argument("--input_order", action="store_true",
+                        help="batch the sources in corpus order instead of sorted by length")
     args = parser.parse_args(argv)
     code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
     cuda = args.device.startswith("cuda")
@@ -128,6 +132,12 @@ def main(argv: list[str] | None = None) -> dict:
         if [sentence.text for sentence in annotations] != sources:
             parser.error(f"{args.source_conllu} does not hold the parses of test_2016_flickr's first "
                          f"{len(sources)} sources in order")
+    if not args.input_order:
+        # Longest first, as the translate command batches a chunk and CTranslate2 its `max_batch_size` batches.
+        order = sorted(range(len(sources)), key=lambda index: -(len(annotations[index].words) if annotations
+                                                                 else len(sources[index].split())))
+        sources = [sources[index] for index in order]
+        annotations = [annotations[index] for index in order] if annotations else None
     models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
@@ -240,7 +250,8 @@ def main(argv: list[str] | None = None) -> dict:
               "device": torch.cuda.get_device_name() if cuda else "cpu", "threads": None if cuda else 1,
               "command": "python -m benchmarks.measure_decoding_speed " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
-              "sentences": len(sources), "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
+              "sentences": len(sources), "sorted_by_length": not args.input_order,
+              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,
               "onednn_min_rows": default_min_rows, "processor": processor_name(),

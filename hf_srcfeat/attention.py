@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import flex_attention
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .linear import Linear
+from .linear import Linear, prepared_stacked_products
 
 SCORE_MODES = ("mult", "add")
 
@@ -187,8 +187,12 @@ class SrcFeatAttention(nn.Module):
         self.v_proj = Linear(self.embed_dim, self.embed_dim)
         self.out_proj = Linear(self.embed_dim, self.embed_dim)
 
+    def _heads(self, projected: torch.Tensor) -> torch.Tensor:
+        """[batch, positions, d_model] -> [batch, heads, positions, head_dim]."""
+        return projected.view(*projected.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
     def _project(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
-        return projection(states).view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+        return self._heads(projection(states))
 
     def forward(
         self,
@@ -199,8 +203,11 @@ class SrcFeatAttention(nn.Module):
         score_modification: ScoreModification | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = self._project(self.q_proj, hidden_states)
         memory = key_value_states if key_value_states is not None else hidden_states
+        # Self-attention's three projections as one product where inference reads prepared weights.
+        stacked = (prepared_stacked_products((self.q_proj, self.k_proj, self.v_proj), hidden_states)
+                   if key_value_states is None else None)
+        query = self._heads(stacked[0]) if stacked is not None else self._project(self.q_proj, hidden_states)
 
         cache: Any = None  # Transformers' cache classes type their layers loosely
         reuse_cross = False
@@ -215,7 +222,10 @@ class SrcFeatAttention(nn.Module):
             # Cross-attention keys/values depend only on the encoder output: computed once per generation.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
+            if stacked is not None:
+                key, value = self._heads(stacked[1]), self._heads(stacked[2])
+            else:
+                key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +101,7 @@ class PreparedWeight:
     state: tuple[int, int] | None = None  # its data_ptr and version then
     transposed: torch.Tensor | None = None  # [in_features, out_features], contiguous
     packed: torch.Tensor | None = None  # oneDNN's blocked layout (an opaque mkldnn tensor)
+    stacked: StackedWeights | None = None  # the layer's weight stacked with others' (`prepared_stacked_products`)
 
 
 # Kept beside the layers rather than on them, so that copying, pickling or saving a layer never meets the opaque
@@ -146,35 +147,84 @@ class Linear(nn.Linear):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         prepared = _PREPARED_WEIGHTS.get(self)
         if prepared is not None and _prepared_inference_applies(inputs, self):
-            return self._inference_product(inputs, prepared)
+            return _prepared_product(inputs, self.weight, self.bias, prepared)
         if not _onednn_applies(inputs, self.weight):
             return super().forward(inputs)
         if _needs_gradient(inputs, self):
             return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
         return onednn_product(inputs, self.weight, self.bias)
 
-    def _inference_product(self, inputs: torch.Tensor, prepared: PreparedWeight) -> torch.Tensor:
-        weight = self.weight.detach()
-        state = (weight.data_ptr(), self.weight._version)
-        # Read into locals once: another thread may replace the copies meanwhile, never mutate them.
-        transposed, packed = prepared.transposed, prepared.packed
-        if prepared.weight is None or prepared.weight() is not self.weight or prepared.state != state:
-            transposed = packed = None
-        if inputs.numel() == self.in_features and packed is None:  # one row
-            if transposed is None:
-                transposed = weight.t().contiguous()
-                prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
-                    weakref.ref(self.weight), state, transposed, None)
-            row = inputs.reshape(1, self.in_features)
-            outputs = row @ transposed if self.bias is None else torch.addmm(self.bias, row, transposed)
-            return outputs.view(*inputs.shape[:-1], self.out_features)
-        if packed is None:
-            # One copy per layer: once several rows came, single rows read the packed copy too.
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
+
+def _prepared_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      prepared: PreparedWeight) -> torch.Tensor:
+    """`inputs @ weight.T + bias` reading `weight` from the copy `prepared` holds, made (or remade) here when it is
+    missing or was made from another tensor or state of `weight`."""
+    state = (weight.data_ptr(), weight._version)
+    # Read into locals once: another thread may replace the copies meanwhile, never mutate them.
+    transposed, packed = prepared.transposed, prepared.packed
+    if prepared.weight is None or prepared.weight() is not weight or prepared.state != state:
+        transposed = packed = None
+    out_features, in_features = weight.shape
+    if inputs.numel() == in_features and packed is None:  # one row
+        if transposed is None:
+            transposed = weight.detach().t().contiguous()
             prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
-                weakref.ref(self.weight), state, None, packed)
-        return torch.ops.mkldnn._linear_pointwise(inputs, packed, self.bias, "none", [], "")
+                weakref.ref(weight), state, transposed, None)
+        row = inputs.reshape(1, in_features)
+        outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
+        return outputs.view(*inputs.shape[:-1], out_features)
+    if packed is None:
+        # One copy per layer: once several rows came, single rows read the packed copy too.
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKING_ROWS_HINT)
+        prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
+            weakref.ref(weight), state, None, packed)
+    return torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
+
+
+@dataclass
+class StackedWeights:
+    """Several layers' weights (and biases) stacked into one, for one state of each."""
+
+    state: tuple  # (parameter, data_ptr, version) of each weight and bias stacked
+    weight: torch.Tensor  # [sum of out_features, in_features]
+    bias: torch.Tensor | None
+    prepared: PreparedWeight
+
+
+def _weights_state(layers: Sequence[nn.Linear]) -> tuple:
+    # The parameters themselves, not weak references: held only as long as the stacked copy, so a new parameter
+    # cannot take a freed one's address unnoticed.
+    return tuple((parameter, parameter.data_ptr(), parameter._version) for layer in layers
+                 for parameter in (layer.weight, layer.bias) if parameter is not None)
+
+
+def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor) -> list[torch.Tensor] | None:
+    """`[layer(inputs) for layer in layers]` as one product with the layers' weights stacked (one kernel call and one
+    pass over `inputs` instead of one per layer, e.g. an attention's query, key and value projections), within
+    `prepared_inference_weights`; None where its prepared path does not apply to every layer (the caller then calls
+    them one by one). The stacked copy lives with the first layer's prepared copy and is remade when any of the
+    layers' parameters changes as PyTorch counts it."""
+    first = layers[0]
+    holder = _PREPARED_WEIGHTS.get(first)
+    if holder is None or not all(type(layer) is Linear and layer in _PREPARED_WEIGHTS
+                                 and _prepared_inference_applies(inputs, layer) for layer in layers):
+        return None
+    if len({layer.in_features for layer in layers}) != 1:
+        return None
+    state = _weights_state(layers)
+    stacked = holder.stacked  # read once (threads)
+    if stacked is None or len(stacked.state) != len(state) or any(
+            old[0] is not new[0] or old[1:] != new[1:] for old, new in zip(stacked.state, state, strict=True)):
+        weight = torch.cat([layer.weight.detach() for layer in layers])
+        bias = None
+        if any(layer.bias is not None for layer in layers):
+            bias = torch.cat([layer.bias.detach() if layer.bias is not None else layer.weight.new_zeros(
+                layer.out_features) for layer in layers])
+        stacked = StackedWeights(state, weight, bias, PreparedWeight())
+        holder.stacked = stacked
+    outputs = _prepared_product(inputs, stacked.weight, stacked.bias, stacked.prepared)
+    return list(outputs.split([layer.out_features for layer in layers], dim=-1))
 
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product",
-           "prepared_inference_weights"]
+           "prepared_inference_weights", "prepared_stacked_products"]

@@ -173,9 +173,8 @@ def test_a_frozen_weight_still_trains_its_bias(rows):
 def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, subword_tokenizer, monkeypatch):
     model = copy.deepcopy(trained_baseline[0])
     products = []
-    original = linear.Linear._inference_product
-    monkeypatch.setattr(linear.Linear, "_inference_product",
-                        lambda self, *args: products.append(1) or original(self, *args))
+    original = linear._prepared_product
+    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(1) or original(*args))
     inputs = subword_tokenizer(["A man rides a bike .", "Two dogs play ."], padding=True, return_tensors="pt")
     model.generate(**inputs, max_new_tokens=5)
     assert not products  # generate on its own reads the weights as stored
@@ -183,6 +182,75 @@ def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, s
         model.generate(**inputs, max_new_tokens=5)
     assert products
     assert not any(isinstance(layer, linear.Linear) and layer in linear._PREPARED_WEIGHTS for layer in model.modules())
+
+
+def stacked_layers(bias: tuple[bool, ...] = (True, True, True)) -> list[linear.Linear]:
+    torch.manual_seed(0)
+    return [linear.Linear(64, out_features, bias=with_bias) for out_features, with_bias in zip((32, 48, 16), bias)]
+
+
+@pytest.mark.parametrize("bias", [(True, True, True), (False, True, False)])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (5, 64), (2, 7, 64)])
+def test_stacked_inference_products_are_each_layers_own(shape, bias):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    layers, inputs = stacked_layers(bias), torch.randn(shape)
+    with torch.no_grad(), linear.prepared_inference_weights(torch.nn.ModuleList(layers)):
+        outputs = linear.prepared_stacked_products(layers, inputs)
+        stacked = linear._PREPARED_WEIGHTS[layers[0]].stacked
+        assert stacked is not None and stacked.weight.shape == (96, 64)  # one copy, with the first layer's
+        assert all(linear._PREPARED_WEIGHTS[layer].packed is None for layer in layers)  # no copies of their own
+    assert outputs is not None and len(outputs) == 3
+    for layer, output in zip(layers, outputs, strict=True):
+        expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
+        assert output.shape == expected.shape and torch.allclose(output, expected, atol=1e-5, rtol=1e-5)
+    assert layers[0] not in linear._PREPARED_WEIGHTS  # freed when the block ends
+
+
+def test_stacked_products_follow_a_change_of_any_stacked_parameter():
+    layers, rows = stacked_layers(), torch.randn(5, 64)
+
+    def match() -> bool:
+        with torch.no_grad():
+            outputs = linear.prepared_stacked_products(layers, rows)
+        return all(torch.allclose(output, torch.nn.functional.linear(rows, layer.weight, layer.bias), atol=1e-5)
+                   for layer, output in zip(layers, outputs, strict=True))
+
+    with linear.prepared_inference_weights(torch.nn.ModuleList(layers)):
+        assert match()
+        with torch.no_grad():
+            layers[1].weight.mul_(2)  # the middle layer's weight, in place
+        assert match()
+        layers[2].bias = torch.nn.Parameter(torch.randn(16))  # the last layer's bias, a new tensor
+        assert match()
+
+
+def test_stacked_products_are_left_to_each_layer_outside_prepared_inference():
+    layers, rows = stacked_layers(), torch.randn(5, 64)
+    with torch.no_grad():
+        assert linear.prepared_stacked_products(layers, rows) is None  # no block
+    with linear.prepared_inference_weights(torch.nn.ModuleList(layers)):
+        assert linear.prepared_stacked_products(layers, rows) is None  # gradients wanted: training's kernels
+        with torch.no_grad():
+            wrapped = [*layers[:2], torch.nn.utils.parametrizations.weight_norm(layers[2])]
+            assert linear.prepared_stacked_products(wrapped, rows) is None  # a layer that is not a plain Linear
+
+
+def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_baseline, subword_tokenizer,
+                                                                        monkeypatch):
+    model = trained_baseline[0]
+    attention = model.get_encoder().layers[0].self_attn
+    hidden_states = torch.randn(2, 6, model.config.d_model)
+    products = []
+    original = linear._prepared_product
+    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(args[1].shape) or original(*args))
+    with torch.no_grad():
+        expected = attention(hidden_states)[0]
+        with linear.prepared_inference_weights(model):
+            outputs = attention(hidden_states)[0]
+    d_model = model.config.d_model
+    assert products == [(3 * d_model, d_model), (d_model, d_model)]  # query, key and value; then the output
+    assert torch.allclose(outputs, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -214,6 +282,21 @@ def test_the_label_smoothed_loss_passes_a_numerical_gradient_check(trained_basel
     labels = pairs_batch["labels"][:2]
     assert torch.autograd.gradcheck(lambda values: label_smoothed_cross_entropy(values, labels, 0.1),
                                     (logits.requires_grad_(),))
+
+
+def test_the_loss_gradient_is_pytorchs_where_probabilities_fall_below_float32s_normal_range(trained_baseline,
+                                                                                             pairs_batch):
+    model, _ = trained_baseline
+    with torch.no_grad():
+        logits = model(**pairs_batch).logits[:4] * 40  # a confident model: most probabilities below 1e-38
+    log_probabilities = torch.log_softmax(logits, dim=-1)
+    assert ((log_probabilities < -87.3) & (log_probabilities > -103.9)).any()  # exp() gives subnormal numbers
+    labels = pairs_batch["labels"][:4]
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    label_smoothed_cross_entropy(ours, labels, 0.1).backward()
+    torch.nn.functional.cross_entropy(theirs.reshape(-1, theirs.shape[-1]), labels.reshape(-1), ignore_index=-100,
+                                      label_smoothing=0.1, reduction="sum").backward()
+    assert torch.allclose(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_a_batch_of_ignored_labels_has_zero_loss_and_gradient():

@@ -93,9 +93,8 @@ def test_the_pipeline_decodes_with_prepared_weights_and_frees_them_after_the_cal
     from hf_srcfeat import linear
 
     products = []
-    original = linear.Linear._inference_product
-    monkeypatch.setattr(linear.Linear, "_inference_product",
-                        lambda self, *args: products.append(1) or original(self, *args))
+    original = linear._prepared_product
+    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(1) or original(*args))
     translator(test_sentences[:2], max_new_tokens=5)
     assert products
     assert not any(layer in linear._PREPARED_WEIGHTS for layer in translator.model.modules())
