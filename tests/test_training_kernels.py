@@ -186,7 +186,8 @@ def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, s
 
 def stacked_layers(bias: tuple[bool, ...] = (True, True, True)) -> list[linear.Linear]:
     torch.manual_seed(0)
-    return [linear.Linear(64, out_features, bias=with_bias) for out_features, with_bias in zip((32, 48, 16), bias)]
+    return [linear.Linear(64, out_features, bias=with_bias)
+            for out_features, with_bias in zip((32, 48, 16), bias, strict=True)]
 
 
 @pytest.mark.parametrize("bias", [(True, True, True), (False, True, False)])
