@@ -14,7 +14,9 @@ one sentence take about half as long, those of a batched step about a tenth less
 (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
 too), which costs the weight's size again until the block ends. The copy is remade when PyTorch counts a change of
 the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
-within the block, whose caller promises that the weights stay as they are.
+within the block, whose caller promises that the weights stay as they are. Layers that read the same input
+(an attention's query, key and value projections) can multiply it once with their weights stacked
+(`prepared_stacked_products`).
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
 weights are `nn.Linear`'s.

@@ -24,7 +24,7 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
         "--source_conllu", str(parses), "--data_dir", str(multi30k_dir), "--work_dir", str(tmp_path / "work"),
         "--output", str(tmp_path / "speed.json")])
 
-    assert result["source_parses"] == str(parses)
+    assert result["source_parses"] == str(parses) and result["sorted_by_length"]
     for setting in ("batch32_beam4", "batch1_beam1"):
         assert {row["loop"] for row in result["timings"][setting].values()} == {
             "fast", "fast_unprepared", "transformers", "transformers_mkl"}
@@ -52,6 +52,19 @@ def test_generated_tokens_end_at_each_rows_first_end_of_sentence(model_folder, t
             tokens = row[:row.index(eos) + 1] if eos in row else row
             expected += sum(token != pad for token in tokens)
         assert generated_token_count(sequences, eos, pad) == expected < sequences[:, 1:].numel()
+
+
+def test_beam_stopping_benchmark_counts_the_decoder_rows_each_stopping_rule_computes(model_folder, multi30k_dir,
+                                                                                      tmp_path):
+    from benchmarks import beam_stopping
+
+    result = beam_stopping.main(["--model", str(model_folder), "--sentences", "6", "--batch_size", "3",
+                                 "--data_dir", str(multi30k_dir), "--output", str(tmp_path / "stopping.json")])
+    default, num_beams_finished = (result["rules"][rule]["decoder_rows_per_sentence"]
+                                   for rule in ("transformers_default", "num_beams_finished"))
+    # At least one step of one row per sentence, then num_beams rows a step; the default never stops sooner.
+    assert default >= num_beams_finished >= 1 + 4
+    assert result["rows_over_num_beams_finished"] >= 1 and 0 <= result["identical_translations"] <= 1
 
 
 def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
