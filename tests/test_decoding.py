@@ -154,6 +154,16 @@ def test_the_cache_reorders_beams_in_place_without_growing():
     assert values[:, 0, :, 0].tolist() == [[12.0, 12.0, 0.0], [12.0, 12.0, 0.0]]
 
 
+def test_the_cache_reorders_swapped_and_shared_parents():
+    layer = decoding.PreallocatedLayer(max_length=4)
+    keys = torch.arange(4.0).reshape(4, 1, 1, 1)
+    layer.update(keys, keys + 10)
+    layer.select_rows(torch.tensor([1, 0, 2, 0]))  # rows 0 and 1 swap, row 2 stays, row 3 continues row 0
+    stored, values = layer.update(torch.zeros(4, 1, 1, 1), torch.zeros(4, 1, 1, 1))
+    assert stored[:, 0, 0, 0].tolist() == [1.0, 0.0, 2.0, 0.0]
+    assert values[:, 0, 0, 0].tolist() == [11.0, 10.0, 12.0, 10.0]
+
+
 def test_the_cache_repeats_rows_for_beams_into_larger_buffers():
     layer = decoding.PreallocatedLayer(max_length=4)
     layer.update(torch.tensor([1.0, 2.0]).reshape(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
