@@ -204,7 +204,8 @@ class SrcFeatAttention(nn.Module):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         memory = key_value_states if key_value_states is not None else hidden_states
-        # Self-attention's three projections as one product where inference reads prepared weights.
+        # Projections of one input as one product where inference reads prepared weights: self-attention's three
+        # here, cross-attention's keys and values of the memory below.
         stacked = (prepared_stacked_products((self.q_proj, self.k_proj, self.v_proj), hidden_states)
                    if key_value_states is None else None)
         query = self._heads(stacked[0]) if stacked is not None else self._project(self.q_proj, hidden_states)
@@ -222,8 +223,11 @@ class SrcFeatAttention(nn.Module):
             # Cross-attention keys/values depend only on the encoder output: computed once per generation.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            if stacked is not None:
-                key, value = self._heads(stacked[1]), self._heads(stacked[2])
+            projections = stacked[1:] if stacked is not None else (
+                prepared_stacked_products((self.k_proj, self.v_proj), memory) if key_value_states is not None
+                else None)
+            if projections is not None:
+                key, value = self._heads(projections[0]), self._heads(projections[1])
             else:
                 key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
             if cache is not None:

@@ -237,8 +237,7 @@ def test_stacked_products_are_left_to_each_layer_outside_prepared_inference():
             assert linear.prepared_stacked_products(wrapped, rows) is None  # a layer that is not a plain Linear
 
 
-def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_baseline, subword_tokenizer,
-                                                                        monkeypatch):
+def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_baseline, monkeypatch):
     model = trained_baseline[0]
     attention = model.get_encoder().layers[0].self_attn
     hidden_states = torch.randn(2, 6, model.config.d_model)
@@ -251,6 +250,22 @@ def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_
             outputs = attention(hidden_states)[0]
     d_model = model.config.d_model
     assert products == [(3 * d_model, d_model), (d_model, d_model)]  # query, key and value; then the output
+    assert torch.allclose(outputs, expected, atol=1e-5)
+
+
+def test_cross_attention_projects_the_memorys_keys_and_values_in_one_product(trained_baseline, monkeypatch):
+    model = trained_baseline[0]
+    attention = model.get_decoder().layers[0].encoder_attn
+    queries, memory = torch.randn(2, 3, model.config.d_model), torch.randn(2, 6, model.config.d_model)
+    products = []
+    original = linear._prepared_product
+    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(args[1].shape) or original(*args))
+    with torch.no_grad():
+        expected = attention(queries, key_value_states=memory)[0]
+        with linear.prepared_inference_weights(model):
+            outputs = attention(queries, key_value_states=memory)[0]
+    d_model = model.config.d_model
+    assert products == [(d_model, d_model), (2 * d_model, d_model), (d_model, d_model)]  # query; key, value; out
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
