@@ -188,10 +188,12 @@ def test_extra_encoder_outputs_are_beam_expanded_and_padded_batch_equals_single(
     SummaryDecoderLayer.seen_batch_sizes.clear()
     together = model.generate(**batch, num_beams=4)
     # The summary reached every decoder layer with the rows decoded: one per sentence at the first step (every beam
-    # starts from the same prompt), then the beam-expanded batch.
+    # starts from the same prompt), then the beam-expanded batch, from which finished sentences leave with their beams.
     layers = model.config.decoder_layers
     assert SummaryDecoderLayer.seen_batch_sizes[:layers] == [(5, 5)] * layers
-    assert set(SummaryDecoderLayer.seen_batch_sizes[layers:]) == {(20, 20)}
+    assert SummaryDecoderLayer.seen_batch_sizes[layers:2 * layers] == [(20, 20)] * layers
+    assert all(rows == summary_rows and rows % 4 == 0
+               for rows, summary_rows in SummaryDecoderLayer.seen_batch_sizes[layers:])
     for index, sentence in enumerate(test_sentences[:5]):
         alone = model.generate(**subword_tokenizer([sentence], return_tensors="pt"), num_beams=4)
         assert subword_tokenizer.decode(alone[0], skip_special_tokens=True) == \
