@@ -33,9 +33,9 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor):
         log_probabilities, targets, counted = ctx.saved_tensors
         smoothing, vocabulary_size = ctx.smoothing, log_probabilities.shape[-1]
-        # softmax of log-probabilities is their exp, but through softmax's vectorised kernel: `torch.exp` slows
-        # down ~15x on the CPU when its results fall below float32's normal range, as most of a trained
-        # model's probabilities over a large vocabulary do.
+        # softmax of log-probabilities is their exp, but through softmax's vectorised kernel: `torch.exp` on the
+        # CPU slows down manyfold where its results fall below float32's normal range (subnormal numbers), as a
+        # confident model's probabilities over a large vocabulary do.
         grad = torch.softmax(log_probabilities, dim=-1).sub_(smoothing / vocabulary_size)
         grad.scatter_add_(1, targets[:, None], grad.new_full((len(targets), 1), -(1 - smoothing)))
         grad.mul_((counted * grad_loss).to(grad.dtype)[:, None])
