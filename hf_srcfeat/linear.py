@@ -16,7 +16,7 @@ too), which costs the weight's size again until the block ends. The copy is rema
 the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
 within the block, whose caller promises that the weights stay as they are. Layers that read the same input
 (an attention's query, key and value projections) can multiply it once with their weights stacked
-(`prepared_stacked_products`).
+(`prepared_stacked_products`): one copy of the stack then stands in for theirs.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
 weights are `nn.Linear`'s.
@@ -162,33 +162,48 @@ def _prepared_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     """`inputs @ weight.T + bias` reading `weight` from the copy `prepared` holds, made (or remade) here when it is
     missing or was made from another tensor or state of `weight`."""
     state = (weight.data_ptr(), weight._version)
+    if prepared.weight is None or prepared.weight() is not weight or prepared.state != state:
+        prepared.transposed = prepared.packed = None
+    outputs = _product_from_copy(inputs, prepared, bias)
+    if outputs is None:
+        _make_copy(weight, prepared, rows=inputs.numel() // weight.shape[1])
+        prepared.weight, prepared.state = weakref.ref(weight), state
+        outputs = _product_from_copy(inputs, prepared, bias)
+    assert outputs is not None  # the copy just made suits these inputs
+    return outputs
+
+
+def _product_from_copy(inputs: torch.Tensor, prepared: PreparedWeight,
+                       bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The product from `prepared`'s copy where one suits `inputs` (the packed one suits any number of rows, the
+    transposed one a single row), else None."""
     # Read into locals once: another thread may replace the copies meanwhile, never mutate them.
     transposed, packed = prepared.transposed, prepared.packed
-    if prepared.weight is None or prepared.weight() is not weight or prepared.state != state:
-        transposed = packed = None
-    out_features, in_features = weight.shape
-    if inputs.numel() == in_features and packed is None:  # one row
-        if transposed is None:
-            transposed = weight.detach().t().contiguous()
-            prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
-                weakref.ref(weight), state, transposed, None)
-        row = inputs.reshape(1, in_features)
-        outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
-        return outputs.view(*inputs.shape[:-1], out_features)
-    if packed is None:
-        # One copy per layer: once several rows came, single rows read the packed copy too.
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKING_ROWS_HINT)
-        prepared.weight, prepared.state, prepared.transposed, prepared.packed = (
-            weakref.ref(weight), state, None, packed)
-    return torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
+    if transposed is None or inputs.numel() != transposed.shape[0]:
+        return None
+    row = inputs.reshape(1, transposed.shape[0])
+    outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
+    return outputs.view(*inputs.shape[:-1], transposed.shape[1])
+
+
+def _make_copy(weight: torch.Tensor, prepared: PreparedWeight, rows: int) -> None:
+    """The copy of `weight` for products of `rows` rows: transposed for one row, else packed for oneDNN. One copy
+    per layer: once several rows came, single rows read the packed copy too."""
+    if rows == 1:
+        prepared.transposed, prepared.packed = weight.detach().t().contiguous(), None
+    else:
+        prepared.transposed = None
+        prepared.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKING_ROWS_HINT)
 
 
 @dataclass
 class StackedWeights:
-    """Several layers' weights (and biases) stacked into one, for one state of each."""
+    """The copy several layers' weights make stacked into one (the stacked weight itself is not kept), and their
+    biases stacked, for one state of each."""
 
     state: tuple  # (parameter, data_ptr, version) of each weight and bias stacked
-    weight: torch.Tensor  # [sum of out_features, in_features]
     bias: torch.Tensor | None
     prepared: PreparedWeight
 
@@ -204,10 +219,9 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
     """`[layer(inputs) for layer in layers]` as one product with the layers' weights stacked (one kernel call and one
     pass over `inputs` instead of one per layer, e.g. an attention's query, key and value projections), within
     `prepared_inference_weights`; None where its prepared path does not apply to every layer (the caller then calls
-    them one by one). The stacked copy lives with the first layer's prepared copy and is remade when any of the
-    layers' parameters changes as PyTorch counts it."""
-    first = layers[0]
-    holder = _PREPARED_WEIGHTS.get(first)
+    them one by one). The stacked copy lives with the first layer's prepared copy, in place of the layers' own, and
+    is remade when any of the layers' parameters changes as PyTorch counts it."""
+    holder = _PREPARED_WEIGHTS.get(layers[0])
     if holder is None or not all(type(layer) is Linear and layer in _PREPARED_WEIGHTS
                                  and _prepared_inference_applies(inputs, layer) for layer in layers):
         return None
@@ -217,14 +231,18 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
     stacked = holder.stacked  # read once (threads)
     if stacked is None or len(stacked.state) != len(state) or any(
             old[0] is not new[0] or old[1:] != new[1:] for old, new in zip(stacked.state, state, strict=True)):
-        weight = torch.cat([layer.weight.detach() for layer in layers])
         bias = None
         if any(layer.bias is not None for layer in layers):
             bias = torch.cat([layer.bias.detach() if layer.bias is not None else layer.weight.new_zeros(
                 layer.out_features) for layer in layers])
-        stacked = StackedWeights(state, weight, bias, PreparedWeight())
+        stacked = StackedWeights(state, bias, PreparedWeight())
         holder.stacked = stacked
-    outputs = _prepared_product(inputs, stacked.weight, stacked.bias, stacked.prepared)
+    outputs = _product_from_copy(inputs, stacked.prepared, stacked.bias)
+    if outputs is None:
+        weight = torch.cat([layer.weight.detach() for layer in layers])  # only while the copy is made
+        _make_copy(weight, stacked.prepared, rows=inputs.numel() // weight.shape[1])
+        outputs = _product_from_copy(inputs, stacked.prepared, stacked.bias)
+    assert outputs is not None  # the copy just made suits these inputs
     return list(outputs.split([layer.out_features for layer in layers], dim=-1))
 
 

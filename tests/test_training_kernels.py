@@ -199,8 +199,11 @@ def test_stacked_inference_products_are_each_layers_own(shape, bias):
     with torch.no_grad(), linear.prepared_inference_weights(torch.nn.ModuleList(layers)):
         outputs = linear.prepared_stacked_products(layers, inputs)
         stacked = linear._PREPARED_WEIGHTS[layers[0]].stacked
-        assert stacked is not None and stacked.weight.shape == (96, 64)  # one copy, with the first layer's
-        assert all(linear._PREPARED_WEIGHTS[layer].packed is None for layer in layers)  # no copies of their own
+        assert stacked is not None  # one copy, with the first layer's, in the layout for these rows
+        copy = stacked.prepared.transposed if len(inputs.reshape(-1, 64)) == 1 else stacked.prepared.packed
+        assert copy is not None and (copy.shape == (64, 96) if len(inputs.reshape(-1, 64)) == 1 else True)
+        assert all(linear._PREPARED_WEIGHTS[layer].packed is None and linear._PREPARED_WEIGHTS[layer].transposed
+                   is None for layer in layers)  # no copies of their own
     assert outputs is not None and len(outputs) == 3
     for layer, output in zip(layers, outputs, strict=True):
         expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
@@ -241,15 +244,22 @@ def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_
     model = trained_baseline[0]
     attention = model.get_encoder().layers[0].self_attn
     hidden_states = torch.randn(2, 6, model.config.d_model)
-    products = []
-    original = linear._prepared_product
-    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(args[1].shape) or original(*args))
+    products = []  # the output width of each product read from a prepared copy
+    original = linear._product_from_copy
+
+    def counted(*args):
+        outputs = original(*args)
+        if outputs is not None:
+            products.append(outputs.shape[-1])
+        return outputs
+
+    monkeypatch.setattr(linear, "_product_from_copy", counted)
     with torch.no_grad():
         expected = attention(hidden_states)[0]
         with linear.prepared_inference_weights(model):
             outputs = attention(hidden_states)[0]
     d_model = model.config.d_model
-    assert products == [(3 * d_model, d_model), (d_model, d_model)]  # query, key and value; then the output
+    assert products == [3 * d_model, d_model]  # query, key and value; then the output
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
@@ -257,15 +267,22 @@ def test_cross_attention_projects_the_memorys_keys_and_values_in_one_product(tra
     model = trained_baseline[0]
     attention = model.get_decoder().layers[0].encoder_attn
     queries, memory = torch.randn(2, 3, model.config.d_model), torch.randn(2, 6, model.config.d_model)
-    products = []
-    original = linear._prepared_product
-    monkeypatch.setattr(linear, "_prepared_product", lambda *args: products.append(args[1].shape) or original(*args))
+    products = []  # the output width of each product read from a prepared copy
+    original = linear._product_from_copy
+
+    def counted(*args):
+        outputs = original(*args)
+        if outputs is not None:
+            products.append(outputs.shape[-1])
+        return outputs
+
+    monkeypatch.setattr(linear, "_product_from_copy", counted)
     with torch.no_grad():
         expected = attention(queries, key_value_states=memory)[0]
         with linear.prepared_inference_weights(model):
             outputs = attention(queries, key_value_states=memory)[0]
     d_model = model.config.d_model
-    assert products == [(d_model, d_model), (2 * d_model, d_model), (d_model, d_model)]  # query; key, value; out
+    assert products == [d_model, 2 * d_model, d_model]  # query; key and value; the output
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
