@@ -240,49 +240,45 @@ def test_stacked_products_are_left_to_each_layer_outside_prepared_inference():
             assert linear.prepared_stacked_products(wrapped, rows) is None  # a layer that is not a plain Linear
 
 
-def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_baseline, monkeypatch):
-    model = trained_baseline[0]
-    attention = model.get_encoder().layers[0].self_attn
-    hidden_states = torch.randn(2, 6, model.config.d_model)
-    products = []  # the output width of each product read from a prepared copy
+@pytest.fixture
+def product_widths(monkeypatch) -> list[int]:
+    """The output width of each product read from a prepared copy, in order."""
+    widths = []
     original = linear._product_from_copy
 
     def counted(*args):
         outputs = original(*args)
         if outputs is not None:
-            products.append(outputs.shape[-1])
+            widths.append(outputs.shape[-1])
         return outputs
 
     monkeypatch.setattr(linear, "_product_from_copy", counted)
+    return widths
+
+
+def test_self_attention_projects_queries_keys_and_values_in_one_product(trained_baseline, product_widths):
+    model = trained_baseline[0]
+    attention = model.get_encoder().layers[0].self_attn
+    hidden_states = torch.randn(2, 6, model.config.d_model)
     with torch.no_grad():
         expected = attention(hidden_states)[0]
         with linear.prepared_inference_weights(model):
             outputs = attention(hidden_states)[0]
     d_model = model.config.d_model
-    assert products == [3 * d_model, d_model]  # query, key and value; then the output
+    assert product_widths == [3 * d_model, d_model]  # query, key and value; then the output
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
-def test_cross_attention_projects_the_memorys_keys_and_values_in_one_product(trained_baseline, monkeypatch):
+def test_cross_attention_projects_the_memorys_keys_and_values_in_one_product(trained_baseline, product_widths):
     model = trained_baseline[0]
     attention = model.get_decoder().layers[0].encoder_attn
     queries, memory = torch.randn(2, 3, model.config.d_model), torch.randn(2, 6, model.config.d_model)
-    products = []  # the output width of each product read from a prepared copy
-    original = linear._product_from_copy
-
-    def counted(*args):
-        outputs = original(*args)
-        if outputs is not None:
-            products.append(outputs.shape[-1])
-        return outputs
-
-    monkeypatch.setattr(linear, "_product_from_copy", counted)
     with torch.no_grad():
         expected = attention(queries, key_value_states=memory)[0]
         with linear.prepared_inference_weights(model):
             outputs = attention(queries, key_value_states=memory)[0]
     d_model = model.config.d_model
-    assert products == [d_model, 2 * d_model, d_model]  # query; key and value; the output
+    assert product_widths == [d_model, 2 * d_model, d_model]  # query; key and value; the output
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
