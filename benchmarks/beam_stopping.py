@@ -14,10 +14,10 @@ command batches them; beam 4 and the model's own generation settings (e.g. `no_r
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from pathlib import Path
 
+from benchmarks.measure_decoding_speed import test_sources
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -29,8 +29,6 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat import decoding
-    from hf_srcfeat.conllu import read_conllu
-    from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.linear import prepared_inference_weights
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import tree_options
@@ -49,21 +47,16 @@ def main(argv: list[str] | None = None) -> dict:
     code_version()
     torch.set_num_threads(1)
 
-    sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
+    try:
+        sources, annotations = test_sources(args.sentences, args.data_dir, args.source_conllu)
+    except ValueError as error:
+        parser.error(str(error))
     tokenizer = load_tokenizer(args.model)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    if args.source_conllu:
-        inputs = list(itertools.islice(read_conllu(args.source_conllu), len(sources)))
-        if [sentence.text for sentence in inputs] != sources:
-            parser.error(f"{args.source_conllu} does not hold the parses of test_2016_flickr's first "
-                         f"{len(sources)} sources in order")
-        inputs.sort(key=lambda sentence: -len(sentence.words))
-        batches = [tokenizer(annotations=inputs[start:start + args.batch_size], padding=True, return_tensors="pt",
-                             **tree_options(model.config)) for start in range(0, len(inputs), args.batch_size)]
-    else:
-        texts = sorted(sources, key=lambda text: -len(text.split()))
-        batches = [tokenizer(texts[start:start + args.batch_size], padding=True, return_tensors="pt",
-                             **tree_options(model.config)) for start in range(0, len(texts), args.batch_size)]
+    inputs = {"annotations": annotations} if annotations else {"text": sources}
+    batches = [tokenizer(**{name: value[start:start + args.batch_size] for name, value in inputs.items()},
+                         padding=True, return_tensors="pt", **tree_options(model.config))
+               for start in range(0, len(sources), args.batch_size)]
 
     rows = 0
     step = decoding.DecoderState.step

@@ -66,6 +66,29 @@ def generated_token_count(sequences, eos_token_id: int, pad_token_id: int) -> in
     return int((before_first_eos & (generated != pad_token_id)).sum())
 
 
+def test_sources(sentences: int, data_dir: str | None, source_conllu: Path | None, sort_by_length: bool = True
+                 ) -> tuple[list[str], list | None]:
+    """The first `sentences` test_2016_flickr sources and, from `source_conllu`, their parses (None without it),
+    sorted longest first unless `sort_by_length` is False: as the translate command batches a chunk and
+    CTranslate2 its `max_batch_size` batches. ValueError when the parses are of other sentences."""
+    from hf_srcfeat.conllu import read_conllu
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    sources = list(load_multi30k("test_2016_flickr", "en", "de", data_dir, limit=sentences)["source"])
+    annotations = None
+    if source_conllu:
+        annotations = list(itertools.islice(read_conllu(source_conllu), len(sources)))
+        if [sentence.text for sentence in annotations] != sources:
+            raise ValueError(f"{source_conllu} does not hold the parses of test_2016_flickr's first "
+                             f"{len(sources)} sources in order")
+    if sort_by_length:
+        order = sorted(range(len(sources)), key=lambda index: -(len(annotations[index].words) if annotations
+                                                                 else len(sources[index].split())))
+        sources = [sources[index] for index in order]
+        annotations = [annotations[index] for index in order] if annotations else None
+    return sources, annotations
+
+
 def graft_methods(baseline: str, names: list[str], work_dir: Path) -> list[str]:
     """Save each method grafted onto the baseline (with its tokenizer) under `work_dir`; returns the folders."""
     import torch
@@ -92,8 +115,6 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat import linear
-    from hf_srcfeat.conllu import read_conllu
-    from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import tree_options
 
@@ -125,19 +146,11 @@ def main(argv: list[str] | None = None) -> dict:
     # On a GPU the kernels are PyTorch's whatever the arm: only the loops differ.
     loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop in ("fast", "transformers")}
     references = [loop for loop in loops if loop != "fast"]  # what the fast loops are compared with
-    sources = list(load_multi30k("test_2016_flickr", "en", "de", args.data_dir, limit=args.sentences)["source"])
-    annotations = None
-    if args.source_conllu:
-        annotations = list(itertools.islice(read_conllu(args.source_conllu), len(sources)))
-        if [sentence.text for sentence in annotations] != sources:
-            parser.error(f"{args.source_conllu} does not hold the parses of test_2016_flickr's first "
-                         f"{len(sources)} sources in order")
-    if not args.input_order:
-        # Longest first, as the translate command batches a chunk and CTranslate2 its `max_batch_size` batches.
-        order = sorted(range(len(sources)), key=lambda index: -(len(annotations[index].words) if annotations
-                                                                 else len(sources[index].split())))
-        sources = [sources[index] for index in order]
-        annotations = [annotations[index] for index in order] if annotations else None
+    try:
+        sources, annotations = test_sources(args.sentences, args.data_dir, args.source_conllu,
+                                            sort_by_length=not args.input_order)
+    except ValueError as error:
+        parser.error(str(error))
     models = args.models + graft_methods(args.models[0], args.graft, args.work_dir)
     default_min_rows = linear.ONEDNN_MIN_ROWS
 

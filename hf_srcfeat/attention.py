@@ -223,9 +223,13 @@ class SrcFeatAttention(nn.Module):
             # Cross-attention keys/values depend only on the encoder output: computed once per generation.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            projections = stacked[1:] if stacked is not None else (
-                prepared_stacked_products((self.k_proj, self.v_proj), memory) if key_value_states is not None
-                else None)
+            projections: list[torch.Tensor] | None
+            if stacked is not None:
+                projections = stacked[1:]
+            elif key_value_states is not None:
+                projections = prepared_stacked_products((self.k_proj, self.v_proj), memory)
+            else:
+                projections = None
             if projections is not None:
                 key, value = self._heads(projections[0]), self._heads(projections[1])
             else:

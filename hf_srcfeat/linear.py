@@ -99,8 +99,7 @@ class PreparedWeight:
     """A layer's weight in the layout inference reads, made on first use, for one state of the weight."""
 
     scopes: int = 0  # `prepared_inference_weights` blocks open for the layer
-    weight: weakref.ref | None = None  # the weight the copy was made from (a new tensor may take a freed address)
-    state: tuple[int, int] | None = None  # its data_ptr and version then
+    state: tuple | None = None  # the weight the copy was made from (`_parameters_state`)
     transposed: torch.Tensor | None = None  # [in_features, out_features], contiguous
     packed: torch.Tensor | None = None  # oneDNN's blocked layout (an opaque mkldnn tensor)
     stacked: StackedWeights | None = None  # the layer's weight stacked with others' (`prepared_stacked_products`)
@@ -161,13 +160,12 @@ def _prepared_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Te
                       prepared: PreparedWeight) -> torch.Tensor:
     """`inputs @ weight.T + bias` reading `weight` from the copy `prepared` holds, made (or remade) here when it is
     missing or was made from another tensor or state of `weight`."""
-    state = (weight.data_ptr(), weight._version)
-    if prepared.weight is None or prepared.weight() is not weight or prepared.state != state:
+    if not _unchanged(prepared.state, (weight,)):
         prepared.transposed = prepared.packed = None
     outputs = _product_from_copy(inputs, prepared, bias)
     if outputs is None:
         _make_copy(weight, prepared, rows=inputs.numel() // weight.shape[1])
-        prepared.weight, prepared.state = weakref.ref(weight), state
+        prepared.state = _parameters_state((weight,))
         outputs = _product_from_copy(inputs, prepared, bias)
     assert outputs is not None  # the copy just made suits these inputs
     return outputs
@@ -203,16 +201,22 @@ class StackedWeights:
     """The copy several layers' weights make stacked into one (the stacked weight itself is not kept), and their
     biases stacked, for one state of each."""
 
-    state: tuple  # (parameter, data_ptr, version) of each weight and bias stacked
+    state: tuple  # the weights and biases stacked (`_parameters_state`)
     bias: torch.Tensor | None
     prepared: PreparedWeight
 
 
-def _weights_state(layers: Sequence[nn.Linear]) -> tuple:
-    # The parameters themselves, not weak references: held only as long as the stacked copy, so a new parameter
-    # cannot take a freed one's address unnoticed.
-    return tuple((parameter, parameter.data_ptr(), parameter._version) for layer in layers
-                 for parameter in (layer.weight, layer.bias) if parameter is not None)
+def _parameters_state(parameters: Sequence[torch.Tensor]) -> tuple:
+    """What a copy made from `parameters` depends on: each one's identity (weakly held: a new tensor may take a freed
+    one's address), data_ptr and version."""
+    return tuple((weakref.ref(parameter), parameter.data_ptr(), parameter._version) for parameter in parameters)
+
+
+def _unchanged(state: tuple | None, parameters: Sequence[torch.Tensor]) -> bool:
+    """Whether `parameters` are those `state` was taken from, with no change PyTorch counts since."""
+    return state is not None and len(state) == len(parameters) and all(
+        reference() is parameter and data_ptr == parameter.data_ptr() and version == parameter._version
+        for (reference, data_ptr, version), parameter in zip(state, parameters, strict=True))
 
 
 def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor) -> list[torch.Tensor] | None:
@@ -227,15 +231,14 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
         return None
     if len({layer.in_features for layer in layers}) != 1:
         return None
-    state = _weights_state(layers)
+    parameters = [parameter for layer in layers for parameter in (layer.weight, layer.bias) if parameter is not None]
     stacked = holder.stacked  # read once (threads)
-    if stacked is None or len(stacked.state) != len(state) or any(
-            old[0] is not new[0] or old[1:] != new[1:] for old, new in zip(stacked.state, state, strict=True)):
+    if stacked is None or not _unchanged(stacked.state, parameters):
         bias = None
         if any(layer.bias is not None for layer in layers):
             bias = torch.cat([layer.bias.detach() if layer.bias is not None else layer.weight.new_zeros(
                 layer.out_features) for layer in layers])
-        stacked = StackedWeights(state, bias, PreparedWeight())
+        stacked = StackedWeights(_parameters_state(parameters), bias, PreparedWeight())
         holder.stacked = stacked
     outputs = _product_from_copy(inputs, stacked.prepared, stacked.bias)
     if outputs is None:
