@@ -70,10 +70,13 @@ def test_sources(sentences: int, data_dir: str | None, source_conllu: Path | Non
                  ) -> tuple[list[str], list | None]:
     """The first `sentences` test_2016_flickr sources and, from `source_conllu`, their parses (None without it),
     sorted longest first unless `sort_by_length` is False: as the translate command batches a chunk and
-    CTranslate2 its `max_batch_size` batches. ValueError when the parses are of other sentences."""
+    CTranslate2 its `max_batch_size` batches. ValueError when the parses are of other sentences or `sentences` is
+    below 1."""
     from hf_srcfeat.conllu import read_conllu
     from hf_srcfeat.data.multi30k import load_multi30k
 
+    if sentences < 1:
+        raise ValueError(f"--sentences must be at least 1, got {sentences}")
     sources = list(load_multi30k("test_2016_flickr", "en", "de", data_dir, limit=sentences)["source"])
     annotations = None
     if source_conllu:

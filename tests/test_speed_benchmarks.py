@@ -67,6 +67,16 @@ def test_beam_stopping_benchmark_counts_the_decoder_rows_each_stopping_rule_comp
     assert result["rows_over_num_beams_finished"] >= 1 and 0 <= result["identical_translations"] <= 1
 
 
+def test_beam_stopping_benchmark_refuses_no_sentences(model_folder, multi30k_dir, tmp_path, capsys):
+    from benchmarks import beam_stopping
+
+    with pytest.raises(SystemExit):
+        beam_stopping.main(["--model", str(model_folder), "--sentences", "0", "--data_dir", str(multi30k_dir),
+                            "--output", str(tmp_path / "stopping.json")])
+    assert "--sentences must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "stopping.json").exists()
+
+
 def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
                                                              tmp_path, capsys):
     from benchmarks import measure_decoding_speed
