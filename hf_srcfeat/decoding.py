@@ -75,25 +75,33 @@ def ban_repeated_ngrams(input_ids: torch.Tensor, scores: torch.Tensor, ngram_siz
     return scores
 
 
-def reason_not_supported(input_ids: torch.Tensor, logits_processor, stopping_criteria, generation_config,
-                         model_kwargs: dict, synced_gpus: bool = False, streamer: Any = None) -> str | None:
-    """Why these `generate` settings need Transformers' own loop, or None when the loops here produce them."""
+def reason_settings_not_supported(generation_config, model_kwargs: dict) -> str | None:
+    """Why the generation config or the model inputs need Transformers' own loop, or None: what is known before
+    `generate` builds the loop's processors and criteria (`reason_not_supported` checks those too)."""
     if generation_config.do_sample:
         return "sampling"
     if generation_config.return_dict_in_generate:
         return "return_dict_in_generate"
-    if synced_gpus or streamer is not None:
-        return "synced_gpus or a streamer"
-    if not model_kwargs.get("use_cache", True):
+    if not model_kwargs.get("use_cache", True) or generation_config.use_cache is False:
         return "use_cache=False"
     if model_kwargs.get("decoder_attention_mask") is not None or model_kwargs.get("encoder_outputs") is None:
         return "a decoder attention mask or no encoder output"
     if generation_config._pad_token_tensor is None:
         return "no pad token"
-    if input_ids.shape[1] >= generation_config.max_length:
-        return "a decoder prompt as long as max_length"
     if getattr(generation_config, "num_beam_groups", 1) not in (None, 1):
         return "diverse beam search"
+    return None
+
+
+def reason_not_supported(input_ids: torch.Tensor, logits_processor, stopping_criteria, generation_config,
+                         model_kwargs: dict, synced_gpus: bool = False, streamer: Any = None) -> str | None:
+    """Why these `generate` settings need Transformers' own loop, or None when the loops here produce them."""
+    if (reason := reason_settings_not_supported(generation_config, model_kwargs)) is not None:
+        return reason
+    if synced_gpus or streamer is not None:
+        return "synced_gpus or a streamer"
+    if input_ids.shape[1] >= generation_config.max_length:
+        return "a decoder prompt as long as max_length"
     for processor in logits_processor:
         if not isinstance(processor, ROW_WISE_PROCESSORS):
             return type(processor).__name__
@@ -383,4 +391,5 @@ def beam_search(model: Any, input_ids: torch.Tensor, logits_processor, stopping_
     return sequences[:, :prompt_length + max_generated_length]
 
 
-__all__ = ["greedy_search", "beam_search", "reason_not_supported", "DecoderState", "PreallocatedLayer"]
+__all__ = ["greedy_search", "beam_search", "reason_not_supported", "reason_settings_not_supported", "DecoderState",
+           "PreallocatedLayer"]

@@ -40,7 +40,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
-from .decoding import beam_search, greedy_search, reason_not_supported
+from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
@@ -687,6 +687,17 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             return super().generate(*args, **kwargs)  # type: ignore[misc]
         finally:
             self.fast_decoding = default
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
+        # The zoo's loops keep their own caches (`hf_srcfeat.decoding.DecoderState`): the one made here would never be
+        # read, and making it copies the model config twice, a few percent of a sentence decoded alone. Should the
+        # loop still fall back to Transformers' (for what only the loop's processors and criteria show), the decoder
+        # makes the same dynamic cache at its first step.
+        if (self.fast_decoding and generation_config.cache_implementation is None
+                and model_kwargs.get("past_key_values") is None
+                and reason_settings_not_supported(generation_config, model_kwargs) is None):
+            return
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)  # type: ignore[misc]
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):

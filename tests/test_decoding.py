@@ -141,6 +141,71 @@ def test_settings_the_fast_loops_do_not_cover_fall_back_to_transformers_loops(tr
     assert reasons == [reason] and not beam_calls and not greedy_calls
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_fast_loops_get_no_cache_prepared_for_transformers_loops(trained_baseline, batch, monkeypatch, num_beams):
+    # They keep their own: the one generate would prepare (copying the model config twice) is never read.
+    model, _ = trained_baseline
+    caches = []
+    loop_name = "beam_search" if num_beams > 1 else "greedy_search"
+    loop = getattr(modeling_srcfeat_transformer, loop_name)
+
+    def recorded(*args, **kwargs):
+        caches.append(kwargs.get("past_key_values"))
+        return loop(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_srcfeat_transformer, loop_name, recorded)
+    model.generate(**batch, num_beams=num_beams, max_new_tokens=5)
+    assert caches == [None]
+
+
+class CollectingStreamer:
+    """A `generate` streamer (Transformers' `BaseStreamer` interface) keeping what it is sent."""
+
+    def __init__(self):
+        self.tokens: list[torch.Tensor] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.tokens.append(value.clone())
+
+    def end(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("options", [
+    {"num_beams": 1, "encoder_no_repeat_ngram_size": 2},
+    {"num_beams": 3, "encoder_no_repeat_ngram_size": 2},
+    {"num_beams": 1, "streamer": "collecting"},
+])
+def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_make_their_cache_and_the_same_tokens(
+        trained_baseline, batch, monkeypatch, options):
+    # These settings show only in the loop (a logits processor, a streamer): generate prepared no cache for it, so
+    # the decoder makes one at the first step.
+    from transformers.generation.utils import GenerationMixin
+
+    model, _ = trained_baseline
+    prepared = []
+    prepare = GenerationMixin._prepare_cache_for_generation
+
+    def recorded(self, *args, **kwargs):
+        prepared.append(self.fast_decoding)
+        return prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "_prepare_cache_for_generation", recorded)
+    rows = {key: value[:4] for key, value in batch.items()}  # a streamer takes one sentence at a time
+    if options.get("streamer"):
+        rows = {key: value[:1] for key, value in batch.items()}
+    streamed = {}
+    for fast_decoding in (True, False):
+        streamer = CollectingStreamer() if options.get("streamer") else None
+        settings = {**options, "streamer": streamer} if streamer else options
+        streamed[fast_decoding] = (model.generate(**rows, **settings, max_new_tokens=8, fast_decoding=fast_decoding),
+                                   streamer.tokens if streamer else None)
+    assert prepared == [False]  # Transformers prepared its cache for its own loop only
+    assert torch.equal(streamed[True][0], streamed[False][0])
+    if options.get("streamer"):
+        assert [tokens.tolist() for tokens in streamed[True][1]] == [tokens.tolist() for tokens in streamed[False][1]]
+
+
 def test_the_cache_reorders_beams_in_place_without_growing():
     layer = decoding.PreallocatedLayer(max_length=5)
     keys = torch.arange(3.0).reshape(3, 1, 1, 1)
