@@ -28,6 +28,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMode
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -688,16 +689,18 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         finally:
             self.fast_decoding = default
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode, *args,
+                                      **kwargs) -> None:
         # The zoo's loops keep their own caches (`hf_srcfeat.decoding.DecoderState`): the one made here would never be
         # read, and making it copies the model config twice, a few percent of a sentence decoded alone. Should the
         # loop still fall back to Transformers' (for what only the loop's processors and criteria show), the decoder
-        # makes the same dynamic cache at its first step.
-        if (self.fast_decoding and generation_config.cache_implementation is None
-                and model_kwargs.get("past_key_values") is None
+        # makes the same dynamic cache at its first step. Other modes (assisted generation, the Hub's) get theirs.
+        if (self.fast_decoding and generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH)
+                and generation_config.cache_implementation is None and model_kwargs.get("past_key_values") is None
                 and reason_settings_not_supported(generation_config, model_kwargs) is None):
             return
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)  # type: ignore[misc]
+        super()._prepare_cache_for_generation(  # type: ignore[misc]
+            generation_config, model_kwargs, generation_mode, *args, **kwargs)
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):

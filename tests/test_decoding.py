@@ -171,13 +171,14 @@ class CollectingStreamer:
         pass
 
 
-@pytest.mark.parametrize("options", [
-    {"num_beams": 1, "encoder_no_repeat_ngram_size": 2},
-    {"num_beams": 3, "encoder_no_repeat_ngram_size": 2},
-    {"num_beams": 1, "streamer": "collecting"},
+@pytest.mark.parametrize("options, prepared_with_fast_decoding", [
+    ({"num_beams": 1, "encoder_no_repeat_ngram_size": 2}, False),
+    ({"num_beams": 3, "encoder_no_repeat_ngram_size": 2}, False),
+    ({"num_beams": 1, "streamer": "collecting"}, False),
+    ({"num_beams": 1, "assistant_model": "itself"}, True),  # its own loop: the cache prepared as always
 ])
 def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_make_their_cache_and_the_same_tokens(
-        trained_baseline, batch, monkeypatch, options):
+        trained_baseline, batch, monkeypatch, options, prepared_with_fast_decoding):
     # These settings show only in the loop (a logits processor, a streamer): generate prepared no cache for it, so
     # the decoder makes one at the first step.
     from transformers.generation.utils import GenerationMixin
@@ -191,16 +192,19 @@ def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_make_the
         return prepare(self, *args, **kwargs)
 
     monkeypatch.setattr(GenerationMixin, "_prepare_cache_for_generation", recorded)
-    rows = {key: value[:4] for key, value in batch.items()}  # a streamer takes one sentence at a time
-    if options.get("streamer"):
+    rows = {key: value[:4] for key, value in batch.items()}  # a streamer and assisted generation take one sentence
+    if options.get("streamer") or options.get("assistant_model"):
         rows = {key: value[:1] for key, value in batch.items()}
+    if options.get("assistant_model"):
+        options = {**options, "assistant_model": model}
     streamed = {}
     for fast_decoding in (True, False):
         streamer = CollectingStreamer() if options.get("streamer") else None
         settings = {**options, "streamer": streamer} if streamer else options
         streamed[fast_decoding] = (model.generate(**rows, **settings, max_new_tokens=8, fast_decoding=fast_decoding),
                                    streamer.tokens if streamer else None)
-    assert prepared == [False]  # Transformers prepared its cache for its own loop only
+    # Transformers' cache is prepared for its own loops, never for a generate headed for the zoo's.
+    assert False in prepared and (True in prepared) == prepared_with_fast_decoding
     assert torch.equal(streamed[True][0], streamed[False][0])
     if options.get("streamer"):
         assert [tokens.tolist() for tokens in streamed[True][1]] == [tokens.tolist() for tokens in streamed[False][1]]
