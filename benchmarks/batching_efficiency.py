@@ -29,7 +29,8 @@ Reported per arm: the share of padded positions, target tokens/s, the share of t
 change it), and the matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the
 machine computes) and over the real tokens only (what is useful), each as a fraction of the machine's float32 matmul
 peak on the same threads: the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both
-recorded).
+recorded). `--operation_breakdown` also records the time of each tensor operation of the shipped step on token
+batches, per step (`benchmarks/op_timing.py`), after the timed rounds.
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--model_size", choices=sorted(MODEL_SIZES), default="benchmark",
                         help="the benchmark's baseline (d_model 256, 3+3 layers) or Transformer base's shape")
+    parser.add_argument("--operation_breakdown", action="store_true",
+                        help="also time each tensor operation of the shipped step on token batches, per step "
+                             "(benchmarks/op_timing.py)")
     parser.add_argument("--compiled", action="store_true",
                         help="also token batches with the model's forward under torch.compile (inductor)")
     args = parser.parse_args(argv)
@@ -251,6 +255,15 @@ def main(argv: list[str] | None = None) -> None:
             "useful_fraction_of_peak": round(total["useful_flops"] / total["seconds"] / peak, 3),
             "system_time_share": round(total["system_seconds"] / total["seconds"], 3)}
         print(kind, result[kind], flush=True)
+    if args.operation_breakdown:
+        from benchmarks.op_timing import operation_breakdown
+
+        chosen = [token_batches[(1 + offset) % len(token_batches)] for offset in range(args.steps_per_round)]
+        result["operation_breakdown"] = {
+            "arm": "token_batches_onednn",
+            "target_tokens_per_step": round(sum(sum(batch_lengths(batch)[1]) for batch in chosen) / len(chosen), 1),
+            **operation_breakdown(lambda: [steps["token_batches_onednn"](batch) for batch in chosen],
+                                  units=len(chosen), unit="step")}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomically(args.output, result)
 

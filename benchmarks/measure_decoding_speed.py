@@ -26,7 +26,8 @@ generation runs to `--max_new_tokens` at most. The warm-up run also compares the
 `--device cuda` measures the same on a GPU: the `fast` and `transformers` arms only (oneDNN and CTranslate2's CPU
 export do not apply), float32 without TF32, timed with the device synchronised, and generated tokens/s reported
 beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U (`hf-srcfeat-annotate`) for a machine
-without the parser.
+without the parser. `--operation_breakdown` (CPU) also records, for the baseline's fast path in each setting, the
+time of each tensor operation per sentence (`benchmarks/op_timing.py`), after the timed rounds.
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--source_conllu", type=Path, default=None,
                         help="parses of test_2016_flickr's sources in order (instead of parsing them)")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
+    parser.add_argument("--operation_breakdown", action="store_true",
+                        help="also time each tensor operation of the baseline's fast path, per sentence, in each "
+                             "setting (benchmarks/op_timing.py)")
     parser.add_argument("--input_order", action="store_true",
                         help="batch the sources in corpus order instead of sorted by length")
     args = parser.parse_args(argv)
@@ -241,6 +245,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     baseline = (args.models[0], "fast")
     ctranslate2 = ("ctranslate2_float32", "ctranslate2")
+    breakdowns = {}
+    if args.operation_breakdown:
+        from benchmarks.op_timing import operation_breakdown
+
+        for batch_size, beams in SETTINGS:
+            with prepared_weights():
+                runners[baseline](batch_size, beams)  # the prepared copies made outside the breakdown
+                breakdowns[f"batch{batch_size}_beam{beams}"] = operation_breakdown(
+                    lambda batch_size=batch_size, beams=beams: runners[baseline](batch_size, beams),
+                    units=len(sources), unit="sentence")
     timings = {}
     for batch_size, beams in SETTINGS:
         setting = f"batch{batch_size}_beam{beams}"
@@ -270,6 +284,7 @@ def main(argv: list[str] | None = None) -> dict:
               "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,
+              **({"operation_breakdown": breakdowns} if breakdowns else {}),
               "onednn_min_rows": default_min_rows, "processor": processor_name(),
               "source_parses": str(args.source_conllu) if args.source_conllu else "parsed (annotation cache)"}
     write_json_atomically(args.output, result, indent=1)

@@ -22,7 +22,7 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
     result = measure_decoding_speed.main([
         "--models", str(model_folder), "--graft", "deps_san", "--sentences", "4", "--rounds", "1",
         "--source_conllu", str(parses), "--data_dir", str(multi30k_dir), "--work_dir", str(tmp_path / "work"),
-        "--output", str(tmp_path / "speed.json")])
+        "--operation_breakdown", "--output", str(tmp_path / "speed.json")])
 
     assert result["source_parses"] == str(parses) and result["sorted_by_length"]
     for setting in ("batch32_beam4", "batch1_beam1"):
@@ -33,6 +33,13 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
         for row in fast_rows:
             assert row["identical_to_transformers"] == 1.0
             assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
+        # The baseline's fast path, operation by operation: the products with the weights among them
+        breakdown = result["operation_breakdown"][setting]
+        assert breakdown["unit"] == "sentence"
+        assert 0 < breakdown["milliseconds_per_unit_in_operations"] < breakdown["milliseconds_per_unit_timed"]
+        names = {operation["name"] for operation in breakdown["operations"]}
+        assert names & {"aten.addmm", "aten.mm", "mkldnn._linear_pointwise"}
+        assert 0.5 < sum(operation["share"] for operation in breakdown["operations"]) <= 1.0001
 
 
 def test_generated_tokens_end_at_each_rows_first_end_of_sentence(model_folder, test_sentences):
@@ -126,7 +133,7 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     batching_efficiency.main([
         "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
         "--pairs", "300", "--max_tokens", "512", "--batch_size", "32", "--rounds", "1", "--steps_per_round", "2",
-        "--output", str(output)])
+        "--operation_breakdown", "--output", str(output)])
 
     result = json.loads(output.read_text())
     arms = ("sentence_batches", "token_batches", "token_batches_onednn", "cost_ordered_token_batches_onednn")
@@ -137,6 +144,29 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     assert result["token_batches"]["padding_share"] < result["sentence_batches"]["padding_share"] / 2
     assert 0 < result["matmul_peak_gflops"] == max(result["matmul_peak_gflops_mkl"],
                                                    result["matmul_peak_gflops_onednn"])
+    # The shipped step operation by operation, its backward included
+    breakdown = result["operation_breakdown"]
+    assert breakdown["arm"] == "token_batches_onednn" and breakdown["unit"] == "step"
+    assert 0 < breakdown["target_tokens_per_step"] <= 512
+    products = [operation for operation in breakdown["operations"] if operation["name"] == "mkldnn._linear_pointwise"]
+    assert products and products[0]["calls_per_unit"] > 0
+
+
+def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(test_sentences):
+    import torch
+
+    from benchmarks.op_timing import OperationTimer
+
+    layer = torch.nn.Linear(len(test_sentences), 4)
+    # Inputs from the lengths of real test sentences, one row per word position
+    lengths = torch.tensor([[float(len(sentence.split()))] * len(test_sentences) for sentence in test_sentences])
+    inputs = lengths.requires_grad_()
+    timer = OperationTimer()
+    with timer:
+        layer(inputs).pow(2).sum().backward()
+    assert timer.calls["aten.addmm"] == 1  # the forward product with the bias
+    assert timer.calls["aten.mm"] == 2  # the backward's: the inputs' and the weight's gradients
+    assert set(timer.seconds) == set(timer.calls) and all(seconds > 0 for seconds in timer.seconds.values())
 
 
 def test_training_efficiency_benchmark_refuses_parses_of_other_sentences(feature_tokenizer, train_annotations,
