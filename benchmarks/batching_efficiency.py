@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.operation_breakdown:
         from benchmarks.op_timing import operation_breakdown
 
+        # Batches after the first, as the timed rounds take them (the first was the warm-up's).
         chosen = [token_batches[(1 + offset) % len(token_batches)] for offset in range(args.steps_per_round)]
         result["operation_breakdown"] = {
             "arm": "token_batches_onednn",

@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     cuda = args.device.startswith("cuda")
     if cuda and args.ctranslate2:
         parser.error("--ctranslate2 measures the CPU export; leave it out with --device cuda")
+    if cuda and args.operation_breakdown:
+        parser.error("--operation_breakdown times operations as the CPU runs them; leave it out with --device cuda")
     if not cuda:
         torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False

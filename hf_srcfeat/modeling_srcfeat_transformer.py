@@ -680,7 +680,11 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     def generate(self, *args, fast_decoding: bool | None = None, **kwargs):
         """`GenerationMixin.generate`. Greedy and beam search run through `hf_srcfeat.decoding`'s loops, which give
         the same token ids with less work, whenever the settings allow (see `reason_not_supported` there);
-        `fast_decoding=False` runs Transformers' own loops instead (the default is the model's `fast_decoding`)."""
+        `fast_decoding=False` runs Transformers' own loops instead (the default is the model's `fast_decoding`). A
+        `custom_generate` loop gets what Transformers' generate gives it (its cache included), as with
+        `fast_decoding=False`."""
+        if kwargs.get("custom_generate") is not None:
+            fast_decoding = False
         if fast_decoding is None:
             return super().generate(*args, **kwargs)  # type: ignore[misc]  # GenerationMixin's self protocol
         default, self.fast_decoding = self.fast_decoding, fast_decoding
@@ -692,11 +696,13 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode, *args,
                                       **kwargs) -> None:
         # The zoo's loops keep their own caches (`hf_srcfeat.decoding.DecoderState`): the one made here would never be
-        # read, and making it copies the model config twice, a few percent of a sentence decoded alone. Should the
-        # loop still fall back to Transformers' (for what only the loop's processors and criteria show), the decoder
-        # makes the same dynamic cache at its first step. Other modes (assisted generation, the Hub's) get theirs.
+        # read, and making it copies the model config twice per call. Should the loop still fall back to
+        # Transformers' (for what only the loop's processors and criteria show), the decoder makes the same dynamic
+        # cache at its first step. Other modes (assisted generation) and chunked prefill, which needs a cache before
+        # the first step, get theirs.
         if (self.fast_decoding and generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH)
                 and generation_config.cache_implementation is None and model_kwargs.get("past_key_values") is None
+                and getattr(generation_config, "prefill_chunk_size", None) is None
                 and reason_settings_not_supported(generation_config, model_kwargs) is None):
             return
         super()._prepare_cache_for_generation(  # type: ignore[misc]

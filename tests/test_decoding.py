@@ -171,20 +171,11 @@ class CollectingStreamer:
         pass
 
 
-@pytest.mark.parametrize("options, prepared_with_fast_decoding", [
-    ({"num_beams": 1, "encoder_no_repeat_ngram_size": 2}, False),
-    ({"num_beams": 3, "encoder_no_repeat_ngram_size": 2}, False),
-    ({"num_beams": 1, "streamer": "collecting"}, False),
-    ({"num_beams": 1, "assistant_model": "itself"}, True),  # its own loop: the cache prepared as always
-])
-def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_make_their_cache_and_the_same_tokens(
-        trained_baseline, batch, monkeypatch, options, prepared_with_fast_decoding):
-    # These settings show only in the loop (a logits processor, a streamer): generate prepared no cache for it, so
-    # the decoder makes one at the first step.
+def record_cache_preparation(monkeypatch) -> list[bool]:
+    """The model's `fast_decoding` at each call that prepares Transformers' cache."""
     from transformers.generation.utils import GenerationMixin
 
-    model, _ = trained_baseline
-    prepared = []
+    prepared: list[bool] = []
     prepare = GenerationMixin._prepare_cache_for_generation
 
     def recorded(self, *args, **kwargs):
@@ -192,22 +183,67 @@ def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_make_the
         return prepare(self, *args, **kwargs)
 
     monkeypatch.setattr(GenerationMixin, "_prepare_cache_for_generation", recorded)
-    rows = {key: value[:4] for key, value in batch.items()}  # a streamer and assisted generation take one sentence
-    if options.get("streamer") or options.get("assistant_model"):
-        rows = {key: value[:1] for key, value in batch.items()}
-    if options.get("assistant_model"):
-        options = {**options, "assistant_model": model}
-    streamed = {}
+    return prepared
+
+
+@pytest.mark.parametrize("options, prepared_for_the_loop", [
+    ({"num_beams": 1, "encoder_no_repeat_ngram_size": 2}, False),
+    ({"num_beams": 3, "encoder_no_repeat_ngram_size": 2}, False),
+    ({"num_beams": 1, "streamer": "collecting"}, False),
+    # Chunked prefill writes the cache before the first step: generate prepares it as always.
+    ({"num_beams": 1, "encoder_no_repeat_ngram_size": 2, "prefill_chunk_size": 4}, True),
+])
+def test_transformers_loops_taking_over_from_a_setting_seen_in_the_loop_get_a_cache_and_give_the_same_tokens(
+        trained_baseline, batch, monkeypatch, options, prepared_for_the_loop):
+    # These settings show only in the loop (a logits processor, a streamer): generate prepared no cache for it, so
+    # the decoder makes one at its first step.
+    from transformers.cache_utils import EncoderDecoderCache
+
+    model, _ = trained_baseline
+    prepared = record_cache_preparation(monkeypatch)
+    made = []  # the model's fast_decoding at each cache made, by generate's preparation or by the decoder
+    make = EncoderDecoderCache.__init__
+
+    def recorded(self, *args, **kwargs):
+        made.append(model.fast_decoding)
+        make(self, *args, **kwargs)
+
+    monkeypatch.setattr(EncoderDecoderCache, "__init__", recorded)
+    streamer_rows = 1 if options.get("streamer") else 4  # a streamer takes one sentence
+    rows = {key: value[:streamer_rows] for key, value in batch.items()}
+    outputs, streamed = {}, {}
     for fast_decoding in (True, False):
         streamer = CollectingStreamer() if options.get("streamer") else None
         settings = {**options, "streamer": streamer} if streamer else options
-        streamed[fast_decoding] = (model.generate(**rows, **settings, max_new_tokens=8, fast_decoding=fast_decoding),
-                                   streamer.tokens if streamer else None)
-    # Transformers' cache is prepared for its own loops, never for a generate headed for the zoo's.
-    assert False in prepared and (True in prepared) == prepared_with_fast_decoding
-    assert torch.equal(streamed[True][0], streamed[False][0])
-    if options.get("streamer"):
-        assert [tokens.tolist() for tokens in streamed[True][1]] == [tokens.tolist() for tokens in streamed[False][1]]
+        outputs[fast_decoding] = model.generate(**rows, **settings, max_new_tokens=8, fast_decoding=fast_decoding)
+        streamed[fast_decoding] = [tokens.tolist() for tokens in streamer.tokens] if streamer else None
+    assert (True in prepared) == prepared_for_the_loop and False in prepared
+    assert True in made  # Transformers' loop had a cache: prepared, or else made by the decoder
+    assert torch.equal(outputs[True], outputs[False]) and streamed[True] == streamed[False]
+
+
+def test_assisted_generation_gets_transformers_cache_and_tokens(trained_baseline, batch, monkeypatch):
+    model, _ = trained_baseline
+    prepared = record_cache_preparation(monkeypatch)
+    rows = {key: value[:1] for key, value in batch.items()}  # assisted generation takes one sentence
+    assisted = model.generate(**rows, assistant_model=model, max_new_tokens=8)
+    assert True in prepared
+    assert torch.equal(assisted, model.generate(**rows, max_new_tokens=8, fast_decoding=False))
+
+
+def test_a_custom_generate_loop_gets_transformers_cache(trained_baseline, batch):
+    from transformers.cache_utils import EncoderDecoderCache
+
+    model, _ = trained_baseline
+    received = []
+
+    def custom_generate(model, input_ids, **model_kwargs):
+        received.append(model_kwargs.get("past_key_values"))
+        return input_ids
+
+    model.generate(**batch, custom_generate=custom_generate, max_new_tokens=4)
+    assert len(received) == 1 and isinstance(received[0], EncoderDecoderCache)
+    assert model.fast_decoding  # the model's setting is back
 
 
 def test_the_cache_reorders_beams_in_place_without_growing():

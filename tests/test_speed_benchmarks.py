@@ -158,7 +158,7 @@ def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(te
     from benchmarks.op_timing import OperationTimer
 
     layer = torch.nn.Linear(len(test_sentences), 4)
-    # Inputs from the lengths of real test sentences, one row per word position
+    # Inputs from real test sentences: a row per sentence, its word count in every column
     lengths = torch.tensor([[float(len(sentence.split()))] * len(test_sentences) for sentence in test_sentences])
     inputs = lengths.requires_grad_()
     timer = OperationTimer()
