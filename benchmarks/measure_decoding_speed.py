@@ -14,12 +14,12 @@ per token). Each setting starts from weights not yet prepared for inference, as 
 that way. Each model runs four arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
 inference: the default), `fast_unprepared` (the same loops, the kernels reading the weights as stored),
 `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops with
-PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of test_2016_flickr, every
-model's inputs are encoded once with the features it reads (parses through the cache), outside the timings, in
-batches of sources sorted by length, longest first, as the translate command batches them and CTranslate2 its own
-batches (`--input_order`: in corpus order); then,
-for each setting, the arms and the baseline's CTranslate2 float32 export (which tokenizes inside its timing, with
-the baseline's `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
+PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of
+test_2016_flickr, every model's inputs are encoded once with the features it reads (parses through the cache),
+outside the timings, in batches of sources sorted by length, longest first, as the translate command batches them
+and CTranslate2 its own batches (`--input_order`: in corpus order); then, for each setting, the arms and the
+baseline's CTranslate2 float32 export (which tokenizes inside its timing, with the baseline's
+`no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`).
 

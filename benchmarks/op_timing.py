@@ -4,8 +4,8 @@ A `TorchDispatchMode` sees each tensor operation PyTorch dispatches (the backwar
 autograd engine runs them on the calling thread) and times it with the wall clock. `torch.profiler` does not do for
 this: on the machine measured it reported some of the training step's large operations many times slower than the
 wall clock around the same calls; the times here add up to the work's own wall time but for what runs outside the
-operations (Python, the autograd engine's bookkeeping). The mode costs a few microseconds a call, so small operations read somewhat slower than they
-run; compare work measured the same way.
+operations (Python, the autograd engine's bookkeeping). The mode costs a few microseconds a call, so small
+operations read somewhat slower than they run; compare work measured the same way.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -162,10 +162,17 @@ def _prepared_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     missing or was made from another tensor or state of `weight`."""
     if not _unchanged(prepared.state, (weight,)):
         prepared.transposed = prepared.packed = None
+        prepared.state = _parameters_state((weight,))
+    return _product_making_copy(inputs, prepared, bias, lambda: weight)
+
+
+def _product_making_copy(inputs: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,
+                         weight: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """The product from `prepared`'s copy, made first from `weight()` when none suits `inputs`."""
     outputs = _product_from_copy(inputs, prepared, bias)
     if outputs is None:
-        _make_copy(weight, prepared, rows=inputs.numel() // weight.shape[1])
-        prepared.state = _parameters_state((weight,))
+        made_from = weight()
+        _make_copy(made_from, prepared, rows=inputs.numel() // made_from.shape[1])
         outputs = _product_from_copy(inputs, prepared, bias)
     assert outputs is not None  # the copy just made suits these inputs
     return outputs
@@ -240,12 +247,9 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
                 layer.out_features) for layer in layers])
         stacked = StackedWeights(_parameters_state(parameters), bias, PreparedWeight())
         holder.stacked = stacked
-    outputs = _product_from_copy(inputs, stacked.prepared, stacked.bias)
-    if outputs is None:
-        weight = torch.cat([layer.weight.detach() for layer in layers])  # only while the copy is made
-        _make_copy(weight, stacked.prepared, rows=inputs.numel() // weight.shape[1])
-        outputs = _product_from_copy(inputs, stacked.prepared, stacked.bias)
-    assert outputs is not None  # the copy just made suits these inputs
+    # The stacked weight lives only while its copy is made.
+    outputs = _product_making_copy(inputs, stacked.prepared, stacked.bias,
+                                   lambda: torch.cat([layer.weight.detach() for layer in layers]))
     return list(outputs.split([layer.out_features for layer in layers], dim=-1))
 
 
