@@ -84,6 +84,17 @@ def test_beam_stopping_benchmark_refuses_no_sentences(model_folder, multi30k_dir
     assert not (tmp_path / "stopping.json").exists()
 
 
+def test_decoding_benchmark_refuses_an_operation_breakdown_on_a_gpu(tmp_path, capsys):
+    # GPU kernels run asynchronously: a wall clock around each call would time their launches.
+    from benchmarks import measure_decoding_speed
+
+    with pytest.raises(SystemExit):
+        measure_decoding_speed.main(["--models", "unused", "--device", "cuda", "--operation_breakdown",
+                                     "--output", str(tmp_path / "speed.json")])
+    assert "--operation_breakdown times operations as the CPU runs them" in capsys.readouterr().err
+    assert not (tmp_path / "speed.json").exists()
+
+
 def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
                                                              tmp_path, capsys):
     from benchmarks import measure_decoding_speed
