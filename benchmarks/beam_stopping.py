@@ -8,7 +8,9 @@ finished hypotheses, as CTranslate2 does with its default patience of 1), with t
         --output benchmarks/results/beam_stopping.json
 
 The first `--sentences` test_2016_flickr sources in batches of `--batch_size`, sorted by length as the translate
-command batches them; beam 4 and the model's own generation settings (e.g. `no_repeat_ngram_size`).
+command batches them; beam 4 and the model's own generation settings (e.g. `no_repeat_ngram_size`;
+`--no_repeat_ngram_size` sets another, 0 none). `--ctranslate2` also exports the model (float32, under `--work_dir`)
+and records the share of each rule's translations identical to CTranslate2's with the same settings.
 """
 
 from __future__ import annotations
@@ -43,7 +45,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--source_conllu", type=Path, default=None,
                         help="parses of test_2016_flickr's sources in order (instead of parsing them)")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
+    parser.add_argument("--no_repeat_ngram_size", type=int, default=None,
+                        help="instead of the model's own (0: no n-gram ban)")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="also compare each rule's translations with the model's CTranslate2 export")
+    parser.add_argument("--work_dir", type=Path, default=Path("runs/beam_stopping"),
+                        help="where the CTranslate2 export is written")
     args = parser.parse_args(argv)
+    if args.no_repeat_ngram_size is not None and args.no_repeat_ngram_size < 0:
+        parser.error(f"--no_repeat_ngram_size must be 0 or more, got {args.no_repeat_ngram_size}")
     code_version()
     torch.set_num_threads(1)
 
@@ -57,6 +67,9 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [tokenizer(**{name: value[start:start + args.batch_size] for name, value in inputs.items()},
                          padding=True, return_tensors="pt", **tree_options(model.config))
                for start in range(0, len(sources), args.batch_size)]
+    if args.no_repeat_ngram_size is not None:
+        model.generation_config.no_repeat_ngram_size = args.no_repeat_ngram_size
+    no_repeat_ngram_size = model.generation_config.no_repeat_ngram_size or 0
 
     rows = 0
     step = decoding.DecoderState.step
@@ -74,16 +87,26 @@ def main(argv: list[str] | None = None) -> dict:
                 rows = 0
                 outputs = [model.generate(**batch, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                                           early_stopping=early_stopping) for batch in batches]
-                translations[rule] = [text for output in outputs
+                translations[rule] = [text.strip() for output in outputs
                                       for text in tokenizer.batch_decode(output, skip_special_tokens=True)]
                 results[rule] = {"decoder_rows_per_sentence": round(rows / len(sources), 2)}
     finally:
         decoding.DecoderState.step = step  # type: ignore[method-assign]
     same = sum(a == b for a, b in zip(*translations.values(), strict=True))
+    if args.ctranslate2:
+        from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
+
+        translator = CTranslate2Translator(export(args.model, str(args.work_dir / "float32"), None, force=True),
+                                           intra_threads=1, no_repeat_ngram_size=no_repeat_ngram_size)
+        exported = translator.translate(sources, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                                        batch_size=args.batch_size)
+        for rule in RULES:
+            results[rule]["identical_to_ctranslate2"] = sum(
+                ours == theirs for ours, theirs in zip(translations[rule], exported, strict=True)) / len(sources)
     result = {"code_version": code_version(), "torch": torch.__version__,
               "command": "python -m benchmarks.beam_stopping " + " ".join(argv if argv is not None else sys.argv[1:]),
               "model": args.model, "sentences": len(sources), "batch_size": args.batch_size,
-              "num_beams": args.num_beams, "rules": results,
+              "num_beams": args.num_beams, "no_repeat_ngram_size": no_repeat_ngram_size, "rules": results,
               "rows_over_num_beams_finished": round(results["transformers_default"]["decoder_rows_per_sentence"]
                                                     / results["num_beams_finished"]["decoder_rows_per_sentence"], 3),
               "identical_translations": same / len(sources)}

@@ -21,7 +21,7 @@ and CTranslate2 its own batches (`--input_order`: in corpus order); then, for ea
 baseline's CTranslate2 float32 export (which tokenizes inside its timing, with the baseline's
 `no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
-(`identical_to_...`).
+(`identical_to_...`) and the baseline's translations with CTranslate2's (`identical_to_ctranslate2`).
 
 `--device cuda` measures the same on a GPU: the `fast` and `transformers` arms only (oneDNN and CTranslate2's CPU
 export do not apply), float32 without TF32, timed with the device synchronised, and generated tokens/s reported
@@ -218,10 +218,18 @@ def main(argv: list[str] | None = None) -> dict:
             stack.enter_context(linear.prepared_inference_weights(model))
         return stack
 
-    identical, generated_tokens = {}, {}
+    baseline = (args.models[0], "fast")
+    ctranslate2 = ("ctranslate2_float32", "ctranslate2")
+    identical, generated_tokens, same_as_ctranslate2 = {}, {}, {}
     for batch_size, beams in SETTINGS:  # warm-up, and the two loops' outputs compared
         with prepared_weights():
             outputs = {key: run(batch_size, beams) for key, run in runners.items()}
+        if ctranslate2 in outputs:
+            baseline_tokenizer = load_tokenizer(args.models[0])
+            texts = [text.strip() for sequences in outputs[baseline]
+                     for text in baseline_tokenizer.batch_decode(sequences, skip_special_tokens=True)]
+            same_as_ctranslate2[(batch_size, beams)] = sum(
+                ours == theirs for ours, theirs in zip(texts, outputs[ctranslate2], strict=True)) / len(texts)
         for key, output in outputs.items():
             if key[1] != "ctranslate2":
                 generated_tokens[(key, batch_size, beams)] = sum(
@@ -245,8 +253,6 @@ def main(argv: list[str] | None = None) -> dict:
                     seconds[(key, batch_size, beams)] += time.perf_counter() - start
         print(f"round {round_index + 1} done", flush=True)
 
-    baseline = (args.models[0], "fast")
-    ctranslate2 = ("ctranslate2_float32", "ctranslate2")
     breakdowns = {}
     if args.operation_breakdown:
         from benchmarks.op_timing import operation_breakdown
@@ -271,6 +277,8 @@ def main(argv: list[str] | None = None) -> dict:
                     args.rounds * generated_tokens[(key, batch_size, beams)] / total, 1)
             if ctranslate2 in runners:
                 row["time_over_ctranslate2"] = round(total / seconds[(ctranslate2, batch_size, beams)], 3)
+            if key == baseline and (batch_size, beams) in same_as_ctranslate2:
+                row["identical_to_ctranslate2"] = same_as_ctranslate2[(batch_size, beams)]
             if key[1] == "fast":
                 for reference in references:
                     row[f"speedup_over_{reference}"] = round(

@@ -46,6 +46,23 @@ def test_greedy_translations_equal_the_pytorch_models(exported, trained_baseline
     assert settings["model_type"] == "srcfeat_transformer" and settings["quantization"] is None
 
 
+def test_beam_search_translations_equal_the_pytorch_models_stopping_as_ctranslate2_does(exported, trained_baseline,
+                                                                                       feature_tokenizer, multi30k_dir):
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    # CTranslate2 ends a sentence's search once it holds num_beams finished hypotheses: Transformers'
+    # early_stopping=True. (Its default, False, searches on while a longer hypothesis could still win.)
+    model, _ = trained_baseline
+    sentences = list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=40)["source"])
+    translator = CTranslate2Translator(exported[1], intra_threads=1)
+    batch = feature_tokenizer(sentences, source_features=False, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                   num_beams=4, early_stopping=True, do_sample=False, max_new_tokens=24)
+    expected = [text.strip() for text in feature_tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    assert translator.translate(sentences, num_beams=4, max_new_tokens=24, batch_size=16) == expected
+
+
 def test_the_translate_command_runs_the_export_line_for_line(exported, test_sentences, tmp_path):
     folder, ct2_folder = exported
     lines = [test_sentences[0], "", *test_sentences[1:5]]

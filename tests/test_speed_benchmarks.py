@@ -22,17 +22,19 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
     result = measure_decoding_speed.main([
         "--models", str(model_folder), "--graft", "deps_san", "--sentences", "4", "--rounds", "1",
         "--source_conllu", str(parses), "--data_dir", str(multi30k_dir), "--work_dir", str(tmp_path / "work"),
-        "--operation_breakdown", "--output", str(tmp_path / "speed.json")])
+        "--operation_breakdown", "--ctranslate2", "--output", str(tmp_path / "speed.json")])
 
     assert result["source_parses"] == str(parses) and result["sorted_by_length"]
+    assert result["timings"]["batch1_beam1"][f"{model_folder} (fast)"]["identical_to_ctranslate2"] == 1.0, "greedy"
     for setting in ("batch32_beam4", "batch1_beam1"):
         assert {row["loop"] for row in result["timings"][setting].values()} == {
-            "fast", "fast_unprepared", "transformers", "transformers_mkl"}
+            "fast", "fast_unprepared", "transformers", "transformers_mkl", "ctranslate2"}
         fast_rows = [row for row in result["timings"][setting].values() if row["loop"] == "fast"]
         assert [row["model_type"] for row in fast_rows] == ["srcfeat_transformer", "deps_san"]
         for row in fast_rows:
             assert row["identical_to_transformers"] == 1.0
             assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
+        assert 0 <= fast_rows[0]["identical_to_ctranslate2"] <= 1 and "time_over_ctranslate2" in fast_rows[0]
         # The baseline's fast path, operation by operation: the products with the weights among them
         breakdown = result["operation_breakdown"][setting]
         assert breakdown["unit"] == "sentence"
@@ -66,12 +68,17 @@ def test_beam_stopping_benchmark_counts_the_decoder_rows_each_stopping_rule_comp
     from benchmarks import beam_stopping
 
     result = beam_stopping.main(["--model", str(model_folder), "--sentences", "6", "--batch_size", "3",
-                                 "--data_dir", str(multi30k_dir), "--output", str(tmp_path / "stopping.json")])
+                                 "--data_dir", str(multi30k_dir), "--no_repeat_ngram_size", "0", "--ctranslate2",
+                                 "--work_dir", str(tmp_path / "work"), "--output", str(tmp_path / "stopping.json")])
     default, num_beams_finished = (result["rules"][rule]["decoder_rows_per_sentence"]
                                    for rule in ("transformers_default", "num_beams_finished"))
     # At least one step of one row per sentence, then num_beams rows a step; the default never stops sooner.
     assert default >= num_beams_finished >= 1 + 4
     assert result["rows_over_num_beams_finished"] >= 1 and 0 <= result["identical_translations"] <= 1
+    # Stopping as CTranslate2 does, without an n-gram ban, its export translates as the model does.
+    assert result["no_repeat_ngram_size"] == 0
+    assert result["rules"]["num_beams_finished"]["identical_to_ctranslate2"] == 1.0
+    assert 0 <= result["rules"]["transformers_default"]["identical_to_ctranslate2"] <= 1
 
 
 def test_beam_stopping_benchmark_refuses_no_sentences(model_folder, multi30k_dir, tmp_path, capsys):
@@ -81,6 +88,10 @@ def test_beam_stopping_benchmark_refuses_no_sentences(model_folder, multi30k_dir
         beam_stopping.main(["--model", str(model_folder), "--sentences", "0", "--data_dir", str(multi30k_dir),
                             "--output", str(tmp_path / "stopping.json")])
     assert "--sentences must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        beam_stopping.main(["--model", str(model_folder), "--no_repeat_ngram_size", "-1", "--data_dir",
+                            str(multi30k_dir), "--output", str(tmp_path / "stopping.json")])
+    assert "--no_repeat_ngram_size must be 0 or more, got -1" in capsys.readouterr().err
     assert not (tmp_path / "stopping.json").exists()
 
 
