@@ -277,6 +277,23 @@ def test_the_cache_repeats_rows_for_beams_into_larger_buffers():
     assert stored[:, 0, :, 0].tolist() == [[1.0, 9.0]] * 3 + [[2.0, 9.0]] * 3
 
 
+def test_the_cache_keeps_every_heads_positions_through_reordering_as_concatenation_would():
+    # Several heads and positions, so that a layout that mixed heads and positions up shows.
+    generator = torch.Generator().manual_seed(0)
+    layer, reference_keys, reference_values = decoding.PreallocatedLayer(max_length=6), None, None
+    for rows in (torch.tensor([0, 1]), torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([2, 0, 1, 5, 5, 3])):
+        keys, values = torch.randn(len(rows), 4, 1, 8, generator=generator), torch.randn(len(rows), 4, 1, 8,
+                                                                                         generator=generator)
+        if reference_keys is not None:
+            layer.select_rows(rows)
+            reference_keys, reference_values = reference_keys[rows], reference_values[rows]
+        stored_keys, stored_values = layer.update(keys, values)
+        reference_keys = keys if reference_keys is None else torch.cat((reference_keys, keys), dim=2)
+        reference_values = values if reference_values is None else torch.cat((reference_values, values), dim=2)
+        assert stored_keys.shape == reference_keys.shape == (len(rows), 4, layer.get_seq_length(), 8)
+        assert torch.equal(stored_keys, reference_keys) and torch.equal(stored_values, reference_values)
+
+
 def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(subword_tokenizer, sources):
     from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
@@ -292,6 +309,10 @@ def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(
             expected = NoRepeatNGramLogitsProcessor(ngram_size)(prefix, scores)
             banned = decoding.ban_repeated_ngrams(prefix, scores, ngram_size)
             assert torch.equal(banned, expected), (ngram_size, length)
+            # In place (the beam loop's own scores): the same values, written over the given tensor
+            own = scores.clone()
+            assert decoding.ban_repeated_ngrams(prefix, own, ngram_size, in_place=True) is own
+            assert torch.equal(own, expected), (ngram_size, length)
             bans += int(torch.isinf(expected).sum())
     assert bans > 1000  # the rows repeat themselves: most prefixes past their first sentence ban something
 
