@@ -280,7 +280,7 @@ def greedy_search(model: Any, input_ids: torch.Tensor, logits_processor, stoppin
     origin = torch.arange(rows, device=input_ids.device)
     next_input = input_ids
     while True:
-        scores = apply_processors(logits_processor, running[:, :length], state.step(next_input))
+        scores = apply_processors(logits_processor, running[:, :length], state.step(next_input), in_place=True)
         running[:, length] = scores.argmax(dim=-1)
         length += 1
         finished = stopping_criteria(running[:, :length], None)
