@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from hf_srcfeat.conllu import write_conllu
 
@@ -200,3 +201,67 @@ def test_training_efficiency_benchmark_refuses_parses_of_other_sentences(feature
     with pytest.raises(SystemExit, match="does not hold the parses of the first 20 training sources in order"):
         batching_efficiency.main(["--tokenizer", "unused", "--source_conllu", str(parses), "--data_dir",
                                   str(multi30k_dir), "--pairs", "20", "--output", str(tmp_path / "unused.json")])
+
+
+def test_static_cache_decoder_step_gives_the_eager_steps_logits_in_greedy_and_beam_search(model_folder,
+                                                                                         test_sentences):
+    # The compiled-decoding benchmark's restated step, run eagerly on the loops' own state at every step after the
+    # first: the same logits as the zoo's step, and the loops carry on as before.
+    from transformers import AutoModelForSeq2SeqLM
+
+    from benchmarks.compiled_decoding import StaticCacheDecoderStep, step_through
+    from hf_srcfeat.decoding import DecoderState
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_folder).eval()
+    batch = load_tokenizer(model_folder)(test_sentences[:5], padding=True, return_tensors="pt")
+    eager_step, static_step = DecoderState.step, step_through(StaticCacheDecoderStep(model))
+    differences = []
+
+    def both_steps(state, input_ids):
+        length = state.self_attention.get_seq_length()
+        logits = eager_step(state, input_ids)
+        if length:
+            for layer in state.self_attention_layers:
+                layer.length = length  # the static step writes the same position again
+            differences.append(float((static_step(state, input_ids) - logits).abs().max()))
+        return logits
+
+    for beams in (1, 4):
+        expected = model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=12)
+        DecoderState.step = both_steps
+        try:
+            assert torch.equal(model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=12),
+                               expected)
+        finally:
+            DecoderState.step = eager_step
+    assert len(differences) > 10 and max(differences) < 1e-4
+
+
+@pytest.mark.slow
+def test_compiled_decoding_benchmark_times_a_compiled_step_beside_the_eager_loops(model_folder, multi30k_dir,
+                                                                                   tmp_path):
+    from benchmarks import compiled_decoding
+
+    result = compiled_decoding.main(["--model", str(model_folder), "--sentences", "3", "--rounds", "1",
+                                     "--max_new_tokens", "8", "--variants", "inductor", "--data_dir",
+                                     str(multi30k_dir), "--output", str(tmp_path / "compiled.json")])
+    assert json.loads((tmp_path / "compiled.json").read_text())["timings"] == result["timings"]
+    for setting in ("batch32_beam4", "batch1_beam1"):
+        eager, compiled = result["timings"][setting]["eager"], result["timings"][setting]["inductor"]
+        assert eager["identical_to_eager"] == 1.0 and eager["compile_seconds"] is None
+        assert compiled["compile_seconds"] > 0 and 0 <= compiled["identical_to_eager"] <= 1
+        assert compiled["sentences_per_second"] > 0 and compiled["speedup_over_eager"] > 0
+
+
+def test_compiled_decoding_benchmark_refuses_a_method_model(tmp_path, capsys):
+    from benchmarks import compiled_decoding
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+
+    config = DepsSanConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                           decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    DepsSanForConditionalGeneration(config).save_pretrained(tmp_path / "deps_san")
+    with pytest.raises(SystemExit):
+        compiled_decoding.main(["--model", str(tmp_path / "deps_san"), "--output", str(tmp_path / "out.json")])
+    assert "is a deps_san model: this benchmark restates the baseline's" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()

@@ -1,0 +1,245 @@
+#!/usr/bin/env python
+"""What compiling the decoder step with `torch.compile` would give the baseline's decoding on the CPU, against the
+zoo's eager loops, in one interleaved run.
+
+    python -m benchmarks.compiled_decoding --model runs/quickstart --sentences 100 --rounds 3 \
+        --output benchmarks/results/compiled_decoding.json
+
+The zoo's loops (`hf_srcfeat.decoding`) run the decoder step eagerly. Here the step after the first is replaced by
+`StaticCacheDecoderStep`: the baseline's decoder layers called submodule by submodule with nothing else, reading
+and writing the loops' own preallocated caches at their full length (the step's keys and values written at its
+position inside the graph, later positions masked), so that a step's shapes change only with the number of rows
+and the source length. It is compiled by inductor in each `VARIANTS` entry, anew for each setting; the loops' beam
+bookkeeping and cache reordering stay eager. The arms (the eager step within `prepared_inference_weights`, as the
+translate command decodes, and each compiled variant) take turns for `--rounds` on one thread, in each `SETTINGS`
+entry, on the first `--sentences` test_2016_flickr sources batched sorted by length. The warm-up pass, untimed,
+compiles (its time is `compile_seconds`) and compares each arm's token ids with the eager step's
+(`identical_to_eager`, per output row): a variant that changes outputs is reported, not hidden.
+
+Only the baseline's decoder is restated (methods add to it through layer contexts this step does not carry);
+other models are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hf_srcfeat.provenance import code_version, processor_name
+from hf_srcfeat.safe_writing import write_json_atomically
+
+SETTINGS = ((32, 4), (1, 1))  # (batch size, beams), as benchmarks.measure_decoding_speed
+#: Compiled arm -> inductor options (`torch.compile(options=...)`).
+VARIANTS = {
+    "inductor": {},
+    "inductor_freezing": {"freezing": True},  # weights folded in as constants, oneDNN-packed by inductor
+    "inductor_freezing_cpp_wrapper": {"freezing": True, "cpp_wrapper": True},  # and the graph called from C++
+}
+
+
+class StaticCacheDecoderStep(nn.Module):
+    """One decoding step of a baseline `SrcFeatTransformerForConditionalGeneration`: the logits of the next token
+    for every row, with the self-attention keys and values written into the caches at `position` and attention
+    over all `max_length` cached positions, those after `position` masked. The beams of a sentence attend to its
+    cross-attention keys and values as the query positions of one row, as in the zoo's loops."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.decoder = model.get_decoder()
+        first_layer = self.decoder.layers[0].self_attn
+        self.heads, self.head_dim = first_layer.num_heads, first_layer.head_dim
+        embedding = self.decoder.embed_target
+        # Looked up as the eager step looks them up (computing them in the graph may round otherwise).
+        self.sinusoids = (None if embedding.position_type == "learned"
+                          else embedding.sinusoid_table(model.device).to(model.dtype))
+
+    def embed(self, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """The target representation of `tokens` at `position` (eval mode: no dropout)."""
+        embedding = self.decoder.embed_target
+        index = (position + embedding.position_offset).view(1)
+        positions = embedding.embed_positions(index) if self.sinusoids is None else self.sinusoids.index_select(0, index)
+        hidden_states = embedding.token_embeddings(tokens) + positions.view(1, 1, -1)
+        if embedding.layernorm_embedding is not None:
+            hidden_states = embedding.layernorm_embedding(hidden_states)
+        return hidden_states
+
+    def forward(self, tokens: torch.Tensor, position: torch.Tensor, key_buffers: list[torch.Tensor],
+                value_buffers: list[torch.Tensor], cross_keys: list[torch.Tensor], cross_values: list[torch.Tensor],
+                cross_mask: torch.Tensor | None) -> torch.Tensor:
+        """`tokens` [rows, 1]; `position` the 0-d index of their position; `key_buffers`/`value_buffers` one per
+        layer, [at least rows, max_length, heads, head_dim]; `cross_keys`/`cross_values` [sentences, heads, source
+        length, head_dim]; `cross_mask` the sentences' source mask or None. Returns float32 [rows, vocabulary]."""
+        rows, sentences = tokens.shape[0], cross_keys[0].shape[0]
+        beams, max_length = rows // sentences, key_buffers[0].shape[1]
+        hidden_states = self.embed(tokens, position)
+        visible = (torch.arange(max_length, device=tokens.device) <= position).view(1, 1, 1, max_length)
+        written = (torch.arange(rows, device=tokens.device).view(rows, 1), position.view(1, 1))  # [row, position]
+        for layer, key_buffer, value_buffer, cross_key, cross_value in zip(
+                self.decoder.layers, key_buffers, value_buffers, cross_keys, cross_values, strict=True):
+            keys, values = key_buffer[:rows], value_buffer[:rows]
+
+            def self_attention(inputs: torch.Tensor, attention=layer.self_attn, keys=keys, values=values,
+                               key_buffer=key_buffer, value_buffer=value_buffer):
+                query = attention.q_proj(inputs).view(rows, 1, self.heads, self.head_dim).transpose(1, 2)
+                # Written through the whole buffer (a graph input), not a view of it: inductor then writes in place
+                # instead of copying the buffer.
+                key_buffer.index_put_(written, attention.k_proj(inputs).view(rows, 1, self.heads, -1))
+                value_buffer.index_put_(written, attention.v_proj(inputs).view(rows, 1, self.heads, -1))
+                output = nn.functional.scaled_dot_product_attention(
+                    query, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible, scale=attention.scaling)
+                return attention.out_proj(output.transpose(1, 2).reshape(rows, 1, -1))
+
+            def cross_attention(inputs: torch.Tensor, attention=layer.encoder_attn, keys=cross_key,
+                                values=cross_value):
+                query = attention.q_proj(inputs).view(sentences, beams, self.heads, self.head_dim).transpose(1, 2)
+                output = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=cross_mask,
+                                                                    scale=attention.scaling)
+                return attention.out_proj(output.transpose(1, 2).reshape(rows, 1, -1))
+
+            hidden_states, _ = layer.self_attn_sublayer(hidden_states, self_attention)
+            hidden_states, _ = layer.encoder_attn_sublayer(hidden_states, cross_attention)
+            hidden_states, _ = layer.ffn_sublayer(hidden_states, layer.ffn)
+        if self.decoder.layer_norm is not None:
+            hidden_states = self.decoder.layer_norm(hidden_states)
+        return self.model.output_logits(hidden_states[:, -1]).float()
+
+
+def step_through(step: Callable) -> Callable:
+    """A `DecoderState.step` that runs the zoo's own step first (it fills the cross-attention caches and starts
+    the beams), then `step` on the state's caches, their positions not yet written set to zero once."""
+    from hf_srcfeat.decoding import DecoderState
+
+    eager_step = DecoderState.step
+
+    def decoder_state_step(state: DecoderState, input_ids: torch.Tensor) -> torch.Tensor:
+        length = state.self_attention.get_seq_length()
+        if length == 0:
+            return eager_step(state, input_ids)
+        rows = input_ids.shape[0]
+        if not getattr(state, "cache_tail_zeroed", False):
+            # Attention reads every position, the later ones masked: their values must be numbers (the loops
+            # allocate the buffers uninitialised), else a masked NaN still turns the output into NaN.
+            for layer in state.self_attention_layers:
+                layer.key_buffer[:, length:].zero_()
+                layer.value_buffer[:, length:].zero_()
+            state.cache_tail_zeroed = True
+        cross_layers = state.cache.cross_attention_cache.layers
+        cross_mask = state.cross_mask[::state.beams] if isinstance(state.cross_mask, torch.Tensor) else None
+        logits = step(input_ids, torch.tensor(length), [layer.key_buffer for layer in state.self_attention_layers],
+                      [layer.value_buffer for layer in state.self_attention_layers],
+                      [layer.keys for layer in cross_layers], [layer.values for layer in cross_layers], cross_mask)
+        for layer in state.self_attention_layers:
+            layer.length = length + 1
+            layer._expose(rows)
+        return logits
+
+    return decoder_state_step
+
+
+@contextlib.contextmanager
+def decoder_step(step: Callable | None) -> Iterator[None]:
+    """Within the block, the zoo's loops take their steps after the first from `step` (None: their own)."""
+    from hf_srcfeat.decoding import DecoderState
+
+    eager_step = DecoderState.step
+    if step is not None:
+        DecoderState.step = step_through(step)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DecoderState.step = eager_step  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from transformers import AutoModelForSeq2SeqLM
+
+    from benchmarks.measure_decoding_speed import test_sources
+    from hf_srcfeat import linear
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a baseline model folder (srcfeat_transformer)")
+    parser.add_argument("--sentences", type=int, default=100)
+    parser.add_argument("--max_new_tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: the usual download)")
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    code_version()  # read now: the run keeps the code it imported
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    torch.set_num_threads(1)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    if model.config.model_type != "srcfeat_transformer":
+        parser.error(f"--model {args.model} is a {model.config.model_type} model: this benchmark restates the "
+                     "baseline's (srcfeat_transformer) decoder step only")
+    try:
+        sources, _ = test_sources(args.sentences, args.data_dir, None)
+    except ValueError as error:
+        parser.error(str(error))
+    tokenizer = load_tokenizer(args.model)
+    encoded = {batch_size: [tokenizer(text=sources[start:start + batch_size], padding=True, return_tensors="pt")
+                            for start in range(0, len(sources), batch_size)]
+               for batch_size, _ in SETTINGS}
+    # Every variant keeps its own graphs (rows 1, any number of rows, each source length bucket): more than the
+    # default limit, past which dynamo would fall back to eager without saying so.
+    torch._dynamo.config.recompile_limit = 256
+
+    def decode(batch_size: int, beams: int, step: Callable | None) -> list[torch.Tensor]:
+        with torch.no_grad(), decoder_step(step):
+            return [model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=args.max_new_tokens)
+                    for batch in encoded[batch_size]]
+
+    timings = {}
+    with linear.prepared_inference_weights(model):
+        for batch_size, beams in SETTINGS:
+            setting = f"batch{batch_size}_beam{beams}"
+            rows: dict[str, dict] = {}
+            # Compiled anew for each setting, shapes static until they change (PyTorch's default): one sentence
+            # at a time, only the source length varies.
+            steps: dict[str, Callable | None] = {"eager": None}
+            for name in args.variants:
+                steps[name] = torch.compile(StaticCacheDecoderStep(model), options=VARIANTS[name])
+            reference = None
+            for name, step in steps.items():  # warm-up: compilation, and the outputs compared
+                start = time.perf_counter()
+                outputs = decode(batch_size, beams, step)
+                rows[name] = {"compile_seconds": round(time.perf_counter() - start, 1) if step is not None else None}
+                reference = outputs if reference is None else reference
+                same = [torch.equal(ours[row], theirs[row]) if ours.shape == theirs.shape else False
+                        for ours, theirs in zip(outputs, reference, strict=True) for row in range(ours.shape[0])]
+                rows[name]["identical_to_eager"] = sum(same) / len(same)
+            seconds = dict.fromkeys(steps, 0.0)
+            for round_index in range(args.rounds):
+                order = list(steps) if round_index % 2 == 0 else list(reversed(steps))
+                for name in order:
+                    start = time.perf_counter()
+                    decode(batch_size, beams, steps[name])
+                    seconds[name] += time.perf_counter() - start
+            for name in steps:
+                rows[name]["sentences_per_second"] = round(args.rounds * len(sources) / seconds[name], 2)
+                rows[name]["speedup_over_eager"] = round(seconds["eager"] / seconds[name], 3)
+                print(setting, name, rows[name], flush=True)
+            timings[setting] = rows
+    result = {"code_version": code_version(), "torch": torch.__version__, "threads": 1,
+              "processor": processor_name(),
+              "command": "python -m benchmarks.compiled_decoding " + " ".join(argv if argv is not None
+                                                                              else sys.argv[1:]),
+              "model": args.model, "sentences": len(sources), "max_new_tokens": args.max_new_tokens,
+              "rounds": args.rounds, "variants": {name: VARIANTS[name] for name in args.variants},
+              "timings": timings}
+    write_json_atomically(args.output, result, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
