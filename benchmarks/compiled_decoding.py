@@ -65,7 +65,8 @@ class StaticCacheDecoderStep(nn.Module):
         """The target representation of `tokens` at `position` (eval mode: no dropout)."""
         embedding = self.decoder.embed_target
         index = (position + embedding.position_offset).view(1)
-        positions = embedding.embed_positions(index) if self.sinusoids is None else self.sinusoids.index_select(0, index)
+        positions = (embedding.embed_positions(index) if self.sinusoids is None
+                     else self.sinusoids.index_select(0, index))
         hidden_states = embedding.token_embeddings(tokens) + positions.view(1, 1, -1)
         if embedding.layernorm_embedding is not None:
             hidden_states = embedding.layernorm_embedding(hidden_states)
