@@ -36,12 +36,29 @@ from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams), as benchmarks.measure_decoding_speed
-#: Compiled arm -> inductor options (`torch.compile(options=...)`).
+#: Compiled arm -> (inductor options (`torch.compile(options=...)`), whether the step's products run the zoo's
+#: `Linear` as an opaque operation: its prepared weights and kernels, as the eager step multiplies).
 VARIANTS = {
-    "inductor": {},
-    "inductor_freezing": {"freezing": True},  # weights folded in as constants, oneDNN-packed by inductor
-    "inductor_freezing_cpp_wrapper": {"freezing": True, "cpp_wrapper": True},  # and the graph called from C++
+    "inductor": ({}, False),
+    "inductor_freezing": ({"freezing": True}, False),  # weights folded in as constants
+    "inductor_freezing_cpp_wrapper": ({"freezing": True, "cpp_wrapper": True}, False),  # the graph called from C++
+    "inductor_zoo_products": ({}, True),
 }
+#: The layers `zoo_linear` multiplies with, by index (a compiled graph passes the index, not the module).
+ZOO_LINEARS: list[nn.Module] = []
+
+
+@torch.library.custom_op("hf_srcfeat_benchmarks::zoo_linear", mutates_args=())
+def zoo_linear(inputs: torch.Tensor, layer_index: int, out_features: int) -> torch.Tensor:
+    """`ZOO_LINEARS[layer_index](inputs)`, run eagerly: inside a compiled graph, the zoo's `Linear` with its weights
+    prepared for inference (oneDNN's packed layout for several rows, transposed for one) instead of the product
+    inductor would choose."""
+    return ZOO_LINEARS[layer_index](inputs)
+
+
+@zoo_linear.register_fake
+def _(inputs: torch.Tensor, layer_index: int, out_features: int) -> torch.Tensor:
+    return inputs.new_empty(*inputs.shape[:-1], out_features)
 
 
 class StaticCacheDecoderStep(nn.Module):
@@ -50,16 +67,28 @@ class StaticCacheDecoderStep(nn.Module):
     over all `max_length` cached positions, those after `position` masked. The beams of a sentence attend to its
     cross-attention keys and values as the query positions of one row, as in the zoo's loops."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, zoo_products: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.zoo_products = model, zoo_products
+        self.layer_indices: dict[nn.Module, int] = {}
+        if zoo_products:
+            for module in model.modules():
+                if isinstance(module, nn.Linear):
+                    self.layer_indices[module] = len(ZOO_LINEARS)
+                    ZOO_LINEARS.append(module)
         self.decoder = model.get_decoder()
         first_layer = self.decoder.layers[0].self_attn
-        self.heads, self.head_dim = first_layer.num_heads, first_layer.head_dim
+        self.heads = first_layer.num_heads
         embedding = self.decoder.embed_target
         # Looked up as the eager step looks them up (computing them in the graph may round otherwise).
         self.sinusoids = (None if embedding.position_type == "learned"
                           else embedding.sinusoid_table(model.device).to(model.dtype))
+
+    def product(self, layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        """`layer(inputs)`, through `zoo_linear` with `zoo_products`."""
+        if not self.zoo_products:
+            return layer(inputs)
+        return zoo_linear(inputs, self.layer_indices[layer], layer.out_features)
 
     def embed(self, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         """The target representation of `tokens` at `position` (eval mode: no dropout)."""
@@ -89,28 +118,34 @@ class StaticCacheDecoderStep(nn.Module):
 
             def self_attention(inputs: torch.Tensor, attention=layer.self_attn, keys=keys, values=values,
                                key_buffer=key_buffer, value_buffer=value_buffer):
-                query = attention.q_proj(inputs).view(rows, 1, self.heads, self.head_dim).transpose(1, 2)
+                query = self.product(attention.q_proj, inputs).view(rows, 1, self.heads, -1).transpose(1, 2)
                 # Written through the whole buffer (a graph input), not a view of it: inductor then writes in place
                 # instead of copying the buffer.
-                key_buffer.index_put_(written, attention.k_proj(inputs).view(rows, 1, self.heads, -1))
-                value_buffer.index_put_(written, attention.v_proj(inputs).view(rows, 1, self.heads, -1))
+                key_buffer.index_put_(written, self.product(attention.k_proj, inputs).view(rows, 1, self.heads, -1))
+                value_buffer.index_put_(written, self.product(attention.v_proj, inputs).view(rows, 1, self.heads, -1))
                 output = nn.functional.scaled_dot_product_attention(
                     query, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible, scale=attention.scaling)
-                return attention.out_proj(output.transpose(1, 2).reshape(rows, 1, -1))
+                return self.product(attention.out_proj, output.transpose(1, 2).reshape(rows, 1, -1))
 
             def cross_attention(inputs: torch.Tensor, attention=layer.encoder_attn, keys=cross_key,
                                 values=cross_value):
-                query = attention.q_proj(inputs).view(sentences, beams, self.heads, self.head_dim).transpose(1, 2)
+                query = self.product(attention.q_proj, inputs).view(sentences, beams, self.heads, -1).transpose(1, 2)
                 output = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=cross_mask,
                                                                     scale=attention.scaling)
-                return attention.out_proj(output.transpose(1, 2).reshape(rows, 1, -1))
+                return self.product(attention.out_proj, output.transpose(1, 2).reshape(rows, 1, -1))
+
+            def feed_forward(inputs: torch.Tensor, ffn=layer.ffn):  # eval mode: no activation dropout
+                return self.product(ffn.fc2, ffn.activation(self.product(ffn.fc1, inputs)))
 
             hidden_states, _ = layer.self_attn_sublayer(hidden_states, self_attention)
             hidden_states, _ = layer.encoder_attn_sublayer(hidden_states, cross_attention)
-            hidden_states, _ = layer.ffn_sublayer(hidden_states, layer.ffn)
+            hidden_states, _ = layer.ffn_sublayer(hidden_states, feed_forward)
         if self.decoder.layer_norm is not None:
             hidden_states = self.decoder.layer_norm(hidden_states)
-        return self.model.output_logits(hidden_states[:, -1]).float()
+        logits = self.product(self.model.lm_head, hidden_states[:, -1])  # as `output_logits`
+        if getattr(self.model.config, "final_logits_bias", False):
+            logits = logits + self.model.final_logits_bias.to(logits.dtype)
+        return logits.float()
 
 
 def step_through(step: Callable) -> Callable:
@@ -209,7 +244,8 @@ def main(argv: list[str] | None = None) -> dict:
             # at a time, only the source length varies.
             steps: dict[str, Callable | None] = {"eager": None}
             for name in args.variants:
-                steps[name] = torch.compile(StaticCacheDecoderStep(model), options=VARIANTS[name])
+                options, zoo_products = VARIANTS[name]
+                steps[name] = torch.compile(StaticCacheDecoderStep(model, zoo_products), options=options)
             reference = None
             for name, step in steps.items():  # warm-up: compilation, and the outputs compared
                 start = time.perf_counter()
@@ -236,7 +272,9 @@ def main(argv: list[str] | None = None) -> dict:
               "command": "python -m benchmarks.compiled_decoding " + " ".join(argv if argv is not None
                                                                               else sys.argv[1:]),
               "model": args.model, "sentences": len(sources), "max_new_tokens": args.max_new_tokens,
-              "rounds": args.rounds, "variants": {name: VARIANTS[name] for name in args.variants},
+              "rounds": args.rounds,
+              "variants": {name: {"inductor_options": VARIANTS[name][0], "zoo_products": VARIANTS[name][1]}
+                           for name in args.variants},
               "timings": timings}
     write_json_atomically(args.output, result, indent=1)
     return result

@@ -203,10 +203,13 @@ def test_training_efficiency_benchmark_refuses_parses_of_other_sentences(feature
                                   str(multi30k_dir), "--pairs", "20", "--output", str(tmp_path / "unused.json")])
 
 
+@pytest.mark.parametrize("zoo_products", [False, True])
 def test_static_cache_decoder_step_gives_the_eager_steps_logits_in_greedy_and_beam_search(model_folder,
-                                                                                         test_sentences):
+                                                                                         test_sentences,
+                                                                                         zoo_products):
     # The compiled-decoding benchmark's restated step, run eagerly on the loops' own state at every step after the
-    # first: the same logits as the zoo's step, and the loops carry on as before.
+    # first (its products by PyTorch's linear or through the opaque operation calling the zoo's): the same logits
+    # as the zoo's step, and the loops carry on as before.
     from transformers import AutoModelForSeq2SeqLM
 
     from benchmarks.compiled_decoding import StaticCacheDecoderStep, step_through
@@ -215,7 +218,7 @@ def test_static_cache_decoder_step_gives_the_eager_steps_logits_in_greedy_and_be
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_folder).eval()
     batch = load_tokenizer(model_folder)(test_sentences[:5], padding=True, return_tensors="pt")
-    eager_step, static_step = DecoderState.step, step_through(StaticCacheDecoderStep(model))
+    eager_step, static_step = DecoderState.step, step_through(StaticCacheDecoderStep(model, zoo_products))
     differences = []
 
     def both_steps(state, input_ids):
