@@ -10,11 +10,12 @@ The zoo's loops (`hf_srcfeat.decoding`) run the decoder step eagerly. Here the s
 and writing the loops' own preallocated caches at their full length (the step's keys and values written at its
 position inside the graph, later positions masked), so that a step's shapes change only with the number of rows
 and the source length. It is compiled by inductor in each `VARIANTS` entry, anew for each setting; the loops' beam
-bookkeeping and cache reordering stay eager. The arms (the eager step within `prepared_inference_weights`, as the
-translate command decodes, and each compiled variant) take turns for `--rounds` on one thread, in each `SETTINGS`
-entry, on the first `--sentences` test_2016_flickr sources batched sorted by length. The warm-up pass, untimed,
-compiles (its time is `compile_seconds`) and compares each arm's token ids with the eager step's
-(`identical_to_eager`, per output row): a variant that changes outputs is reported, not hidden.
+bookkeeping and cache reordering stay eager. The arms (the eager step, and each compiled variant) take turns for
+`--rounds` on one thread, in each `SETTINGS` entry, within a `prepared_inference_weights` block of its own (as the
+translate command decodes), on the first `--sentences` test_2016_flickr sources batched sorted by length. Each
+arm's warm-up pass, untimed, compiles and decodes once (`warm_up_seconds`: the eager arm's is the decoding alone)
+and compares the arm's token ids with the eager step's (`identical_to_eager`, per output row): a variant that
+changes outputs is reported, not hidden.
 
 Only the baseline's decoder is restated (methods add to it through layer contexts this step does not carry);
 other models are refused.
@@ -169,10 +170,11 @@ def step_through(step: Callable) -> Callable:
             state.cache_tail_zeroed = True
         cross_layers = state.cache.cross_attention_cache.layers
         cross_mask = state.cross_mask[::state.beams] if isinstance(state.cross_mask, torch.Tensor) else None
-        logits = step(input_ids, torch.tensor(length), [layer.key_buffer for layer in state.self_attention_layers],
-                      [layer.value_buffer for layer in state.self_attention_layers],
+        layers = state.self_attention_layers
+        logits = step(input_ids, torch.tensor(length, device=input_ids.device),
+                      [layer.key_buffer for layer in layers], [layer.value_buffer for layer in layers],
                       [layer.keys for layer in cross_layers], [layer.values for layer in cross_layers], cross_mask)
-        for layer in state.self_attention_layers:
+        for layer in layers:
             layer.length = length + 1
             layer._expose(rows)
         return logits
@@ -226,47 +228,56 @@ def main(argv: list[str] | None = None) -> dict:
     encoded = {batch_size: [tokenizer(text=sources[start:start + batch_size], padding=True, return_tensors="pt")
                             for start in range(0, len(sources), batch_size)]
                for batch_size, _ in SETTINGS}
-    # Every variant keeps its own graphs (rows 1, any number of rows, each source length bucket): more than the
-    # default limit, past which dynamo would fall back to eager without saying so.
-    torch._dynamo.config.recompile_limit = 256
 
     def decode(batch_size: int, beams: int, step: Callable | None) -> list[torch.Tensor]:
         with torch.no_grad(), decoder_step(step):
             return [model.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=args.max_new_tokens)
                     for batch in encoded[batch_size]]
 
-    timings = {}
-    with linear.prepared_inference_weights(model):
-        for batch_size, beams in SETTINGS:
-            setting = f"batch{batch_size}_beam{beams}"
-            rows: dict[str, dict] = {}
-            # Compiled anew for each setting, shapes static until they change (PyTorch's default): one sentence
-            # at a time, only the source length varies.
-            steps: dict[str, Callable | None] = {"eager": None}
-            for name in args.variants:
-                options, zoo_products = VARIANTS[name]
-                steps[name] = torch.compile(StaticCacheDecoderStep(model, zoo_products), options=options)
-            reference = None
-            for name, step in steps.items():  # warm-up: compilation, and the outputs compared
+    def time_setting(batch_size: int, beams: int) -> dict[str, dict]:
+        """Each arm's warm-up (compilation and one decoding pass, compared with the eager arm's tokens), then the
+        arms in turns for --rounds."""
+        # Compiled anew for each setting, shapes static until they change (PyTorch's default): one sentence at a
+        # time, only the source length varies.
+        steps: dict[str, Callable | None] = {"eager": None}
+        for name in args.variants:
+            options, zoo_products = VARIANTS[name]
+            steps[name] = torch.compile(StaticCacheDecoderStep(model, zoo_products), options=options)
+        rows: dict[str, dict] = {}
+        reference = None
+        for name, step in steps.items():
+            start = time.perf_counter()
+            outputs = decode(batch_size, beams, step)
+            rows[name] = {"warm_up_seconds": round(time.perf_counter() - start, 1)}
+            reference = outputs if reference is None else reference
+            same = [torch.equal(ours[row], theirs[row]) if ours.shape == theirs.shape else False
+                    for ours, theirs in zip(outputs, reference, strict=True) for row in range(ours.shape[0])]
+            rows[name]["identical_to_eager"] = sum(same) / len(same)
+        seconds = dict.fromkeys(steps, 0.0)
+        for round_index in range(args.rounds):
+            for name in list(steps) if round_index % 2 == 0 else list(reversed(steps)):
                 start = time.perf_counter()
-                outputs = decode(batch_size, beams, step)
-                rows[name] = {"compile_seconds": round(time.perf_counter() - start, 1) if step is not None else None}
-                reference = outputs if reference is None else reference
-                same = [torch.equal(ours[row], theirs[row]) if ours.shape == theirs.shape else False
-                        for ours, theirs in zip(outputs, reference, strict=True) for row in range(ours.shape[0])]
-                rows[name]["identical_to_eager"] = sum(same) / len(same)
-            seconds = dict.fromkeys(steps, 0.0)
-            for round_index in range(args.rounds):
-                order = list(steps) if round_index % 2 == 0 else list(reversed(steps))
-                for name in order:
-                    start = time.perf_counter()
-                    decode(batch_size, beams, steps[name])
-                    seconds[name] += time.perf_counter() - start
-            for name in steps:
-                rows[name]["sentences_per_second"] = round(args.rounds * len(sources) / seconds[name], 2)
-                rows[name]["speedup_over_eager"] = round(seconds["eager"] / seconds[name], 3)
-                print(setting, name, rows[name], flush=True)
-            timings[setting] = rows
+                decode(batch_size, beams, steps[name])
+                seconds[name] += time.perf_counter() - start
+        for name in steps:
+            rows[name]["sentences_per_second"] = round(args.rounds * len(sources) / seconds[name], 2)
+            rows[name]["speedup_over_eager"] = round(seconds["eager"] / seconds[name], 3)
+            print(f"batch{batch_size}_beam{beams}", name, rows[name], flush=True)
+        return rows
+
+    timings = {}
+    # Every variant keeps its own graphs (one row, any number of rows, source lengths): more than the default limit,
+    # past which dynamo would fall back to eager without saying so.
+    recompile_limit, torch._dynamo.config.recompile_limit = torch._dynamo.config.recompile_limit, 256
+    try:
+        for batch_size, beams in SETTINGS:
+            # Each setting in a block of its own, as in a process that decodes only this way: single rows then read
+            # the weights prepared for single rows, not the copies packed for batches.
+            with linear.prepared_inference_weights(model):
+                timings[f"batch{batch_size}_beam{beams}"] = time_setting(batch_size, beams)
+    finally:
+        torch._dynamo.config.recompile_limit = recompile_limit
+        ZOO_LINEARS.clear()
     result = {"code_version": code_version(), "torch": torch.__version__, "threads": 1,
               "processor": processor_name(),
               "command": "python -m benchmarks.compiled_decoding " + " ".join(argv if argv is not None
