@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from benchmarks.measure_decoding_speed import SETTINGS, identical_row_share, test_sources
 from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
-SETTINGS = ((32, 4), (1, 1))  # (batch size, beams), as benchmarks.measure_decoding_speed
 #: Compiled arm -> (inductor options (`torch.compile(options=...)`), whether the step's products run the zoo's
 #: `Linear` as an opaque operation: its prepared weights and kernels, as the eager step multiplies).
 VARIANTS = {
@@ -199,7 +199,6 @@ def decoder_step(step: Callable | None) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForSeq2SeqLM
 
-    from benchmarks.measure_decoding_speed import test_sources
     from hf_srcfeat import linear
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
@@ -215,6 +214,8 @@ def main(argv: list[str] | None = None) -> dict:
     code_version()  # read now: the run keeps the code it imported
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.max_new_tokens < 1:
+        parser.error(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
     torch.set_num_threads(1)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
     if model.config.model_type != "srcfeat_transformer":
@@ -250,9 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
             outputs = decode(batch_size, beams, step)
             rows[name] = {"warm_up_seconds": round(time.perf_counter() - start, 1)}
             reference = outputs if reference is None else reference
-            same = [torch.equal(ours[row], theirs[row]) if ours.shape == theirs.shape else False
-                    for ours, theirs in zip(outputs, reference, strict=True) for row in range(ours.shape[0])]
-            rows[name]["identical_to_eager"] = sum(same) / len(same)
+            rows[name]["identical_to_eager"] = identical_row_share(outputs, reference)
         seconds = dict.fromkeys(steps, 0.0)
         for round_index in range(args.rounds):
             for name in list(steps) if round_index % 2 == 0 else list(reversed(steps)):

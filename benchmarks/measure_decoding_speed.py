@@ -67,6 +67,16 @@ def generated_token_count(sequences, eos_token_id: int, pad_token_id: int) -> in
     return int((before_first_eos & (generated != pad_token_id)).sum())
 
 
+def identical_row_share(outputs: list, references: list) -> float:
+    """The share of output rows (token ids, batch by batch) equal to the reference's row; batches of different
+    shapes count as all rows different."""
+    import torch
+
+    same = [torch.equal(ours[row], theirs[row]) if ours.shape == theirs.shape else False
+            for ours, theirs in zip(outputs, references, strict=True) for row in range(ours.shape[0])]
+    return sum(same) / len(same)
+
+
 def test_sources(sentences: int, data_dir: str | None, source_conllu: Path | None, sort_by_length: bool = True
                  ) -> tuple[list[str], list | None]:
     """The first `sentences` test_2016_flickr sources and, from `source_conllu`, their parses (None without it),
@@ -236,10 +246,8 @@ def main(argv: list[str] | None = None) -> dict:
                     generated_token_count(sequences, *special_token_ids[key]) for sequences in output)
         for folder in models:
             for reference in references:
-                rows = [torch.equal(a[row], b[row]) if a.shape == b.shape else False
-                        for a, b in zip(outputs[(folder, "fast")], outputs[(folder, reference)], strict=True)
-                        for row in range(a.shape[0])]
-                identical[(folder, reference, batch_size, beams)] = sum(rows) / len(rows)
+                identical[(folder, reference, batch_size, beams)] = identical_row_share(
+                    outputs[(folder, "fast")], outputs[(folder, reference)])
 
     seconds = {(key, batch_size, beams): 0.0 for key in runners for batch_size, beams in SETTINGS}
     for round_index in range(args.rounds):

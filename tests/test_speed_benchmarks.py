@@ -290,7 +290,7 @@ def test_compiled_decoding_benchmark_times_a_compiled_step_beside_the_eager_loop
         assert compiled["speedup_over_eager"] > 0
 
 
-def test_compiled_decoding_benchmark_refuses_a_method_model(tmp_path, capsys):
+def test_compiled_decoding_benchmark_refuses_a_method_model_and_no_new_tokens(tmp_path, capsys):
     from benchmarks import compiled_decoding
     from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
 
@@ -300,4 +300,8 @@ def test_compiled_decoding_benchmark_refuses_a_method_model(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compiled_decoding.main(["--model", str(tmp_path / "deps_san"), "--output", str(tmp_path / "out.json")])
     assert "is a deps_san model: this benchmark restates the baseline's" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compiled_decoding.main(["--model", str(tmp_path / "deps_san"), "--max_new_tokens", "0", "--output",
+                                str(tmp_path / "out.json")])
+    assert "--max_new_tokens must be at least 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "out.json").exists()
