@@ -19,7 +19,11 @@ machine load hit every arm alike:
 - `cost_ordered_token_batches_onednn`: the same on token batches of pairs sorted by their longer side alone, whose
   shorter sides pad more;
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
-  (inductor, dynamic shapes); compilation is done in the warm-up, before any timing.
+  (inductor, dynamic shapes), where the layers take PyTorch's own path (products by inductor, `nn.Dropout`'s
+  masks), and `token_batches_compiled_onednn`: the same with the zoo's products and dropout masks as operators the
+  graph calls as they are (`benchmarks/opaque_kernels.py`), inductor fusing the element-wise work around them.
+  Both draw random numbers with ATen's generators (inductor's `fallback_random`; its own are slower on the CPU);
+  compilation is done in the warm-up, before any timing.
 
 Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--model_size transformer_base` trains
 Transformer base's shape instead (d_model 512, 6+6 layers, 8 heads, feed-forward 2,048) on the same vocabulary.
@@ -46,6 +50,7 @@ import numpy as np
 import torch
 
 from benchmarks import benchmark
+from benchmarks.opaque_kernels import use_opaque_kernels
 from hf_srcfeat import dropout, linear
 from hf_srcfeat.commands import train
 from hf_srcfeat.provenance import processor_name
@@ -172,13 +177,16 @@ def main(argv: list[str] | None = None) -> None:
 
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
-    def training_arm(pytorch_kernels: bool = False, compiled: bool = False):
+    def training_arm(pytorch_kernels: bool = False, compiled: bool = False, opaque_kernels: bool = False):
         """A training step on its own copy of the same initial model (so that each arm's weights are its own) with
-        PyTorch's matrix kernels and loss or the shipped ones; compiled: the forward under `torch.compile`. Returns
-        the step and the model's config."""
+        PyTorch's matrix kernels and loss or the shipped ones; compiled: the forward under `torch.compile`, with
+        the zoo's kernels as opaque operators (`opaque_kernels`) or PyTorch's path. Returns the step and the model's
+        config."""
         model = train.build_model(model_arguments, tokenizer, seed=1).train()
         if pytorch_kernels:
             model.label_smoothed_loss = default_kernels_loss
+        if opaque_kernels:
+            use_opaque_kernels(model)
         # The Trainer's optimizer (`adamw_torch_fused`, Transformers' default) in every arm.
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=shared["weight_decay"], fused=True)
         forward = torch.compile(model, dynamic=True) if compiled else model
@@ -200,13 +208,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.compiled:
         # The shipped step, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
         # dropout).
-        kinds["token_batches_compiled"] = token_batches
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True
+        kinds["token_batches_compiled"] = kinds["token_batches_compiled_onednn"] = token_batches
         steps["token_batches_compiled"] = training_arm(compiled=True)[0]
+        steps["token_batches_compiled_onednn"] = training_arm(compiled=True, opaque_kernels=True)[0]
     totals = {kind: {"seconds": 0.0, "system_seconds": 0.0, "target_tokens": 0, "useful_flops": 0.0,
                      "padded_flops": 0.0, "real_positions": 0, "padded_positions": 0, "steps": 0} for kind in kinds}
     for kind, batches in kinds.items():
         compile_start = time.perf_counter()
-        for batch in batches[:3 if kind.endswith("compiled") else 1]:  # warm-up (compilation, incl. a new shape)
+        for batch in batches[:3 if "compiled" in kind else 1]:  # warm-up (compilation, incl. a new shape)
             steps[kind](batch)
         print(kind, f"warm-up {time.perf_counter() - compile_start:.1f} s", flush=True)
     peaks = []

@@ -77,21 +77,29 @@ class OneDNNLinearFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
         inputs, weight = ctx.saved_tensors
-        grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
-        grad_inputs = grad_weight = grad_bias = None
-        # oneDNN reads a transposed right operand in place: copying it first would take as long as some products.
-        if ctx.needs_input_grad[0]:  # grad_output @ weight
-            grad_inputs = onednn_product(grad_rows, weight.t()).view(inputs.shape)
-        if ctx.needs_input_grad[1]:  # grad_output.T @ inputs
-            input_rows = inputs.reshape(-1, inputs.shape[-1])
-            # oneDNN copies its transposed left operand first: let that be the narrower of the two.
-            if weight.shape[1] < weight.shape[0]:
-                grad_weight = onednn_product(input_rows.t(), grad_rows.t()).t()
-            else:
-                grad_weight = onednn_product(grad_rows.t(), input_rows.t())
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_rows.sum(0)
-        return grad_inputs, grad_weight, grad_bias
+        return linear_gradients(grad_output, inputs, weight, ctx.has_bias, ctx.needs_input_grad)
+
+
+def linear_gradients(grad_output: torch.Tensor, inputs: torch.Tensor, weight: torch.Tensor, has_bias: bool,
+                     needs_input_grad: Sequence[bool], product: Callable = onednn_product
+                     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of `inputs @ weight.T + bias` for the inputs, the weight and the bias (None where
+    `needs_input_grad` says none is needed), every product by `product(left, right)` = `left @ right.T`."""
+    grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
+    grad_inputs = grad_weight = grad_bias = None
+    # oneDNN reads a transposed right operand in place: copying it first would take as long as some products.
+    if needs_input_grad[0]:  # grad_output @ weight
+        grad_inputs = product(grad_rows, weight.t()).view(inputs.shape)
+    if needs_input_grad[1]:  # grad_output.T @ inputs
+        input_rows = inputs.reshape(-1, inputs.shape[-1])
+        # oneDNN copies its transposed left operand first: let that be the narrower of the two.
+        if weight.shape[1] < weight.shape[0]:
+            grad_weight = product(input_rows.t(), grad_rows.t()).t()
+        else:
+            grad_weight = product(grad_rows.t(), input_rows.t())
+    if has_bias and needs_input_grad[2]:
+        grad_bias = grad_rows.sum(0)
+    return grad_inputs, grad_weight, grad_bias
 
 
 @dataclass
@@ -253,5 +261,5 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
     return list(outputs.split([layer.out_features for layer in layers], dim=-1))
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "onednn_product",
-           "prepared_inference_weights", "prepared_stacked_products"]
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "linear_gradients",
+           "onednn_product", "prepared_inference_weights", "prepared_stacked_products"]

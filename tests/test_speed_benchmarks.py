@@ -175,6 +175,64 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     assert products and products[0]["calls_per_unit"] > 0
 
 
+@pytest.mark.slow
+def test_compiled_training_step_with_opaque_kernels_gives_the_eager_steps_loss_and_gradients(
+        tiny_config, subword_tokenizer, train_pairs, monkeypatch):
+    # The training benchmark's compiled arm with the zoo's kernels: the graph multiplies through oneDNN (forward and
+    # both gradients) and computes what the eager step computes, on real pairs.
+    from transformers import DataCollatorForSeq2Seq
+
+    from benchmarks.opaque_kernels import use_opaque_kernels
+    from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, linear
+
+    torch.manual_seed(0)
+    eager = SrcFeatTransformerForConditionalGeneration(tiny_config()).train()
+    compiled = use_opaque_kernels(SrcFeatTransformerForConditionalGeneration(eager.config).train())
+    compiled.load_state_dict(eager.state_dict())
+    encodings = subword_tokenizer(list(train_pairs["source"])[:12], text_target=list(train_pairs["target"])[:12])
+    batch = DataCollatorForSeq2Seq(subword_tokenizer)(
+        [{name: encodings[name][row] for name in encodings} for row in range(12)])
+    products = []
+    onednn_product = linear.onednn_product
+    monkeypatch.setattr(linear, "onednn_product", lambda *operands: products.append(1) or onednn_product(*operands))
+
+    eager_loss = eager(**batch).loss
+    layer_calls = len(products)  # the eager forward's products (its backward's are not counted here)
+    eager_loss.backward()
+    products.clear()
+    compiled_loss = torch.compile(compiled, dynamic=True)(**batch).loss
+    compiled_loss.backward()
+
+    # Every product of the compiled step through oneDNN: the output and both gradients of every layer call
+    assert len(products) == 3 * layer_calls > 0
+    assert torch.allclose(compiled_loss, eager_loss, atol=1e-5)
+    for (name, parameter), compiled_parameter in zip(eager.named_parameters(), compiled.parameters(), strict=True):
+        assert parameter.grad is not None, name
+        assert torch.allclose(compiled_parameter.grad, parameter.grad, atol=1e-5), name
+
+
+@pytest.mark.slow
+def test_compiled_dropout_with_opaque_kernels_draws_the_zoos_lane_masks(monkeypatch):
+    # In a compiled graph the training benchmark's dropout keeps or drops each element by the zoo's 16-bit-lane
+    # masks, with the kept ones scaled as the eager module scales them.
+    from benchmarks.opaque_kernels import use_opaque_kernels
+    from hf_srcfeat import dropout
+
+    masks = []
+    dropout_mask = dropout.dropout_mask
+    monkeypatch.setattr(dropout, "dropout_mask", lambda *arguments: masks.append(1) or dropout_mask(*arguments))
+    layer = use_opaque_kernels(torch.nn.Sequential(dropout.Dropout(0.25))).train()
+    inputs = torch.rand(64, 40, 32) + 1.0
+
+    outputs = torch.compile(layer)(inputs)
+
+    assert masks == [1]
+    scale = 1 / (1 - dropout.dropped_share(0.25))
+    kept = outputs != 0
+    assert torch.allclose(outputs[kept], inputs[kept] * scale)
+    assert abs((~kept).float().mean().item() - 0.25) < 0.02  # 81,920 elements
+
+
 def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(test_sentences):
     import torch
 

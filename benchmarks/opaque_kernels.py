@@ -1,0 +1,104 @@
+"""The zoo's CPU training kernels as operators a compiled graph calls as they are: for measuring `torch.compile`
+of the training step with the products and dropout masks the eager step uses.
+
+Under `torch.compile` the backbone's layers take PyTorch's own path (`hf_srcfeat.linear`, `hf_srcfeat.dropout`):
+inductor then multiplies through MKL, about half of oneDNN's float32 speed on AMD processors, and draws dropout
+masks with its own random numbers. `use_opaque_kernels(model)` makes the model's linear and dropout layers call,
+when compiled, `onednn_linear` (forward and backward products by oneDNN, the gradients as the eager step computes
+them) and `lane_dropout_mask` (the eager step's 16-bit-lane masks), which inductor leaves opaque and fuses the
+element-wise work around. Eager calls are unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hf_srcfeat import dropout, linear
+
+
+@torch.library.custom_op("hf_srcfeat_benchmarks::onednn_matmul", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+def onednn_matmul(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """`left @ right.T` by oneDNN (2-D operands, either may be a transposed view)."""
+    return linear.onednn_product(left, right)
+
+
+@onednn_matmul.register_fake
+def _(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    return left.new_empty(left.shape[0], right.shape[0])
+
+
+# Any input layout: without the tag inductor copies each input into the layout the eager graph had.
+@torch.library.custom_op("hf_srcfeat_benchmarks::onednn_linear", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+def onednn_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`inputs @ weight.T + bias` by oneDNN."""
+    return linear.onednn_product(inputs, weight, bias)
+
+
+@onednn_linear.register_fake
+def _(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return inputs.new_empty(*inputs.shape[:-1], weight.shape[0])
+
+
+def _save_operands(ctx, inputs: tuple, output: torch.Tensor) -> None:
+    layer_inputs, weight, bias = inputs
+    ctx.save_for_backward(layer_inputs, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad_output: torch.Tensor):
+    layer_inputs, weight = ctx.saved_tensors
+    return linear.linear_gradients(grad_output, layer_inputs, weight, ctx.has_bias, ctx.needs_input_grad,
+                                   product=onednn_matmul)
+
+
+onednn_linear.register_autograd(_linear_backward, setup_context=_save_operands)
+
+
+# Random: never merged with another call or reordered against other random operations.
+@torch.library.custom_op("hf_srcfeat_benchmarks::lane_dropout_mask", mutates_args=(),
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def lane_dropout_mask(inputs: torch.Tensor, p: float) -> torch.Tensor:
+    """`hf_srcfeat.dropout.dropout_mask` for `inputs`' shape (`inputs` gives only the shape)."""
+    return dropout.dropout_mask(inputs.shape, p)
+
+
+@lane_dropout_mask.register_fake
+def _(inputs: torch.Tensor, p: float) -> torch.Tensor:
+    return inputs.new_empty(inputs.shape, dtype=torch.bool)
+
+
+class OpaqueKernelLinear(linear.Linear):
+    """`hf_srcfeat.linear.Linear` whose CPU float32 products in a compiled graph are `onednn_linear`."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if (torch.compiler.is_compiling() and inputs.device.type == "cpu" and inputs.dtype == torch.float32
+                and self.weight.dtype == torch.float32):
+            return onednn_linear(inputs, self.weight, self.bias)
+        return super().forward(inputs)
+
+
+class OpaqueKernelDropout(dropout.Dropout):
+    """`hf_srcfeat.dropout.Dropout` whose CPU training masks in a compiled graph come from `lane_dropout_mask`."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if (torch.compiler.is_compiling() and self.training and 0.0 < dropout.dropped_share(self.p) < 1.0
+                and not self.inplace and inputs.device.type == "cpu" and inputs.is_floating_point()):
+            mask = lane_dropout_mask(inputs.detach(), self.p)
+            return inputs * mask * (1.0 / (1.0 - dropout.dropped_share(self.p)))
+        return super().forward(inputs)
+
+
+def use_opaque_kernels(model: nn.Module) -> nn.Module:
+    """`model` with its zoo linear and dropout layers turned into the opaque-kernel kinds above (in place: the
+    parameters and saved weights stay the same)."""
+    for module in model.modules():
+        if type(module) is linear.Linear:
+            module.__class__ = OpaqueKernelLinear
+        elif type(module) is dropout.Dropout:
+            module.__class__ = OpaqueKernelDropout
+    return model
+
+
+__all__ = ["OpaqueKernelDropout", "OpaqueKernelLinear", "lane_dropout_mask", "onednn_linear", "onednn_matmul",
+           "use_opaque_kernels"]
