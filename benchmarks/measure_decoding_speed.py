@@ -11,10 +11,11 @@ beam 4) / 2x (batch 1, greedy) of CTranslate2".
 The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
 translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost
 per token). Each setting starts from weights not yet prepared for inference, as in a process that decodes only
-that way. Each model runs four arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
-inference: the default), `fast_unprepared` (the same loops, the kernels reading the weights as stored),
-`transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops with
-PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of
+that way. Each model runs five arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
+inference: the default), `fast_modules` (the same, each decoding step through the decoder's modules instead of as
+tensor operations, `hf_srcfeat.decoder_step`), `fast_unprepared` (the same loops, the kernels reading the weights
+as stored), `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops
+with PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of
 test_2016_flickr, every model's inputs are encoded once with the features it reads (parses through the cache),
 outside the timings, in batches of sources sorted by length, longest first, as the translate command batches them
 and CTranslate2 its own batches (`--input_order`: in corpus order); then, for each setting, the arms and the
@@ -23,7 +24,7 @@ baseline's CTranslate2 float32 export (which tokenizes inside its timing, with t
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`) and the baseline's translations with CTranslate2's (`identical_to_ctranslate2`).
 
-`--device cuda` measures the same on a GPU: the `fast` and `transformers` arms only (oneDNN and CTranslate2's CPU
+`--device cuda` measures the same on a GPU: the `fast`, `fast_modules` and `transformers` arms only (oneDNN and CTranslate2's CPU
 export do not apply), float32 without TF32, timed with the device synchronised, and generated tokens/s reported
 beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U (`hf-srcfeat-annotate`) for a machine
 without the parser. `--operation_breakdown` (CPU) also records, for the baseline's fast path in each setting, the
@@ -44,9 +45,11 @@ from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating points
 #: Arm -> (generate's fast_decoding, the backbone's linear kernels: "prepared" (the default: oneDNN, weights in
-#: prepared layouts), "onednn" (weights as stored) or "pytorch" (PyTorch's default kernels)).
-LOOPS = {"fast": (True, "prepared"), "fast_unprepared": (True, "onednn"), "transformers": (False, "prepared"),
-         "transformers_mkl": (False, "pytorch")}
+#: prepared layouts), "onednn" (weights as stored) or "pytorch" (PyTorch's default kernels), whether the zoo's loops
+#: take their steps as tensor operations (`hf_srcfeat.decoder_step`, the default) or through the modules).
+LOOPS = {"fast": (True, "prepared", True), "fast_modules": (True, "prepared", False),
+         "fast_unprepared": (True, "onednn", True), "transformers": (False, "prepared", True),
+         "transformers_mkl": (False, "pytorch", True)}
 #: --graft name -> (model type, method arguments): the published method each stands for, in its graft form.
 GRAFTS = {
     "relevance_features": ("relevance_features", {}),
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import linear
+    from hf_srcfeat import decoder_step, linear
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import tree_options
 
@@ -163,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     # On a GPU the kernels are PyTorch's whatever the arm: only the loops differ.
-    loops = {loop: kernels for loop, kernels in LOOPS.items() if not cuda or loop in ("fast", "transformers")}
+    loops = {loop: kernels for loop, kernels in LOOPS.items()
+             if not cuda or loop in ("fast", "fast_modules", "transformers")}
     references = [loop for loop in loops if loop != "fast"]  # what the fast loops are compared with
     try:
         sources, annotations = test_sources(args.sentences, args.data_dir, args.source_conllu,
@@ -184,11 +188,12 @@ def main(argv: list[str] | None = None) -> dict:
                                           ).to(args.device)
                                 for start in range(0, len(sources), batch_size)]
                    for batch_size, _ in SETTINGS}
-        for loop, (fast_decoding, kernels) in loops.items():
+        for loop, (fast_decoding, kernels, tensor_operation_steps) in loops.items():
             def decode(batch_size: int, beams: int, model=model, encoded=encoded, fast_decoding=fast_decoding,
-                       kernels=kernels):
+                       kernels=kernels, tensor_operation_steps=tensor_operation_steps):
                 linear.ONEDNN_MIN_ROWS = sys.maxsize if kernels == "pytorch" else default_min_rows
                 linear.PREPARED_INFERENCE_WEIGHTS = kernels == "prepared"
+                decoder_step.STEPS_AS_TENSOR_OPERATIONS = tensor_operation_steps
                 try:
                     with torch.no_grad():
                         outputs = [model.generate(**batch, num_beams=beams, do_sample=False,
@@ -199,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
                     return outputs
                 finally:
                     linear.ONEDNN_MIN_ROWS, linear.PREPARED_INFERENCE_WEIGHTS = default_min_rows, True
+                    decoder_step.STEPS_AS_TENSOR_OPERATIONS = True
 
             runners[(folder, loop)] = decode
             model_types[(folder, loop)] = model.config.model_type

@@ -14,7 +14,8 @@ the outputs as token ids) the model hands them to the loops here instead. Same a
   attend to them together, as the query positions of one row; beam search's first step, where all beams of a
   sentence hold the same prompt, runs once per sentence;
 * one decoder pass per step straight through the layers, without `generate`'s per-step input preparation,
-  mask building and output bookkeeping.
+  mask building and output bookkeeping; where the decoder layers are the baseline's, the steps after the first
+  run as tensor operations over weights looked up once per call (`hf_srcfeat.decoder_step`), not module by module.
 
 Transformers' own per-step pieces (logits processors, stopping criteria, the beam bookkeeping of
 `GenerationMixin`) are called as they are, so the two loops cannot drift apart in what they choose.
@@ -213,9 +214,13 @@ class DecoderState:
         # No config: with one, every cache made deep-copies the model's config (a third of a millisecond), and
         # the cross-attention layers, filled in order at the first step, need nothing from it.
         self.cache = EncoderDecoderCache(self.self_attention, DynamicCache())
+        # The steps after the first as tensor operations, where the decoder layers are the baseline's.
+        self.decoder_step = model.decoder_step_as_tensor_operations()
 
     def step(self, input_ids: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token after `input_ids` [rows, new tokens] for every row."""
+        if self.decoder_step is not None and input_ids.shape[1] == 1 and self.self_attention.get_seq_length():
+            return self.decoder_step(self, input_ids)
         hidden_states = self.decoder.embed_target(input_ids, self.self_attention.get_seq_length())
         for layer, context in zip(self.decoder.layers, self.contexts, strict=True):
             hidden_states = layer(hidden_states, None, self.encoder_hidden_states, self.cross_mask, context,

@@ -240,6 +240,16 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
     `prepared_inference_weights`; None where its prepared path does not apply to every layer (the caller then calls
     them one by one). The stacked copy lives with the first layer's prepared copy, in place of the layers' own, and
     is remade when any of the layers' parameters changes as PyTorch counts it."""
+    stacked = _stacked_weights(layers, inputs)
+    if stacked is None:
+        return None
+    outputs = _product_making_copy(inputs, stacked.prepared, stacked.bias, _stacked_weight(layers))
+    return list(outputs.split([layer.out_features for layer in layers], dim=-1))
+
+
+def _stacked_weights(layers: Sequence[nn.Linear], inputs: torch.Tensor) -> StackedWeights | None:
+    """The layers' `StackedWeights` for the current state of their parameters (new, without a copy yet, when there
+    was none or they changed), or None where the prepared path does not apply to every layer for `inputs`."""
     holder = _PREPARED_WEIGHTS.get(layers[0])
     if holder is None or not all(type(layer) is Linear and layer in _PREPARED_WEIGHTS
                                  and _prepared_inference_applies(inputs, layer) for layer in layers):
@@ -255,11 +265,54 @@ def prepared_stacked_products(layers: Sequence[nn.Linear], inputs: torch.Tensor)
                 layer.out_features) for layer in layers])
         stacked = StackedWeights(_parameters_state(parameters), bias, PreparedWeight())
         holder.stacked = stacked
+    return stacked
+
+
+def _stacked_weight(layers: Sequence[nn.Linear]) -> Callable[[], torch.Tensor]:
     # The stacked weight lives only while its copy is made.
-    outputs = _product_making_copy(inputs, stacked.prepared, stacked.bias,
-                                   lambda: torch.cat([layer.weight.detach() for layer in layers]))
-    return list(outputs.split([layer.out_features for layer in layers], dim=-1))
+    return lambda: torch.cat([layer.weight.detach() for layer in layers])
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "linear_gradients",
-           "onednn_product", "prepared_inference_weights", "prepared_stacked_products"]
+def inference_product(layers: Sequence[nn.Linear], rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The product of 2-D inputs [rows, in_features] with the weights of `layers` stacked (one layer: its own
+    weight), biases added: what `torch.cat([layer(inputs) for layer in layers], -1)` gives, for a caller that makes
+    many products while the weights stay as they are (a decoding loop). Within `prepared_inference_weights` the
+    prepared copy for `rows` rows is looked up (made when missing) here, once, instead of at every product, and the
+    products read it as the layers' own calls would; elsewhere the layers' own `forward` is called (no module hooks:
+    the caller checks there are none)."""
+    # An input of the right kind for the checks (its values are never read).
+    example = layers[0].weight.new_empty(rows, layers[0].in_features)
+    bias: torch.Tensor | None
+    if len(layers) == 1:
+        layer = layers[0]
+        prepared = _PREPARED_WEIGHTS.get(layer)
+        if type(layer) is not Linear or prepared is None or not _prepared_inference_applies(example, layer):
+            return layer.forward
+        if not _unchanged(prepared.state, (layer.weight,)):
+            prepared.transposed = prepared.packed = None
+            prepared.state = _parameters_state((layer.weight,))
+        bias = layer.bias
+        made_from: Callable[[], torch.Tensor] = lambda: layer.weight  # noqa: E731
+    else:
+        stacked = _stacked_weights(layers, example)
+        if stacked is None:
+            return lambda inputs: torch.cat([layer.forward(inputs) for layer in layers], dim=-1)
+        prepared, bias, made_from = stacked.prepared, stacked.bias, _stacked_weight(layers)
+    if prepared.packed is None and (prepared.transposed is None or rows != 1):
+        _make_copy(made_from(), prepared, rows)
+    packed, transposed = prepared.packed, prepared.transposed
+
+    def other_rows(inputs: torch.Tensor) -> torch.Tensor:
+        """Rows the copy does not suit (several, for a copy made for one): a copy made as the layers' calls make it."""
+        return _product_making_copy(inputs, prepared, bias, made_from)
+
+    if packed is not None:
+        return lambda inputs: torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
+    assert transposed is not None  # one of the two was just made
+    if bias is None:
+        return lambda inputs: torch.mm(inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
+    return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
+
+
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "inference_product",
+           "linear_gradients", "onednn_product", "prepared_inference_weights", "prepared_stacked_products"]

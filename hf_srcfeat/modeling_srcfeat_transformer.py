@@ -41,6 +41,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
+from .decoder_step import DecoderStep
 from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
@@ -184,6 +185,17 @@ class SrcFeatDecoderLayer(GradientCheckpointingLayer):
         )
         hidden_states, _ = self.ffn_sublayer(hidden_states, self.ffn)
         return hidden_states, self_weights, cross_weights
+
+
+def _is_baseline_decoder_layer(layer: nn.Module) -> bool:
+    """Whether `layer` is exactly the baseline's decoder layer with the baseline's sublayers (what
+    `hf_srcfeat.decoder_step` restates)."""
+    if type(layer) is not SrcFeatDecoderLayer:
+        return False
+    sublayers = (layer.self_attn_sublayer, layer.encoder_attn_sublayer, layer.ffn_sublayer)
+    return (type(layer.self_attn) is type(layer.encoder_attn) is SrcFeatAttention and type(layer.ffn) is FeedForward
+            and all(type(sublayer) is ResidualSublayer and type(sublayer.layer_norm) is nn.LayerNorm
+                    for sublayer in sublayers))
 
 
 def user_factor_arguments(arguments: dict) -> dict:
@@ -664,6 +676,18 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         if getattr(self.config, "final_logits_bias", False):
             logits = logits + self.final_logits_bias.to(logits.dtype)
         return logits
+
+    def decoder_step_as_tensor_operations(self) -> DecoderStep | None:
+        """What the zoo's decoding loops run for each step after the first where this model's decoder layers are the
+        baseline's (`hf_srcfeat.decoder_step`), or None: the loops step through the modules (another decoder layer
+        or output, or what `DecoderStep.for_model` refuses)."""
+        if type(self).output_logits is not SrcFeatTransformerForConditionalGeneration.output_logits:
+            return None
+        decoder = self.get_decoder()
+        if type(decoder.layer_norm) not in (nn.LayerNorm, type(None)) or not all(
+                _is_baseline_decoder_layer(layer) for layer in decoder.layers):
+            return None
+        return DecoderStep.for_model(self)
 
     def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor,
                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:

@@ -29,11 +29,11 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
     assert result["timings"]["batch1_beam1"][f"{model_folder} (fast)"]["identical_to_ctranslate2"] == 1.0, "greedy"
     for setting in ("batch32_beam4", "batch1_beam1"):
         assert {row["loop"] for row in result["timings"][setting].values()} == {
-            "fast", "fast_unprepared", "transformers", "transformers_mkl", "ctranslate2"}
+            "fast", "fast_modules", "fast_unprepared", "transformers", "transformers_mkl", "ctranslate2"}
         fast_rows = [row for row in result["timings"][setting].values() if row["loop"] == "fast"]
         assert [row["model_type"] for row in fast_rows] == ["srcfeat_transformer", "deps_san"]
         for row in fast_rows:
-            assert row["identical_to_transformers"] == 1.0
+            assert row["identical_to_transformers"] == row["identical_to_fast_modules"] == 1.0
             assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
         assert 0 <= fast_rows[0]["identical_to_ctranslate2"] <= 1 and "time_over_ctranslate2" in fast_rows[0]
         # The baseline's fast path, operation by operation: the products with the weights among them

@@ -1,0 +1,157 @@
+"""The decoder's step in the zoo's decoding loops, as tensor operations over weights looked up once per call.
+
+`DecoderState.step` runs the decoder layer by layer through their modules. In a step of one new token per row most
+of that time is not arithmetic: module calls, the linear layers' checks before each product (which copy of the
+weight to read, whether gradients are needed), Transformers' attention dispatch. For decoders whose layers are
+the baseline's (`SrcFeatDecoderLayer` with its own attention, feed-forward and residual sublayers: the baseline
+and every method that changes only the encoder), `DecoderStep` computes the steps after the first with the same
+operations in the same order, reading the layers' parameters and the products' prepared weights
+(`hf_srcfeat.linear.inference_product`) it looked up when the loop started: the same logits to the bit (tests),
+in about two thirds of the time for one sentence decoded greedily on a CPU
+(`benchmarks/measure_decoding_speed.py`). Any other decoder, training mode, attention other than SDPA, or a
+module hook keeps the modules' path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from .linear import Linear, inference_product
+
+#: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
+STEPS_AS_TENSOR_OPERATIONS = True
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
+
+
+def _is_product(layer: nn.Module) -> bool:
+    """A linear layer whose call is its product (not e.g. an adapter or a quantized layer)."""
+    return type(layer) in (Linear, nn.Linear)
+
+
+def _layer_norm(norm: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda inputs: functional.layer_norm(inputs, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+class _LayerStep:
+    """One decoder layer's weights and products for the step, looked up once."""
+
+    def __init__(self, layer: Any, rows: int):
+        self_attention, cross_attention = layer.self_attn, layer.encoder_attn
+        self.heads, self.head_dim = self_attention.num_heads, self_attention.head_dim
+        self.self_scaling, self.cross_scaling = self_attention.scaling, cross_attention.scaling
+        # As the modules multiply: self-attention's query, key and value projections stacked.
+        self.query_key_value = inference_product(
+            (self_attention.q_proj, self_attention.k_proj, self_attention.v_proj), rows)
+        self.self_output = inference_product((self_attention.out_proj,), rows)
+        self.cross_query = inference_product((cross_attention.q_proj,), rows)
+        self.cross_output = inference_product((cross_attention.out_proj,), rows)
+        self.feed_forward_in = inference_product((layer.ffn.fc1,), rows)
+        self.feed_forward_out = inference_product((layer.ffn.fc2,), rows)
+        self.activation = layer.ffn.activation
+        self.pre_norm = layer.self_attn_sublayer.pre_norm
+        self.norms = [_layer_norm(sublayer.layer_norm) for sublayer in
+                      (layer.self_attn_sublayer, layer.encoder_attn_sublayer, layer.ffn_sublayer)]
+
+    def residual(self, hidden_states: torch.Tensor, norm: Callable, sublayer: Callable) -> torch.Tensor:
+        """`ResidualSublayer` in eval mode: x + f(LayerNorm(x)) ("pre") or LayerNorm(x + f(x)) ("post")."""
+        if self.pre_norm:
+            return hidden_states + sublayer(norm(hidden_states))
+        return norm(hidden_states + sublayer(hidden_states))
+
+    def __call__(self, hidden_states: torch.Tensor, length: int, self_cache: Any, cross_cache: Any,
+                 cross_mask: torch.Tensor | None) -> torch.Tensor:
+        rows, heads, head_dim = hidden_states.shape[0], self.heads, self.head_dim
+
+        def self_attention(inputs: torch.Tensor) -> torch.Tensor:
+            query, key, value = self.query_key_value(inputs).view(rows, 3, heads, head_dim).unbind(1)
+            self_cache.key_buffer[:rows, length] = key  # as `PreallocatedLayer.update` writes them
+            self_cache.value_buffer[:rows, length] = value
+            self_cache.length = length + 1
+            keys, values = self_cache._expose(rows)
+            output = functional.scaled_dot_product_attention(query.unsqueeze(2), keys, values,
+                                                             scale=self.self_scaling)
+            return self.self_output(output.reshape(rows, heads * head_dim))
+
+        def cross_attention(inputs: torch.Tensor) -> torch.Tensor:
+            keys, values = cross_cache.keys, cross_cache.values
+            sentences = keys.shape[0]
+            beams = rows // sentences
+            # The beams of a sentence attend as the query positions of its row (`SrcFeatAttention`).
+            query = self.cross_query(inputs).view(sentences, beams, heads, head_dim).transpose(1, 2)
+            mask = cross_mask[::beams] if cross_mask is not None and beams > 1 else cross_mask
+            output = functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                                             scale=self.cross_scaling)
+            return self.cross_output(output.transpose(1, 2).reshape(rows, heads * head_dim))
+
+        def feed_forward(inputs: torch.Tensor) -> torch.Tensor:
+            return self.feed_forward_out(self.activation(self.feed_forward_in(inputs)))
+
+        hidden_states = self.residual(hidden_states, self.norms[0], self_attention)
+        hidden_states = self.residual(hidden_states, self.norms[1], cross_attention)
+        return self.residual(hidden_states, self.norms[2], feed_forward)
+
+
+class DecoderStep:
+    """`DecoderState.step` after the first step, for a model whose decoder layers are the baseline's (made by the
+    model's `decoder_step_as_tensor_operations`). The products are looked up at the first call, for its number of
+    rows: the most a loop has, since rows only leave the batch after the first step."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.decoder = model.get_decoder()
+        self.layers: list[_LayerStep] | None = None
+        self.logits: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.final_norm = _layer_norm(self.decoder.layer_norm) if self.decoder.layer_norm is not None else None
+        self.logits_bias = model.final_logits_bias if getattr(model.config, "final_logits_bias", False) else None
+
+    @classmethod
+    def for_model(cls, model: Any) -> DecoderStep | None:
+        """A `DecoderStep` for `model`, whose decoder layers are the baseline's (the model class checks that:
+        `decoder_step_as_tensor_operations`), or None where the modules' path must run: training mode, attention
+        other than SDPA, a linear layer that is not a plain product (an adapter, int8), a module hook."""
+        decoder = model.get_decoder()
+        layers = list(decoder.layers)
+        products = [model.lm_head] + [projection for layer in layers for projection in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
+            layer.encoder_attn.q_proj, layer.encoder_attn.out_proj, layer.ffn.fc1, layer.ffn.fc2)]
+        if (not STEPS_AS_TENSOR_OPERATIONS or decoder.training
+                or getattr(decoder.config, "_attn_implementation", None) != "sdpa"
+                or not all(_is_product(product) for product in products)
+                or any(_has_hooks(module) for module in (model, decoder, model.lm_head, *layers))
+                or any(_has_hooks(module) for layer in layers for module in layer.modules())):
+            return None
+        return cls(model)
+
+    def __call__(self, state: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        """float32 logits of the next token after `input_ids` [rows, 1] for every row, from the loops'
+        `DecoderState` (whose caches hold the earlier positions)."""
+        rows = input_ids.shape[0]
+        if self.layers is None:
+            self.layers = [_LayerStep(layer, rows) for layer in self.decoder.layers]
+            self.logits = inference_product((self.model.lm_head,), rows)
+        assert self.logits is not None  # set with the layers
+        length = state.self_attention.get_seq_length()
+        hidden_states = self.decoder.embed_target(input_ids, length).view(rows, -1)
+        cross_caches = state.cache.cross_attention_cache.layers
+        cross_mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
+        for layer, self_cache, cross_cache in zip(self.layers, state.self_attention_layers, cross_caches,
+                                                  strict=True):
+            hidden_states = layer(hidden_states, length, self_cache, cross_cache, cross_mask)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        logits = self.logits(hidden_states)
+        if self.logits_bias is not None:
+            logits = logits + self.logits_bias.to(logits.dtype)
+        return logits.float()
+
+
+__all__ = ["DecoderStep", "STEPS_AS_TENSOR_OPERATIONS"]

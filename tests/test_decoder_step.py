@@ -1,0 +1,127 @@
+"""`hf_srcfeat.decoder_step`: the decoding loops' steps after the first as tensor operations, for decoders whose
+layers are the baseline's. Each step must give the layer modules' logits bit for bit, so the loops' translations
+stay Transformers' (tests/test_decoding.py, and every method's end-to-end class)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration
+from hf_srcfeat.decoder_step import DecoderStep
+from hf_srcfeat.decoding import DecoderState
+from hf_srcfeat.linear import prepared_inference_weights
+
+
+@pytest.fixture(scope="module")
+def sources(multi30k_dir) -> list[str]:
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=12)["source"])
+
+
+def pre_norm_model(tokenizer) -> SrcFeatTransformerForConditionalGeneration:
+    """An untrained baseline with what the trained one lacks: pre-norm with a final layer norm, learned positions
+    after an offset, a layer norm on the embeddings, GELU, and a logits bias (as Marian and mBART checkpoints)."""
+    config = SrcFeatTransformerConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, layernorm_position="pre",
+        position_embedding_type="learned", position_offset=2, layernorm_embedding=True, final_logits_bias=True,
+        activation_function="gelu", pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    model = SrcFeatTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    return model
+
+
+@pytest.mark.parametrize("prepared_weights", [True, False])
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, subword_tokenizer, sources,
+                                                             monkeypatch, prepared_weights, num_beams, norm):
+    # At every step after the first, the modules' step and the decoder step run on the same state (the decoder
+    # step writes the same cache position again): equal logits, while sentences leave the batch, with the
+    # products reading prepared weights (as translation does) or the weights as stored.
+    model = trained_baseline[0] if norm == "post" else pre_norm_model(subword_tokenizer)
+    batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
+    module_step = DecoderState.step
+    compared, rows_seen = [], set()
+
+    def both_steps(state, input_ids):
+        decoder_step, state.decoder_step = state.decoder_step, None
+        length = state.self_attention.get_seq_length()
+        logits = module_step(state, input_ids)
+        state.decoder_step = decoder_step
+        if length and decoder_step is not None:
+            for layer in state.self_attention_layers:
+                layer.length = length
+            compared.append(torch.equal(module_step(state, input_ids), logits))
+            rows_seen.add(input_ids.shape[0])
+        return logits
+
+    with prepared_inference_weights(model) if prepared_weights else torch.no_grad():
+        expected = model.generate(**batch, num_beams=num_beams, do_sample=False, max_new_tokens=20,
+                                  fast_decoding=False)
+        monkeypatch.setattr(DecoderState, "step", both_steps)
+        translations = model.generate(**batch, num_beams=num_beams, do_sample=False, max_new_tokens=20)
+
+    assert torch.equal(translations, expected)
+    assert len(compared) >= 10 and all(compared)
+    if norm == "post":  # the trained model's sentences finished at different steps and left the batch
+        assert len(rows_seen) > 2
+
+
+def test_the_loops_take_the_decoder_step_after_the_first_step(trained_baseline, subword_tokenizer, sources,
+                                                              monkeypatch):
+    model = trained_baseline[0]
+    calls: list[int] = []
+    decoder_step_call = DecoderStep.__call__
+
+    def counted(self, state, input_ids):
+        calls.append(input_ids.shape[0])
+        return decoder_step_call(self, state, input_ids)
+
+    monkeypatch.setattr(DecoderStep, "__call__", counted)
+    batch = subword_tokenizer(sources[:1], return_tensors="pt")
+    output = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12)
+    assert len(calls) == output.shape[1] - 2  # every step but the first, for the one sentence
+
+
+@pytest.mark.parametrize("method, arguments, applies", [
+    ("srcfeat_transformer", {}, True),
+    ("relevance_features", {}, True),
+    ("deps_san", {}, True),
+    ("diverse_input", {"diverse_variant": "fusing_diverse"}, True),
+    ("latent_feedback", {}, True),
+    ("srcfeat_composed", {"components": ["relevance_features", "deps_san"]}, True),
+    ("phrase_rep", {}, False),  # its decoder layers attend to phrases too
+])
+def test_the_decoder_step_runs_where_the_decoder_layers_are_the_baselines(trained_baseline, feature_tokenizer,
+                                                                         method, arguments, applies):
+    from hf_srcfeat.pretrained_checkpoints import graft
+
+    model = trained_baseline[0]
+    if method != "srcfeat_transformer":
+        model = graft(model, method, **feature_tokenizer.feature_vocabularies.sizes(), **arguments).eval()
+    assert (model.decoder_step_as_tensor_operations() is not None) is applies
+
+
+def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(tiny_config):
+    # Training mode (dropout), another attention implementation, a hook on a layer, int8 layers.
+    from hf_srcfeat.quantization import quantize_linear_layers
+
+    def model():
+        torch.manual_seed(0)
+        return SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
+
+    assert model().decoder_step_as_tensor_operations() is not None
+    assert model().train().decoder_step_as_tensor_operations() is None
+    eager = model()
+    eager.set_attn_implementation("eager")
+    assert eager.decoder_step_as_tensor_operations() is None
+    hooked = model()
+    hooked.get_decoder().layers[1].ffn.fc1.register_forward_hook(lambda module, inputs, output: output * 2)
+    assert hooked.decoder_step_as_tensor_operations() is None
+    assert quantize_linear_layers(model()).decoder_step_as_tensor_operations() is None
