@@ -24,9 +24,9 @@ baseline's CTranslate2 float32 export (which tokenizes inside its timing, with t
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`) and the baseline's translations with CTranslate2's (`identical_to_ctranslate2`).
 
-`--device cuda` measures the same on a GPU: the `fast`, `fast_modules` and `transformers` arms only (oneDNN and CTranslate2's CPU
-export do not apply), float32 without TF32, timed with the device synchronised, and generated tokens/s reported
-beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U (`hf-srcfeat-annotate`) for a machine
+`--device cuda` measures the same on a GPU: the `fast`, `fast_modules` and `transformers` arms only (oneDNN and
+CTranslate2's CPU export do not apply), float32 without TF32, timed with the device synchronised, and generated
+tokens/s reported beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U (`hf-srcfeat-annotate`) for a machine
 without the parser. `--operation_breakdown` (CPU) also records, for the baseline's fast path in each setting, the
 time of each tensor operation per sentence (`benchmarks/op_timing.py`), after the timed rounds.
 """

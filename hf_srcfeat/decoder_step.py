@@ -20,16 +20,20 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.nn.modules import module as module_hooks
 
-from .linear import Linear, inference_product
+from .linear import Linear, inference_product, inference_stacked_products
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
 
 
-def _has_hooks(module: nn.Module) -> bool:
+def _runs_more_than_forward(module: nn.Module) -> bool:
+    """Whether calling `module` does more than its `forward`: hooks, Accelerate's device placement (which replaces
+    `forward`), an in-place `compile()`. The step would skip it."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks)
+                or module._backward_pre_hooks or hasattr(module, "_hf_hook")
+                or getattr(module, "_compiled_call_impl", None) is not None)
 
 
 def _is_product(layer: nn.Module) -> bool:
@@ -49,13 +53,13 @@ class _LayerStep:
         self.heads, self.head_dim = self_attention.num_heads, self_attention.head_dim
         self.self_scaling, self.cross_scaling = self_attention.scaling, cross_attention.scaling
         # As the modules multiply: self-attention's query, key and value projections stacked.
-        self.query_key_value = inference_product(
+        self.query_key_value = inference_stacked_products(
             (self_attention.q_proj, self_attention.k_proj, self_attention.v_proj), rows)
-        self.self_output = inference_product((self_attention.out_proj,), rows)
-        self.cross_query = inference_product((cross_attention.q_proj,), rows)
-        self.cross_output = inference_product((cross_attention.out_proj,), rows)
-        self.feed_forward_in = inference_product((layer.ffn.fc1,), rows)
-        self.feed_forward_out = inference_product((layer.ffn.fc2,), rows)
+        self.self_output = inference_product(self_attention.out_proj, rows)
+        self.cross_query = inference_product(cross_attention.q_proj, rows)
+        self.cross_output = inference_product(cross_attention.out_proj, rows)
+        self.feed_forward_in = inference_product(layer.ffn.fc1, rows)
+        self.feed_forward_out = inference_product(layer.ffn.fc2, rows)
         self.activation = layer.ffn.activation
         self.pre_norm = layer.self_attn_sublayer.pre_norm
         self.norms = [_layer_norm(sublayer.layer_norm) for sublayer in
@@ -72,7 +76,8 @@ class _LayerStep:
         rows, heads, head_dim = hidden_states.shape[0], self.heads, self.head_dim
 
         def self_attention(inputs: torch.Tensor) -> torch.Tensor:
-            query, key, value = self.query_key_value(inputs).view(rows, 3, heads, head_dim).unbind(1)
+            query, key, value = (projection.view(rows, heads, head_dim)
+                                 for projection in self.query_key_value(inputs))
             self_cache.key_buffer[:rows, length] = key  # as `PreallocatedLayer.update` writes them
             self_cache.value_buffer[:rows, length] = value
             self_cache.length = length + 1
@@ -123,11 +128,14 @@ class DecoderStep:
         products = [model.lm_head] + [projection for layer in layers for projection in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
             layer.encoder_attn.q_proj, layer.encoder_attn.out_proj, layer.ffn.fc1, layer.ffn.fc2)]
-        if (not STEPS_AS_TENSOR_OPERATIONS or decoder.training
-                or getattr(decoder.config, "_attn_implementation", None) != "sdpa"
+        devices = {parameter.device for parameter in (*decoder.parameters(), *model.lm_head.parameters())}
+        if (not STEPS_AS_TENSOR_OPERATIONS or getattr(decoder.config, "_attn_implementation", None) != "sdpa"
+                # Dropout anywhere in training mode (e.g. Monte Carlo dropout in an evaluated model)
+                or any(module.training for module in decoder.modules())
                 or not all(_is_product(product) for product in products)
-                or any(_has_hooks(module) for module in (model, decoder, model.lm_head, *layers))
-                or any(_has_hooks(module) for layer in layers for module in layer.modules())):
+                or any(_runs_more_than_forward(module) for module in (model.lm_head, *decoder.modules()))
+                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
         return cls(model)
 
@@ -137,7 +145,7 @@ class DecoderStep:
         rows = input_ids.shape[0]
         if self.layers is None:
             self.layers = [_LayerStep(layer, rows) for layer in self.decoder.layers]
-            self.logits = inference_product((self.model.lm_head,), rows)
+            self.logits = inference_product(self.model.lm_head, rows)
         assert self.logits is not None  # set with the layers
         length = state.self_attention.get_seq_length()
         hidden_states = self.decoder.embed_target(input_ids, length).view(rows, -1)

@@ -273,46 +273,56 @@ def _stacked_weight(layers: Sequence[nn.Linear]) -> Callable[[], torch.Tensor]:
     return lambda: torch.cat([layer.weight.detach() for layer in layers])
 
 
-def inference_product(layers: Sequence[nn.Linear], rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The product of 2-D inputs [rows, in_features] with the weights of `layers` stacked (one layer: its own
-    weight), biases added: what `torch.cat([layer(inputs) for layer in layers], -1)` gives, for a caller that makes
-    many products while the weights stay as they are (a decoding loop). Within `prepared_inference_weights` the
-    prepared copy for `rows` rows is looked up (made when missing) here, once, instead of at every product, and the
-    products read it as the layers' own calls would; elsewhere the layers' own `forward` is called (no module hooks:
-    the caller checks there are none)."""
-    # An input of the right kind for the checks (its values are never read).
-    example = layers[0].weight.new_empty(rows, layers[0].in_features)
-    bias: torch.Tensor | None
-    if len(layers) == 1:
-        layer = layers[0]
-        prepared = _PREPARED_WEIGHTS.get(layer)
-        if type(layer) is not Linear or prepared is None or not _prepared_inference_applies(example, layer):
-            return layer.forward
-        if not _unchanged(prepared.state, (layer.weight,)):
-            prepared.transposed = prepared.packed = None
-            prepared.state = _parameters_state((layer.weight,))
-        bias = layer.bias
-        made_from: Callable[[], torch.Tensor] = lambda: layer.weight  # noqa: E731
-    else:
-        stacked = _stacked_weights(layers, example)
-        if stacked is None:
-            return lambda inputs: torch.cat([layer.forward(inputs) for layer in layers], dim=-1)
-        prepared, bias, made_from = stacked.prepared, stacked.bias, _stacked_weight(layers)
+def inference_product(layer: nn.Linear, rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`layer`'s product for 2-D inputs [rows, in_features], for a caller that makes many products while the weights
+    stay as they are (a decoding loop). Within `prepared_inference_weights` the prepared copy for `rows` rows is
+    looked up (made when missing) here, once, instead of at every call, and the products read it as the layer's
+    own calls would; elsewhere the layer's own `forward` (no module hooks: the caller checks there are none)."""
+    prepared = _PREPARED_WEIGHTS.get(layer)
+    example = layer.weight.new_empty(rows, layer.in_features)  # for the checks: its values are never read
+    if type(layer) is not Linear or prepared is None or not _prepared_inference_applies(example, layer):
+        return layer.forward
+    if not _unchanged(prepared.state, (layer.weight,)):
+        prepared.transposed = prepared.packed = None
+        prepared.state = _parameters_state((layer.weight,))
+    return _product_reading_copy(prepared, layer.bias, lambda: layer.weight, rows)
+
+
+def inference_stacked_products(layers: Sequence[nn.Linear], rows: int
+                               ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    """`lambda inputs: [layer(inputs) for layer in layers]` for 2-D inputs [rows, in_features], as
+    `prepared_stacked_products` computes it (one product with the weights stacked, split) where that applies, the
+    copy looked up once here as `inference_product` does; elsewhere the layers' own `forward`, one by one."""
+    stacked = _stacked_weights(layers, layers[0].weight.new_empty(rows, layers[0].in_features))
+    if stacked is None:
+        return lambda inputs: [layer.forward(inputs) for layer in layers]
+    product = _product_reading_copy(stacked.prepared, stacked.bias, _stacked_weight(layers), rows)
+    widths = [layer.out_features for layer in layers]
+    return lambda inputs: list(product(inputs).split(widths, dim=-1))
+
+
+def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, made_from: Callable[[], torch.Tensor],
+                          rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The product with the copy `prepared` holds for `rows` rows (made now from `made_from()` when none suits), read
+    as `_product_from_copy` reads it, for 2-D inputs."""
     if prepared.packed is None and (prepared.transposed is None or rows != 1):
         _make_copy(made_from(), prepared, rows)
-    packed, transposed = prepared.packed, prepared.transposed
+    packed, transposed = prepared.packed, prepared.transposed  # read once (threads)
 
     def other_rows(inputs: torch.Tensor) -> torch.Tensor:
-        """Rows the copy does not suit (several, for a copy made for one): a copy made as the layers' calls make it."""
+        """Inputs the copy read above does not suit, or no copy (another thread was replacing it): as the layers'
+        own calls do."""
         return _product_making_copy(inputs, prepared, bias, made_from)
 
     if packed is not None:
         return lambda inputs: torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
-    assert transposed is not None  # one of the two was just made
+    if transposed is None:
+        return other_rows
     if bias is None:
         return lambda inputs: torch.mm(inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
     return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
 
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "inference_product",
-           "linear_gradients", "onednn_product", "prepared_inference_weights", "prepared_stacked_products"]
+           "inference_stacked_products", "linear_gradients", "onednn_product", "prepared_inference_weights",
+           "prepared_stacked_products"]

@@ -109,19 +109,37 @@ def test_the_decoder_step_runs_where_the_decoder_layers_are_the_baselines(traine
 
 
 def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(tiny_config):
-    # Training mode (dropout), another attention implementation, a hook on a layer, int8 layers.
+    # Training mode, dropout left on in an evaluated model, another attention implementation, a hook (on a layer,
+    # on the final layer norm, on every module), Accelerate's device placement, a layer compiled in place, int8.
     from hf_srcfeat.quantization import quantize_linear_layers
 
-    def model():
+    def model(**overrides):
         torch.manual_seed(0)
-        return SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
+        return SrcFeatTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
 
     assert model().decoder_step_as_tensor_operations() is not None
     assert model().train().decoder_step_as_tensor_operations() is None
+    monte_carlo = model()
+    monte_carlo.get_decoder().layers[0].ffn_sublayer.dropout.train()
+    assert monte_carlo.decoder_step_as_tensor_operations() is None
     eager = model()
     eager.set_attn_implementation("eager")
     assert eager.decoder_step_as_tensor_operations() is None
     hooked = model()
     hooked.get_decoder().layers[1].ffn.fc1.register_forward_hook(lambda module, inputs, output: output * 2)
     assert hooked.decoder_step_as_tensor_operations() is None
+    final_norm_hooked = model(layernorm_position="pre")
+    final_norm_hooked.get_decoder().layer_norm.register_forward_pre_hook(lambda module, inputs: None)
+    assert final_norm_hooked.decoder_step_as_tensor_operations() is None
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
+    try:
+        assert model().decoder_step_as_tensor_operations() is None
+    finally:
+        handle.remove()
+    placed = model()
+    placed.get_decoder().layers[0]._hf_hook = object()  # what accelerate.hooks.add_hook_to_module sets
+    assert placed.decoder_step_as_tensor_operations() is None
+    compiled = model()
+    compiled.get_decoder().layers[0].compile()
+    assert compiled.decoder_step_as_tensor_operations() is None
     assert quantize_linear_layers(model()).decoder_step_as_tensor_operations() is None
