@@ -6,10 +6,11 @@ weight to read, whether gradients are needed), Transformers' attention dispatch.
 the baseline's (`SrcFeatDecoderLayer` with its own attention, feed-forward and residual sublayers: the baseline
 and every method that changes only the encoder), `DecoderStep` computes the steps after the first with the same
 operations in the same order, reading the layers' parameters and the products' prepared weights
-(`hf_srcfeat.linear.inference_product`) it looked up when the loop started: the same logits to the bit (tests),
-in about two thirds of the time for one sentence decoded greedily on a CPU
-(`benchmarks/measure_decoding_speed.py`). Any other decoder, training mode, attention other than SDPA, or a
-module hook keeps the modules' path.
+(`hf_srcfeat.linear.inference_product`) it looked up when the loop started: the same logits to the bit (tests);
+one sentence decoded greedily on a CPU takes about 0.7x the time, a batch of 32 with beam 4 about 0.9x
+(`benchmarks/measure_decoding_speed.py`, its `fast_modules` arm). Any other decoder, and what the step would skip
+(dropout in training mode, attention other than SDPA, hooks, adapters, int8 layers, weights on several devices),
+keep the modules' path.
 """
 
 from __future__ import annotations
