@@ -89,3 +89,23 @@ def bfs_distances(heads: list[int]) -> list[list[int]]:
                     queue.append(other)
         table.append(distance)
     return table
+
+
+def pre_norm_model(tokenizer, **overrides):
+    """An untrained 2-layer baseline with what the trained test model lacks: pre-norm with a final layer norm, learned
+    positions after an offset, a layer norm on the embeddings, GELU and a logits bias (as Marian and mBART
+    checkpoints carry), over `tokenizer`'s vocabulary."""
+    from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration
+
+    config = SrcFeatTransformerConfig(**{
+        "vocab_size": len(tokenizer), "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+        "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+        "layernorm_position": "pre", "position_embedding_type": "learned", "position_offset": 2,
+        "layernorm_embedding": True, "final_logits_bias": True, "activation_function": "gelu",
+        "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id, "decoder_start_token_id": tokenizer.bos_token_id, **overrides})
+    torch.manual_seed(0)
+    model = SrcFeatTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    return model

@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration
+from hf_srcfeat import SrcFeatTransformerForConditionalGeneration
 from hf_srcfeat.decoder_step import DecoderStep
 from hf_srcfeat.decoding import DecoderState
 from hf_srcfeat.linear import prepared_inference_weights
+
+from .helpers import pre_norm_model
 
 
 @pytest.fixture(scope="module")
@@ -18,22 +20,6 @@ def sources(multi30k_dir) -> list[str]:
     from hf_srcfeat.data.multi30k import load_multi30k
 
     return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=12)["source"])
-
-
-def pre_norm_model(tokenizer) -> SrcFeatTransformerForConditionalGeneration:
-    """An untrained baseline with what the trained one lacks: pre-norm with a final layer norm, learned positions
-    after an offset, a layer norm on the embeddings, GELU, and a logits bias (as Marian and mBART checkpoints)."""
-    config = SrcFeatTransformerConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, layernorm_position="pre",
-        position_embedding_type="learned", position_offset=2, layernorm_embedding=True, final_logits_bias=True,
-        activation_function="gelu", pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id)
-    torch.manual_seed(0)
-    model = SrcFeatTransformerForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_()
-    return model
 
 
 @pytest.mark.parametrize("prepared_weights", [True, False])

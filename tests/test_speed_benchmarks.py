@@ -11,6 +11,8 @@ import torch
 
 from hf_srcfeat.conllu import write_conllu
 
+from .helpers import pre_norm_model
+
 
 def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_tokens_per_second(
         model_folder, stanza_annotator, multi30k_dir, tmp_path):
@@ -261,23 +263,6 @@ def test_training_efficiency_benchmark_refuses_parses_of_other_sentences(feature
                                   str(multi30k_dir), "--pairs", "20", "--output", str(tmp_path / "unused.json")])
 
 
-def _pre_norm_model(vocab_size: int):
-    """An untrained baseline with what the trained one lacks: pre-norm, learned positions after an offset, a layer
-    norm on the embeddings and a logits bias (as mBART checkpoints carry)."""
-    from hf_srcfeat import SrcFeatTransformerConfig, SrcFeatTransformerForConditionalGeneration
-
-    config = SrcFeatTransformerConfig(
-        vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, layernorm_position="pre",
-        position_embedding_type="learned", position_offset=2, layernorm_embedding=True, final_logits_bias=True,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    torch.manual_seed(0)
-    model = SrcFeatTransformerForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_()
-    return model
-
-
 @pytest.mark.parametrize("zoo_products", [False, True])
 def test_static_cache_decoder_step_gives_the_eager_steps_logits_in_greedy_and_beam_search(
         model_folder, test_sentences, zoo_products, monkeypatch):
@@ -307,7 +292,7 @@ def test_static_cache_decoder_step_gives_the_eager_steps_logits_in_greedy_and_be
     batch = tokenizer(test_sentences, padding=True, return_tensors="pt")
     trained = AutoModelForSeq2SeqLM.from_pretrained(model_folder).eval()
     eager_step = DecoderState.step
-    for model in (trained, _pre_norm_model(len(tokenizer))):
+    for model in (trained, pre_norm_model(tokenizer)):
         static_step = step_through(StaticCacheDecoderStep(model, zoo_products))
         differences, rows_seen = [], set()
 
