@@ -22,7 +22,7 @@ machine load hit every arm alike:
   (inductor, dynamic shapes), where the layers take PyTorch's own path (products by inductor, `nn.Dropout`'s
   masks), and `token_batches_compiled_onednn`: the same with the zoo's products and dropout masks as operators the
   graph calls as they are (`benchmarks/opaque_kernels.py`), inductor fusing the element-wise work around them.
-  Both draw random numbers with ATen's generators (inductor's `fallback_random`; its own are slower on the CPU);
+  Both draw random numbers with ATen's generators, as the eager step does (inductor's `fallback_random`);
   compilation is done in the warm-up, before any timing.
 
 Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--model_size transformer_base` trains

@@ -5,9 +5,9 @@ zoo's eager loops, in one interleaved run.
     python -m benchmarks.compiled_decoding --model runs/quickstart --sentences 100 --rounds 3 \
         --output benchmarks/results/compiled_decoding.json
 
-The zoo's loops (`hf_srcfeat.decoding`) run the decoder step eagerly (as tensor operations, `hf_srcfeat.decoder_step`;
-`benchmarks/results/compiled_decoding.json` was measured when it went module by module). Here the step after the
-first is replaced by
+The zoo's loops (`hf_srcfeat.decoding`) run the decoder step eagerly (the eager arm is whatever
+`DecoderState.step` runs: by default the steps as tensor operations of `hf_srcfeat.decoder_step`; the result file
+records the code it ran). Here the step after the first is replaced by
 `StaticCacheDecoderStep`: the baseline's decoder layers called submodule by submodule with nothing else, reading
 and writing the loops' own preallocated caches at their full length (the step's keys and values written at its
 position inside the graph, later positions masked), so that a step's shapes change only with the number of rows
