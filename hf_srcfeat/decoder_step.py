@@ -43,6 +43,7 @@ def _is_product(layer: nn.Module) -> bool:
 
 
 def _layer_norm(norm: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`norm`'s forward, called without the module call."""
     return lambda inputs: functional.layer_norm(inputs, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
@@ -122,8 +123,10 @@ class DecoderStep:
     @classmethod
     def for_model(cls, model: Any) -> DecoderStep | None:
         """A `DecoderStep` for `model`, whose decoder layers are the baseline's (the model class checks that:
-        `decoder_step_as_tensor_operations`), or None where the modules' path must run: training mode, attention
-        other than SDPA, a linear layer that is not a plain product (an adapter, int8), a module hook."""
+        `decoder_step_as_tensor_operations`), or None where the modules' path must run: a decoder module in training
+        mode, attention other than SDPA, a linear layer that is not a plain product (an adapter, int8), a module
+        that does more when called than its `forward` (hooks, global ones too, Accelerate's placement, an in-place
+        compile), weights on several devices or not loaded."""
         decoder = model.get_decoder()
         layers = list(decoder.layers)
         products = [model.lm_head] + [projection for layer in layers for projection in (
