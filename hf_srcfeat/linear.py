@@ -168,10 +168,16 @@ def _prepared_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Te
                       prepared: PreparedWeight) -> torch.Tensor:
     """`inputs @ weight.T + bias` reading `weight` from the copy `prepared` holds, made (or remade) here when it is
     missing or was made from another tensor or state of `weight`."""
+    _forget_copies_of_other_weights(prepared, weight)
+    return _product_making_copy(inputs, prepared, bias, lambda: weight)
+
+
+def _forget_copies_of_other_weights(prepared: PreparedWeight, weight: torch.Tensor) -> None:
+    """Drop `prepared`'s copies when they were made from another tensor or state of `weight` (the next product makes
+    one anew)."""
     if not _unchanged(prepared.state, (weight,)):
         prepared.transposed = prepared.packed = None
         prepared.state = _parameters_state((weight,))
-    return _product_making_copy(inputs, prepared, bias, lambda: weight)
 
 
 def _product_making_copy(inputs: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,
@@ -282,9 +288,7 @@ def inference_product(layer: nn.Linear, rows: int) -> Callable[[torch.Tensor], t
     example = layer.weight.new_empty(rows, layer.in_features)  # for the checks: its values are never read
     if type(layer) is not Linear or prepared is None or not _prepared_inference_applies(example, layer):
         return layer.forward
-    if not _unchanged(prepared.state, (layer.weight,)):
-        prepared.transposed = prepared.packed = None
-        prepared.state = _parameters_state((layer.weight,))
+    _forget_copies_of_other_weights(prepared, layer.weight)
     return _product_reading_copy(prepared, layer.bias, lambda: layer.weight, rows)
 
 
