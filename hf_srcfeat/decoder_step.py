@@ -4,14 +4,14 @@
 of that time is not arithmetic: module calls, the linear layers' checks before each product (which copy of the
 weight to read, whether gradients are needed), Transformers' attention dispatch. For decoders whose layers are
 the baseline's (`SrcFeatDecoderLayer` with its own attention, feed-forward and residual sublayers: the baseline
-and every method that changes only the encoder), `DecoderStep` computes the steps after the first with the same
-operations in the same order, reading the layers' parameters and the products' prepared weights
-(`hf_srcfeat.linear.inference_product`) it looked up when the loop started: the same logits to the bit (tests);
-one sentence decoded greedily on a CPU takes about 0.7x the time, a batch of 32 with beam 4 about 0.9x
-(`benchmarks/measure_decoding_speed.py`, its `fast_modules` arm). Any other decoder, and what the step would skip
-(dropout in training mode, attention other than SDPA, hooks, adapters, int8 layers, weights on several devices),
-keep the modules' path.
-"""
+and every method that changes only the encoder), `DecoderStep` computes every such step, from the target
+embedding to the logits, with the same operations in the same order, reading the layers' parameters and the
+products' prepared weights (`hf_srcfeat.linear.inference_product`) it looked up when the loop started; the first
+step fills the cross-attention cache from the encoder memory as the modules fill it. The same logits and caches
+to the bit (tests); one sentence decoded greedily on a CPU takes about 0.7x the time, a batch of 32 with beam 4
+about 0.9x (`benchmarks/measure_decoding_speed.py`, its `fast_modules` arm). Any other decoder, and what the step
+would skip (dropout in training mode, attention other than SDPA, hooks, adapters, int8 layers, embedding tables
+that are not plain lookups, weights on several devices), keep the modules' path."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ class _LayerStep:
         self.query_key_value = inference_stacked_products(
             (self_attention.q_proj, self_attention.k_proj, self_attention.v_proj), rows)
         self.self_output = inference_product(self_attention.out_proj, rows)
+        self.cross_key_value_layers = (cross_attention.k_proj, cross_attention.v_proj)
         self.cross_query = inference_product(cross_attention.q_proj, rows)
         self.cross_output = inference_product(cross_attention.out_proj, rows)
         self.feed_forward_in = inference_product(layer.ffn.fc1, rows)
@@ -73,13 +74,25 @@ class _LayerStep:
             return hidden_states + sublayer(norm(hidden_states))
         return norm(hidden_states + sublayer(hidden_states))
 
-    def __call__(self, hidden_states: torch.Tensor, length: int, self_cache: Any, cross_cache: Any,
-                 cross_mask: torch.Tensor | None) -> torch.Tensor:
+    def cross_keys_and_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention's keys and values [sentences, heads, positions, head_dim] of the encoder memory
+        [sentences, positions, d_model]: one stacked product, as `SrcFeatAttention` computes them."""
+        sentences, positions, width = memory.shape
+        keys, values = inference_stacked_products(self.cross_key_value_layers, sentences * positions)(
+            memory.reshape(sentences * positions, width))
+        return (keys.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2),
+                values.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2))
+
+    def __call__(self, hidden_states: torch.Tensor, length: int, self_cache: Any,
+                 cross_keys_and_values: tuple[torch.Tensor, torch.Tensor], cross_mask: torch.Tensor | None
+                 ) -> torch.Tensor:
         rows, heads, head_dim = hidden_states.shape[0], self.heads, self.head_dim
 
         def self_attention(inputs: torch.Tensor) -> torch.Tensor:
             query, key, value = (projection.view(rows, heads, head_dim)
                                  for projection in self.query_key_value(inputs))
+            if not self_cache.is_initialized:  # the first step allocates the buffers
+                self_cache.lazy_initialization(key.unsqueeze(2), value.unsqueeze(2))
             self_cache.key_buffer[:rows, length] = key  # as `PreallocatedLayer.update` writes them
             self_cache.value_buffer[:rows, length] = value
             self_cache.length = length + 1
@@ -89,7 +102,7 @@ class _LayerStep:
             return self.self_output(output.reshape(rows, heads * head_dim))
 
         def cross_attention(inputs: torch.Tensor) -> torch.Tensor:
-            keys, values = cross_cache.keys, cross_cache.values
+            keys, values = cross_keys_and_values
             sentences = keys.shape[0]
             beams = rows // sentences
             # The beams of a sentence attend as the query positions of its row (`SrcFeatAttention`).
@@ -107,18 +120,45 @@ class _LayerStep:
         return self.residual(hidden_states, self.norms[2], feed_forward)
 
 
+class _TargetEmbeddingStep:
+    """`SrcFeatTargetEmbedding` in eval mode for one new token per row: the token's row of the embedding matrix,
+    scaled, plus the position's row of the position table (cast once to the embeddings' dtype, as the module casts
+    each lookup), [and the embedding norm]."""
+
+    def __init__(self, embedding: Any):
+        self.embedding = embedding
+        self.token_weight = embedding.embed_tokens.weight
+        self.scale = embedding.embed_scale
+        table = (embedding.embed_positions.weight if embedding.position_type == "learned"
+                 else embedding.sinusoid_table(self.token_weight.device))
+        self.position_table = table.to(self.token_weight.dtype)
+        self.position_offset = embedding.position_offset
+        self.norm = _layer_norm(embedding.layernorm_embedding) if embedding.layernorm_embedding is not None else None
+
+    def __call__(self, input_ids: torch.Tensor, length: int) -> torch.Tensor:
+        """The [rows, d_model] representation of `input_ids` [rows] at position `length`."""
+        if length >= self.embedding.max_positions:  # the module's error names the limit
+            return self.embedding(input_ids[:, None], length)[:, 0]
+        hidden_states = functional.embedding(input_ids, self.token_weight) * self.scale
+        hidden_states = hidden_states + self.position_table[length + self.position_offset]
+        return self.norm(hidden_states) if self.norm is not None else hidden_states
+
+
 class DecoderStep:
-    """`DecoderState.step` after the first step, for a model whose decoder layers are the baseline's (made by the
-    model's `decoder_step_as_tensor_operations`). The products are looked up at the first call, for its number of
-    rows: the most a loop has, since rows only leave the batch after the first step."""
+    """`DecoderState.step` for one new token per row, for a model whose decoder layers are the baseline's (made by
+    the model's `decoder_step_as_tensor_operations`). The products are looked up for the number of rows of the first
+    step, and again when more rows come (beam search's second step): the most a loop has, since rows only leave the
+    batch after that."""
 
     def __init__(self, model: Any):
         self.model = model
         self.decoder = model.get_decoder()
-        self.layers: list[_LayerStep] | None = None
+        self.layers: list[_LayerStep] = []
         self.logits: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.rows = 0  # the rows the products were looked up for
         self.final_norm = _layer_norm(self.decoder.layer_norm) if self.decoder.layer_norm is not None else None
         self.logits_bias = model.final_logits_bias if getattr(model.config, "final_logits_bias", False) else None
+        self.embedding = _TargetEmbeddingStep(self.decoder.embed_target)
 
     @classmethod
     def for_model(cls, model: Any) -> DecoderStep | None:
@@ -145,25 +185,30 @@ class DecoderStep:
 
     def __call__(self, state: Any, input_ids: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token after `input_ids` [rows, 1] for every row, from the loops'
-        `DecoderState` (whose caches hold the earlier positions)."""
+        `DecoderState` (whose caches hold the earlier positions; at the first step the cross-attention cache is
+        filled from the encoder memory, as the modules fill it)."""
         rows = input_ids.shape[0]
-        if self.layers is None:
+        if rows > self.rows:
             self.layers = [_LayerStep(layer, rows) for layer in self.decoder.layers]
-            self.logits = inference_product(self.model.lm_head, rows)
+            self.logits, self.rows = inference_product(self.model.lm_head, rows), rows
         assert self.logits is not None  # set with the layers
         length = state.self_attention.get_seq_length()
-        hidden_states = self.decoder.embed_target(input_ids, length).view(rows, -1)
-        cross_caches = state.cache.cross_attention_cache.layers
+        hidden_states = self.embedding(input_ids.view(rows), length)
+        cross_cache = state.cache.cross_attention_cache
         cross_mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
-        for layer, self_cache, cross_cache in zip(self.layers, state.self_attention_layers, cross_caches,
-                                                  strict=True):
-            hidden_states = layer(hidden_states, length, self_cache, cross_cache, cross_mask)
+        for index, (layer, self_cache) in enumerate(zip(self.layers, state.self_attention_layers, strict=True)):
+            if length == 0:
+                cross_keys_and_values = cross_cache.update(*layer.cross_keys_and_values(state.encoder_hidden_states),
+                                                           index)
+                state.cache.is_updated[index] = True
+            else:
+                cross_keys_and_values = cross_cache.layers[index].keys, cross_cache.layers[index].values
+            hidden_states = layer(hidden_states, length, self_cache, cross_keys_and_values, cross_mask)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         logits = self.logits(hidden_states)
         if self.logits_bias is not None:
             logits = logits + self.logits_bias.to(logits.dtype)
         return logits.float()
-
 
 __all__ = ["DecoderStep", "STEPS_AS_TENSOR_OPERATIONS"]

@@ -198,6 +198,15 @@ def _is_baseline_decoder_layer(layer: nn.Module) -> bool:
                     for sublayer in sublayers))
 
 
+def _is_baseline_target_embedding(embedding: nn.Module) -> bool:
+    """Whether `embedding` is exactly the baseline's target embedding over plain lookup tables (what
+    `hf_srcfeat.decoder_step` restates)."""
+    tables = [embedding.embed_tokens] + ([embedding.embed_positions] if hasattr(embedding, "embed_positions") else [])
+    return (type(embedding) is SrcFeatTargetEmbedding
+            and all(type(table) is nn.Embedding and table.max_norm is None for table in tables)
+            and type(embedding.layernorm_embedding) in (nn.LayerNorm, type(None)))
+
+
 def user_factor_arguments(arguments: dict) -> dict:
     """The user factors (`factor_<name>_ids`) among keyword arguments. Others are ignored: `generate` hands an
     encoder that takes keyword arguments every model argument (`labels` too)."""
@@ -678,14 +687,15 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         return logits
 
     def decoder_step_as_tensor_operations(self) -> DecoderStep | None:
-        """What the zoo's decoding loops run for each step after the first where this model's decoder layers are the
+        """What the zoo's decoding loops run for each step of one new token where this model's decoder layers are the
         baseline's (`hf_srcfeat.decoder_step`), or None: the loops step through the modules (another decoder layer
         or output, or what `DecoderStep.for_model` refuses)."""
         if type(self).output_logits is not SrcFeatTransformerForConditionalGeneration.output_logits:
             return None
         decoder = self.get_decoder()
-        if type(decoder.layer_norm) not in (nn.LayerNorm, type(None)) or not all(
-                _is_baseline_decoder_layer(layer) for layer in decoder.layers):
+        if (type(decoder.layer_norm) not in (nn.LayerNorm, type(None))
+                or not _is_baseline_target_embedding(decoder.embed_target)
+                or not all(_is_baseline_decoder_layer(layer) for layer in decoder.layers)):
             return None
         return DecoderStep.for_model(self)
 

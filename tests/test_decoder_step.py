@@ -1,11 +1,12 @@
-"""`hf_srcfeat.decoder_step`: the decoding loops' steps after the first as tensor operations, for decoders whose
-layers are the baseline's. Each step must give the layer modules' logits bit for bit, so the loops' translations
-stay Transformers' (tests/test_decoding.py, and every method's end-to-end class)."""
+"""`hf_srcfeat.decoder_step`: the decoding loops' steps as tensor operations, for decoders whose layers are the
+baseline's. Each step must give the layer modules' logits (and the first step their caches) bit for bit, so the
+loops' translations stay Transformers' (tests/test_decoding.py, and every method's end-to-end class)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 from hf_srcfeat import SrcFeatTransformerForConditionalGeneration
 from hf_srcfeat.decoder_step import DecoderStep
@@ -22,29 +23,55 @@ def sources(multi30k_dir) -> list[str]:
     return list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=12)["source"])
 
 
+def cached_keys_and_values(state: DecoderState) -> list[torch.Tensor]:
+    """What the state's caches hold after the first step: each layer's self-attention keys and values of position 0
+    and its cross-attention keys and values."""
+    rows = state.rows
+    self_attention = [buffer[:rows, :1] for layer in state.self_attention_layers
+                      for buffer in (layer.key_buffer, layer.value_buffer)]
+    return self_attention + [tensor for layer in state.cache.cross_attention_cache.layers
+                             for tensor in (layer.keys, layer.values)]
+
+
+def empty_caches(state: DecoderState) -> None:
+    """The state's caches as before the first step."""
+    for layer in state.self_attention_layers:
+        layer.is_initialized, layer.length = False, 0
+    state.cache.cross_attention_cache, state.cache.is_updated = DynamicCache(), {}
+
+
 @pytest.mark.parametrize("prepared_weights", [True, False])
 @pytest.mark.parametrize("num_beams", [1, 4])
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, subword_tokenizer, sources,
                                                              monkeypatch, prepared_weights, num_beams, norm):
-    # At every step after the first, the modules' step and the decoder step run on the same state (the decoder
-    # step writes the same cache position again): equal logits, while sentences leave the batch, with the
-    # products reading prepared weights (as translation does) or the weights as stored.
+    # At every step, the modules' step and the decoder step run on the same state (the decoder step writes the same
+    # cache position again; at the first step, into emptied caches): equal logits, and after the first step equal
+    # caches, while sentences leave the batch, with the products reading prepared weights (as translation does) or
+    # the weights as stored.
     model = trained_baseline[0] if norm == "post" else pre_norm_model(subword_tokenizer)
     batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
     module_step = DecoderState.step
-    compared, rows_seen = [], set()
+    compared, first_steps, rows_seen = [], [], set()
 
     def both_steps(state, input_ids):
         decoder_step, state.decoder_step = state.decoder_step, None
         length = state.self_attention.get_seq_length()
         logits = module_step(state, input_ids)
         state.decoder_step = decoder_step
-        if length and decoder_step is not None:
+        if decoder_step is None:
+            return logits
+        if length:
             for layer in state.self_attention_layers:
                 layer.length = length
             compared.append(torch.equal(module_step(state, input_ids), logits))
             rows_seen.add(input_ids.shape[0])
+        else:
+            module_caches = cached_keys_and_values(state)
+            empty_caches(state)
+            first_steps.append(torch.equal(module_step(state, input_ids), logits) and all(
+                torch.equal(ours, theirs) for ours, theirs in
+                zip(cached_keys_and_values(state), module_caches, strict=True)))
         return logits
 
     with prepared_inference_weights(model) if prepared_weights else torch.no_grad():
@@ -55,11 +82,12 @@ def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, 
 
     assert torch.equal(translations, expected)
     assert len(compared) >= 10 and all(compared)
+    assert first_steps == [True]
     if norm == "post":  # the trained model's sentences finished at different steps and left the batch
         assert len(rows_seen) > 2
 
 
-def test_the_loops_take_the_decoder_step_after_the_first_step(trained_baseline, subword_tokenizer, sources,
+def test_the_loops_take_every_step_as_tensor_operations(trained_baseline, subword_tokenizer, sources,
                                                               monkeypatch):
     model = trained_baseline[0]
     calls: list[int] = []
@@ -72,7 +100,7 @@ def test_the_loops_take_the_decoder_step_after_the_first_step(trained_baseline, 
     monkeypatch.setattr(DecoderStep, "__call__", counted)
     batch = subword_tokenizer(sources[:1], return_tensors="pt")
     output = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12)
-    assert len(calls) == output.shape[1] - 2  # every step but the first, for the one sentence
+    assert calls == [1] * (output.shape[1] - 1)  # every step, for the one sentence
 
 
 @pytest.mark.parametrize("method, arguments, applies", [
@@ -96,7 +124,8 @@ def test_the_decoder_step_runs_where_the_decoder_layers_are_the_baselines(traine
 
 def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(tiny_config):
     # Training mode, dropout left on in an evaluated model, another attention implementation, a hook (on a layer,
-    # on the final layer norm, on every module), Accelerate's device placement, a layer compiled in place, int8.
+    # on the final layer norm, on the target embedding, on every module), Accelerate's device placement, a layer
+    # compiled in place, int8, a target embedding table that is not a plain lookup.
     from hf_srcfeat.quantization import quantize_linear_layers
 
     def model(**overrides):
@@ -117,6 +146,9 @@ def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(ti
     final_norm_hooked = model(layernorm_position="pre")
     final_norm_hooked.get_decoder().layer_norm.register_forward_pre_hook(lambda module, inputs: None)
     assert final_norm_hooked.decoder_step_as_tensor_operations() is None
+    embedding_hooked = model()
+    embedding_hooked.get_decoder().embed_tokens.register_forward_hook(lambda module, inputs, output: output * 2)
+    assert embedding_hooked.decoder_step_as_tensor_operations() is None
     handle = torch.nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
     try:
         assert model().decoder_step_as_tensor_operations() is None
@@ -129,3 +161,6 @@ def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(ti
     compiled.get_decoder().layers[0].compile()
     assert compiled.decoder_step_as_tensor_operations() is None
     assert quantize_linear_layers(model()).decoder_step_as_tensor_operations() is None
+    renormed = model()
+    renormed.get_decoder().embed_tokens.max_norm = 1.0  # the lookup rescales rows in place
+    assert renormed.decoder_step_as_tensor_operations() is None

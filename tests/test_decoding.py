@@ -119,6 +119,45 @@ def test_a_sentence_alone_and_in_a_padded_batch_get_the_same_translation(trained
                 subword_tokenizer.decode(together[index], skip_special_tokens=True)
 
 
+@pytest.mark.parametrize("max_new_tokens", [64, 5])  # finished by </s>; by the length limit
+def test_one_sentence_decoded_greedily_gets_transformers_tokens(trained_baseline, subword_tokenizer, sources,
+                                                               max_new_tokens):
+    model, _ = trained_baseline
+    for source in sources[:6]:
+        alone = subword_tokenizer(source, return_tensors="pt")
+        ours = model.generate(**alone, num_beams=1, no_repeat_ngram_size=3, max_new_tokens=max_new_tokens)
+        theirs = model.generate(**alone, num_beams=1, no_repeat_ngram_size=3, max_new_tokens=max_new_tokens,
+                                fast_decoding=False)
+        assert torch.equal(ours, theirs), source
+
+
+def test_a_single_row_is_finished_exactly_when_transformers_criteria_say_so(subword_tokenizer, sources):
+    from transformers.generation.stopping_criteria import (
+        EosTokenCriteria,
+        MaxLengthCriteria,
+        StoppingCriteriaList,
+    )
+
+    eos = subword_tokenizer.eos_token_id
+    row = torch.tensor([subword_tokenizer(sources[0])["input_ids"]])  # ends with </s>
+    comma = subword_tokenizer.convert_tokens_to_ids(",")
+    criteria_sets = [
+        [MaxLengthCriteria(10), EosTokenCriteria(eos)],
+        [EosTokenCriteria([comma, eos])],
+        [MaxLengthCriteria(5)],
+        [MaxLengthCriteria(30, max_position_embeddings=8), EosTokenCriteria(eos)],  # Transformers' warning path
+    ]
+    outcomes = set()
+    for criteria in criteria_sets:
+        for length in range(1, row.shape[1] + 1):
+            expected = StoppingCriteriaList(criteria)(row[:, :length], None)
+            finished = decoding.finished_rows(StoppingCriteriaList(criteria), row[:, :length])
+            assert (finished is not None) == bool(expected.any()), (criteria, length)
+            assert finished is None or torch.equal(finished, expected)
+            outcomes.add(finished is not None)
+    assert outcomes == {True, False}
+
+
 @pytest.mark.parametrize("options, reason", [
     ({"do_sample": True, "num_beams": 1}, "sampling"),
     ({"num_beams": 4, "return_dict_in_generate": True, "output_scores": True}, "return_dict_in_generate"),
@@ -313,6 +352,12 @@ def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(
             own = scores.clone()
             assert decoding.ban_repeated_ngrams(prefix, own, ngram_size, in_place=True) is own
             assert torch.equal(own, expected), (ngram_size, length)
+            for row in range(len(rows)):  # one row at a time, as greedy decoding of one sentence bans them
+                assert torch.equal(decoding.ban_repeated_ngrams(prefix[row:row + 1], scores[row:row + 1], ngram_size),
+                                   expected[row:row + 1]), (ngram_size, length, row)
+                own = scores[row:row + 1].clone()
+                assert decoding.ban_repeated_ngrams(prefix[row:row + 1], own, ngram_size, in_place=True) is own
+                assert torch.equal(own, expected[row:row + 1]), (ngram_size, length, row)
             bans += int(torch.isinf(expected).sum())
     assert bans > 1000  # the rows repeat themselves: most prefixes past their first sentence ban something
 
