@@ -42,16 +42,28 @@ def _is_product(layer: nn.Module) -> bool:
     return type(layer) in (Linear, nn.Linear)
 
 
-def _layer_norm(norm: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
+def layer_norm_function(norm: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
     """`norm`'s forward, called without the module call."""
     return lambda inputs: functional.layer_norm(inputs, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
-class _LayerStep:
-    """One decoder layer's weights and products for the step, looked up once."""
+class LayerStep:
+    """One decoder layer's step (the baseline's `SrcFeatDecoderLayer`), its weights and products looked up once. A
+    method whose decoder layer adds a sublayer before cross-attention restates it in a subclass
+    (`before_cross_attention`, with its layers in `products`)."""
+
+    @classmethod
+    def products(cls, layer: Any) -> list[nn.Module]:
+        """The linear layers the step multiplies by: each must be a plain product (`DecoderStep.for_model`)."""
+        self_attention, cross_attention = layer.self_attn, layer.encoder_attn
+        return [self_attention.q_proj, self_attention.k_proj, self_attention.v_proj, self_attention.out_proj,
+                cross_attention.q_proj, cross_attention.k_proj, cross_attention.v_proj, cross_attention.out_proj,
+                layer.ffn.fc1, layer.ffn.fc2]
 
     def __init__(self, layer: Any, rows: int):
         self_attention, cross_attention = layer.self_attn, layer.encoder_attn
+        # Where the modules keep their keys and values: the self-attention cache's layer, the cross-attention's slot.
+        self.index, self.cross_slot = self_attention.layer_idx, cross_attention.layer_idx
         self.heads, self.head_dim = self_attention.num_heads, self_attention.head_dim
         self.self_scaling, self.cross_scaling = self_attention.scaling, cross_attention.scaling
         # As the modules multiply: self-attention's query, key and value projections stacked.
@@ -65,7 +77,7 @@ class _LayerStep:
         self.feed_forward_out = inference_product(layer.ffn.fc2, rows)
         self.activation = layer.ffn.activation
         self.pre_norm = layer.self_attn_sublayer.pre_norm
-        self.norms = [_layer_norm(sublayer.layer_norm) for sublayer in
+        self.norms = [layer_norm_function(sublayer.layer_norm) for sublayer in
                       (layer.self_attn_sublayer, layer.encoder_attn_sublayer, layer.ffn_sublayer)]
 
     def residual(self, hidden_states: torch.Tensor, norm: Callable, sublayer: Callable) -> torch.Tensor:
@@ -74,19 +86,44 @@ class _LayerStep:
             return hidden_states + sublayer(norm(hidden_states))
         return norm(hidden_states + sublayer(hidden_states))
 
-    def cross_keys_and_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention's keys and values [sentences, heads, positions, head_dim] of the encoder memory
-        [sentences, positions, d_model]: one stacked product, as `SrcFeatAttention` computes them."""
+    def memory_keys_and_values(self, state: Any, slot: int, projections: tuple[nn.Linear, nn.Linear],
+                               memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [sentences, heads, positions, head_dim] an attention to `memory` [sentences,
+        positions, d_model] keeps in slot `slot` of the cross-attention cache: computed at the first step (one
+        stacked product) and stored, as `SrcFeatAttention` does, then read from there."""
+        cache = state.cache
+        if cache.is_updated.get(slot, False):
+            cached = cache.cross_attention_cache.layers[slot]
+            return cached.keys, cached.values
         sentences, positions, width = memory.shape
-        keys, values = inference_stacked_products(self.cross_key_value_layers, sentences * positions)(
-            memory.reshape(sentences * positions, width))
-        return (keys.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2),
-                values.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2))
+        keys, values = (projected.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2)
+                        for projected in inference_stacked_products(projections, sentences * positions)(
+                            memory.reshape(sentences * positions, width)))
+        keys, values = cache.cross_attention_cache.update(keys, values, slot)
+        cache.is_updated[slot] = True
+        return keys, values
 
-    def __call__(self, hidden_states: torch.Tensor, length: int, self_cache: Any,
-                 cross_keys_and_values: tuple[torch.Tensor, torch.Tensor], cross_mask: torch.Tensor | None
-                 ) -> torch.Tensor:
+    def attend(self, inputs: torch.Tensor, query_product: Callable, output_product: Callable,
+               keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+        """Attention of the rows `inputs` [rows, d_model] to a memory cached once per sentence: the beams of a
+        sentence attend as the query positions of its row, under its row of `mask` (`SrcFeatAttention`)."""
+        rows, heads, head_dim = inputs.shape[0], self.heads, self.head_dim
+        sentences = keys.shape[0]
+        beams = rows // sentences
+        query = query_product(inputs).view(sentences, beams, heads, head_dim).transpose(1, 2)
+        mask = mask[::beams] if mask is not None and beams > 1 else mask
+        output = functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
+        return output_product(output.transpose(1, 2).reshape(rows, heads * head_dim))
+
+    def before_cross_attention(self, hidden_states: torch.Tensor, state: Any) -> torch.Tensor:
+        """`SrcFeatDecoderLayer.before_cross_attention`: the identity here."""
+        return hidden_states
+
+    def __call__(self, hidden_states: torch.Tensor, state: Any, length: int) -> torch.Tensor:
+        """The layer's output for `hidden_states` [rows, d_model] at position `length`, reading and writing the
+        loops' `DecoderState`."""
         rows, heads, head_dim = hidden_states.shape[0], self.heads, self.head_dim
+        self_cache = state.self_attention_layers[self.index]
 
         def self_attention(inputs: torch.Tensor) -> torch.Tensor:
             query, key, value = (projection.view(rows, heads, head_dim)
@@ -102,20 +139,16 @@ class _LayerStep:
             return self.self_output(output.reshape(rows, heads * head_dim))
 
         def cross_attention(inputs: torch.Tensor) -> torch.Tensor:
-            keys, values = cross_keys_and_values
-            sentences = keys.shape[0]
-            beams = rows // sentences
-            # The beams of a sentence attend as the query positions of its row (`SrcFeatAttention`).
-            query = self.cross_query(inputs).view(sentences, beams, heads, head_dim).transpose(1, 2)
-            mask = cross_mask[::beams] if cross_mask is not None and beams > 1 else cross_mask
-            output = functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
-                                                             scale=self.cross_scaling)
-            return self.cross_output(output.transpose(1, 2).reshape(rows, heads * head_dim))
+            keys, values = self.memory_keys_and_values(state, self.cross_slot, self.cross_key_value_layers,
+                                                       state.encoder_hidden_states)
+            mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
+            return self.attend(inputs, self.cross_query, self.cross_output, keys, values, mask, self.cross_scaling)
 
         def feed_forward(inputs: torch.Tensor) -> torch.Tensor:
             return self.feed_forward_out(self.activation(self.feed_forward_in(inputs)))
 
         hidden_states = self.residual(hidden_states, self.norms[0], self_attention)
+        hidden_states = self.before_cross_attention(hidden_states, state)
         hidden_states = self.residual(hidden_states, self.norms[1], cross_attention)
         return self.residual(hidden_states, self.norms[2], feed_forward)
 
@@ -123,7 +156,7 @@ class _LayerStep:
 class _TargetEmbeddingStep:
     """`SrcFeatTargetEmbedding` in eval mode for one new token per row: the token's row of the embedding matrix,
     scaled, plus the position's row of the position table (cast once to the embeddings' dtype, as the module casts
-    each lookup), [and the embedding norm]."""
+    each lookup), then the embedding norm where the model has one."""
 
     def __init__(self, embedding: Any):
         self.embedding = embedding
@@ -133,7 +166,8 @@ class _TargetEmbeddingStep:
                  else embedding.sinusoid_table(self.token_weight.device))
         self.position_table = table.to(self.token_weight.dtype)
         self.position_offset = embedding.position_offset
-        self.norm = _layer_norm(embedding.layernorm_embedding) if embedding.layernorm_embedding is not None else None
+        norm = embedding.layernorm_embedding
+        self.norm = layer_norm_function(norm) if norm is not None else None
 
     def __call__(self, input_ids: torch.Tensor, length: int) -> torch.Tensor:
         """The [rows, d_model] representation of `input_ids` [rows] at position `length`."""
@@ -145,33 +179,31 @@ class _TargetEmbeddingStep:
 
 
 class DecoderStep:
-    """`DecoderState.step` for one new token per row, for a model whose decoder layers are the baseline's (made by
-    the model's `decoder_step_as_tensor_operations`). The products are looked up for the number of rows of the first
-    step, and again when more rows come (beam search's second step): the most a loop has, since rows only leave the
-    batch after that."""
+    """`DecoderState.step` for one new token per row, for a model whose decoder layers `layer_step` restates (made
+    by the model's `decoder_step_as_tensor_operations`). The products are looked up for the number of rows of the
+    first step, and again when more rows come (beam search's second step): the most a loop has, since rows only
+    leave the batch after that."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, layer_step: type[LayerStep] = LayerStep):
         self.model = model
         self.decoder = model.get_decoder()
-        self.layers: list[_LayerStep] = []
+        self.layer_step = layer_step
+        self.layers: list[LayerStep] = []
         self.logits: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.rows = 0  # the rows the products were looked up for
-        self.final_norm = _layer_norm(self.decoder.layer_norm) if self.decoder.layer_norm is not None else None
+        self.final_norm = layer_norm_function(self.decoder.layer_norm) if self.decoder.layer_norm is not None else None
         self.logits_bias = model.final_logits_bias if getattr(model.config, "final_logits_bias", False) else None
         self.embedding = _TargetEmbeddingStep(self.decoder.embed_target)
 
     @classmethod
-    def for_model(cls, model: Any) -> DecoderStep | None:
-        """A `DecoderStep` for `model`, whose decoder layers are the baseline's (the model class checks that:
+    def for_model(cls, model: Any, layer_step: type[LayerStep] = LayerStep) -> DecoderStep | None:
+        """A `DecoderStep` for `model`, whose decoder layers `layer_step` restates (the model class checks that:
         `decoder_step_as_tensor_operations`), or None where the modules' path must run: a decoder module in training
         mode, attention other than SDPA, a linear layer that is not a plain product (an adapter, int8), a module
         that does more when called than its `forward` (hooks, global ones too, Accelerate's placement, an in-place
         compile), weights on several devices or not loaded."""
         decoder = model.get_decoder()
-        layers = list(decoder.layers)
-        products = [model.lm_head] + [projection for layer in layers for projection in (
-            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
-            layer.encoder_attn.q_proj, layer.encoder_attn.out_proj, layer.ffn.fc1, layer.ffn.fc2)]
+        products = [model.lm_head] + [product for layer in decoder.layers for product in layer_step.products(layer)]
         devices = {parameter.device for parameter in (*decoder.parameters(), *model.lm_head.parameters())}
         if (not STEPS_AS_TENSOR_OPERATIONS or getattr(decoder.config, "_attn_implementation", None) != "sdpa"
                 # Dropout anywhere in training mode (e.g. Monte Carlo dropout in an evaluated model)
@@ -181,7 +213,7 @@ class DecoderStep:
                 or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
-        return cls(model)
+        return cls(model, layer_step)
 
     def __call__(self, state: Any, input_ids: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token after `input_ids` [rows, 1] for every row, from the loops'
@@ -189,21 +221,13 @@ class DecoderStep:
         filled from the encoder memory, as the modules fill it)."""
         rows = input_ids.shape[0]
         if rows > self.rows:
-            self.layers = [_LayerStep(layer, rows) for layer in self.decoder.layers]
+            self.layers = [self.layer_step(layer, rows) for layer in self.decoder.layers]
             self.logits, self.rows = inference_product(self.model.lm_head, rows), rows
         assert self.logits is not None  # set with the layers
         length = state.self_attention.get_seq_length()
         hidden_states = self.embedding(input_ids.view(rows), length)
-        cross_cache = state.cache.cross_attention_cache
-        cross_mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
-        for index, (layer, self_cache) in enumerate(zip(self.layers, state.self_attention_layers, strict=True)):
-            if length == 0:
-                cross_keys_and_values = cross_cache.update(*layer.cross_keys_and_values(state.encoder_hidden_states),
-                                                           index)
-                state.cache.is_updated[index] = True
-            else:
-                cross_keys_and_values = cross_cache.layers[index].keys, cross_cache.layers[index].values
-            hidden_states = layer(hidden_states, length, self_cache, cross_keys_and_values, cross_mask)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, state, length)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         logits = self.logits(hidden_states)
@@ -211,4 +235,4 @@ class DecoderStep:
             logits = logits + self.logits_bias.to(logits.dtype)
         return logits.float()
 
-__all__ = ["DecoderStep", "STEPS_AS_TENSOR_OPERATIONS"]
+__all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function"]

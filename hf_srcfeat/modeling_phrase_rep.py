@@ -16,7 +16,7 @@ cross-attention cache, in the slots after the decoder layers' own (`decoder_laye
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -27,7 +27,8 @@ from transformers.masking_utils import create_bidirectional_mask
 from .attention import SrcFeatAttention
 from .closed_gates import ClosedGates
 from .configuration_phrase_rep import PhraseRepConfig
-from .linear import Linear
+from .decoder_step import LayerStep, layer_norm_function
+from .linear import Linear, inference_product
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -39,6 +40,7 @@ from .modeling_srcfeat_transformer import (
     SrcFeatEncoderOutput,
     SrcFeatTransformerForConditionalGeneration,
     SrcFeatTransformerModel,
+    has_baseline_sublayers,
 )
 from .source_features import SourceFeatures
 
@@ -330,6 +332,59 @@ class PhraseRepDecoder(SrcFeatDecoder):
         return [PhraseDecoderLayerContext(phrases=phrases, phrase_mask=mask) for phrases in per_layer]
 
 
+class PhraseLayerStep(LayerStep):
+    """`PhraseRepDecoderLayer`'s step as tensor operations (`hf_srcfeat.decoder_step`): the baseline's, with the
+    attentive combination over the layer's phrase vectors (Eq. 7-8) before cross-attention."""
+
+    @classmethod
+    def products(cls, layer: PhraseRepDecoderLayer) -> list[nn.Module]:
+        attention = layer.phrase_combination.attention
+        return super().products(layer) + [attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj,
+                                          layer.phrase_combination.hidden, layer.phrase_combination.output]
+
+    def __init__(self, layer: PhraseRepDecoderLayer, rows: int):
+        super().__init__(layer, rows)
+        combination = layer.phrase_combination
+        self.config = combination.config
+        self.phrase_slot = layer.phrase_cache_slot
+        self.phrase_key_value_layers = (combination.attention.k_proj, combination.attention.v_proj)
+        self.phrase_query = inference_product(combination.attention.q_proj, rows)
+        self.phrase_output = inference_product(combination.attention.out_proj, rows)
+        self.phrase_scaling = combination.attention.scaling
+        self.combination_hidden = inference_product(combination.hidden, rows)  # W_3, b_3
+        self.combination_output = inference_product(combination.output, rows)  # W_4, b_4
+        self.phrase_norm = layer_norm_function(layer.phrase_sublayer.layer_norm)
+        self.phrase_gate = layer.phrase_gate
+        # The attention mask of the phrase mask it was made from: the same until rows leave the batch.
+        self.phrase_attention_mask: tuple[torch.Tensor | None, Any] = (None, None)
+
+    def attention_mask(self, phrase_mask: torch.Tensor, hidden_states: torch.Tensor,
+                       phrases: torch.Tensor) -> torch.Tensor | None:
+        """The mask `AttentiveCombination` builds from `phrase_mask` for one query position."""
+        made_from, mask = self.phrase_attention_mask
+        if made_from is not phrase_mask:
+            mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states[:, None],
+                                             attention_mask=phrase_mask.long(), encoder_hidden_states=phrases)
+            self.phrase_attention_mask = phrase_mask, mask
+        return mask if isinstance(mask, torch.Tensor) else None
+
+    def before_cross_attention(self, hidden_states: torch.Tensor, state) -> torch.Tensor:
+        context = cast(PhraseDecoderLayerContext, state.contexts[self.index])
+        phrases, phrase_mask = context.phrases, context.phrase_mask
+        assert phrases is not None and phrase_mask is not None  # the decoder's layer_contexts sets both
+        keys, values = self.memory_keys_and_values(state, self.phrase_slot, self.phrase_key_value_layers, phrases)
+        mask = self.attention_mask(phrase_mask, hidden_states, phrases)
+
+        def attentive_combination(inputs: torch.Tensor) -> torch.Tensor:
+            attended = self.attend(inputs, self.phrase_query, self.phrase_output, keys, values, mask,
+                                   self.phrase_scaling)  # Eq. (7)
+            return self.combination_output(torch.sigmoid(self.combination_hidden(
+                torch.cat([inputs, attended], -1))))  # Eq. (8)
+
+        output = self.residual(hidden_states, self.phrase_norm, attentive_combination)
+        return output if self.phrase_gate is None else self.phrase_gate.mix(0, hidden_states, output)
+
+
 class PhraseRepModel(SrcFeatTransformerModel):
     config_class = PhraseRepConfig
     encoder_class = PhraseRepEncoder
@@ -339,6 +394,17 @@ class PhraseRepModel(SrcFeatTransformerModel):
 class PhraseRepForConditionalGeneration(SrcFeatTransformerForConditionalGeneration):
     config_class = PhraseRepConfig
     model_class = PhraseRepModel
+    decoder_layer_step = PhraseLayerStep
+
+    def decoder_layer_restated(self, layer: nn.Module) -> bool:
+        """Whether `PhraseLayerStep` restates `layer`: exactly this method's decoder layer, with the baseline's
+        sublayers and its own attentive combination."""
+        if type(layer) is not PhraseRepDecoderLayer or not has_baseline_sublayers(layer):
+            return False
+        combination, sublayer = layer.phrase_combination, layer.phrase_sublayer
+        return (type(combination) is AttentiveCombination and type(combination.attention) is SrcFeatAttention
+                and type(sublayer) is ResidualSublayer and type(sublayer.layer_norm) is nn.LayerNorm
+                and type(layer.phrase_gate) in (ClosedGates, type(None)))
 
 
 __all__ = ["PhraseRepForConditionalGeneration", "PhraseRepModel", "PhraseLayout", "ngram_phrase_index"]

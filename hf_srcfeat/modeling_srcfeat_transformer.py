@@ -41,7 +41,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
-from .decoder_step import DecoderStep
+from .decoder_step import DecoderStep, LayerStep
 from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
@@ -187,11 +187,9 @@ class SrcFeatDecoderLayer(GradientCheckpointingLayer):
         return hidden_states, self_weights, cross_weights
 
 
-def _is_baseline_decoder_layer(layer: nn.Module) -> bool:
-    """Whether `layer` is exactly the baseline's decoder layer with the baseline's sublayers (what
-    `hf_srcfeat.decoder_step` restates)."""
-    if type(layer) is not SrcFeatDecoderLayer:
-        return False
+def has_baseline_sublayers(layer: nn.Module) -> bool:
+    """Whether decoder layer `layer` has exactly the baseline's attention, feed-forward and residual sublayers (what
+    `hf_srcfeat.decoder_step.LayerStep` restates)."""
     sublayers = (layer.self_attn_sublayer, layer.encoder_attn_sublayer, layer.ffn_sublayer)
     return (type(layer.self_attn) is type(layer.encoder_attn) is SrcFeatAttention and type(layer.ffn) is FeedForward
             and all(type(sublayer) is ResidualSublayer and type(sublayer.layer_norm) is nn.LayerNorm
@@ -687,17 +685,24 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         return logits
 
     def decoder_step_as_tensor_operations(self) -> DecoderStep | None:
-        """What the zoo's decoding loops run for each step of one new token where this model's decoder layers are the
-        baseline's (`hf_srcfeat.decoder_step`), or None: the loops step through the modules (another decoder layer
-        or output, or what `DecoderStep.for_model` refuses)."""
+        """What the zoo's decoding loops run for each step of one new token where `decoder_layer_step` restates
+        every decoder layer (`hf_srcfeat.decoder_step`), or None: the loops step through the modules (another
+        decoder layer or output, or what `DecoderStep.for_model` refuses)."""
         if type(self).output_logits is not SrcFeatTransformerForConditionalGeneration.output_logits:
             return None
         decoder = self.get_decoder()
         if (type(decoder.layer_norm) not in (nn.LayerNorm, type(None))
                 or not _is_baseline_target_embedding(decoder.embed_target)
-                or not all(_is_baseline_decoder_layer(layer) for layer in decoder.layers)):
+                or not all(self.decoder_layer_restated(layer) for layer in decoder.layers)):
             return None
-        return DecoderStep.for_model(self)
+        return DecoderStep.for_model(self, self.decoder_layer_step)
+
+    #: What restates one decoder layer in `decoder_step_as_tensor_operations`.
+    decoder_layer_step: type[LayerStep] = LayerStep
+
+    def decoder_layer_restated(self, layer: nn.Module) -> bool:
+        """Whether `decoder_layer_step` restates decoder layer `layer`: exactly the baseline's layer here."""
+        return type(layer) is SrcFeatDecoderLayer and has_baseline_sublayers(layer)
 
     def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor,
                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:

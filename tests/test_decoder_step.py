@@ -40,17 +40,35 @@ def empty_caches(state: DecoderState) -> None:
     state.cache.cross_attention_cache, state.cache.is_updated = DynamicCache(), {}
 
 
+def phrase_model(trained_baseline, feature_tokenizer):
+    """Phrase representations grafted onto the trained baseline, its gates half open: the attention to the phrases
+    changes every decoder layer's output."""
+    from hf_srcfeat.closed_gates import ClosedGates
+    from hf_srcfeat.pretrained_checkpoints import graft
+
+    model = graft(trained_baseline[0], "phrase_rep", **feature_tokenizer.feature_vocabularies.sizes()).eval()
+    with torch.no_grad():
+        for gates in (module for module in model.modules() if isinstance(module, ClosedGates)):
+            gates.values.fill_(0.5)
+    return model
+
+
 @pytest.mark.parametrize("prepared_weights", [True, False])
 @pytest.mark.parametrize("num_beams", [1, 4])
-@pytest.mark.parametrize("norm", ["post", "pre"])
-def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, subword_tokenizer, sources,
-                                                             monkeypatch, prepared_weights, num_beams, norm):
+@pytest.mark.parametrize("model_kind", ["post", "pre", "phrases"])
+def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, subword_tokenizer, feature_tokenizer,
+                                                             sources, monkeypatch, prepared_weights, num_beams,
+                                                             model_kind):
     # At every step, the modules' step and the decoder step run on the same state (the decoder step writes the same
     # cache position again; at the first step, into emptied caches): equal logits, and after the first step equal
     # caches, while sentences leave the batch, with the products reading prepared weights (as translation does) or
     # the weights as stored.
-    model = trained_baseline[0] if norm == "post" else pre_norm_model(subword_tokenizer)
-    batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
+    if model_kind == "phrases":  # a method whose decoder layers attend to more than the baseline's
+        model = phrase_model(trained_baseline, feature_tokenizer)
+        batch = feature_tokenizer(sources, padding=True, return_tensors="pt")
+    else:
+        model = trained_baseline[0] if model_kind == "post" else pre_norm_model(subword_tokenizer)
+        batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
     module_step = DecoderState.step
     compared, first_steps, rows_seen = [], [], set()
 
@@ -83,7 +101,7 @@ def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, 
     assert torch.equal(translations, expected)
     assert len(compared) >= 10 and all(compared)
     assert first_steps == [True]
-    if norm == "post":  # the trained model's sentences finished at different steps and left the batch
+    if model_kind == "post":  # the trained model's sentences finished at different steps and left the batch
         assert len(rows_seen) > 2
 
 
@@ -110,9 +128,9 @@ def test_the_loops_take_every_step_as_tensor_operations(trained_baseline, subwor
     ("diverse_input", {"diverse_variant": "fusing_diverse"}, True),
     ("latent_feedback", {}, True),
     ("srcfeat_composed", {"components": ["relevance_features", "deps_san"]}, True),
-    ("phrase_rep", {}, False),  # its decoder layers attend to phrases too
+    ("phrase_rep", {}, True),  # its decoder layers attend to phrases too: restated by its own layer step
 ])
-def test_the_decoder_step_runs_where_the_decoder_layers_are_the_baselines(trained_baseline, feature_tokenizer,
+def test_the_decoder_step_runs_for_every_method_whose_decoder_layers_it_restates(trained_baseline, feature_tokenizer,
                                                                          method, arguments, applies):
     from hf_srcfeat.pretrained_checkpoints import graft
 
