@@ -8,8 +8,9 @@ and every method that changes only the encoder), `DecoderStep` computes every su
 embedding to the logits, with the same operations in the same order, reading the layers' parameters and the
 products' prepared weights (`hf_srcfeat.linear.inference_product`) it looked up when the loop started; the first
 step fills the cross-attention cache from the encoder memory as the modules fill it. The same logits and caches
-to the bit (tests); one sentence decoded greedily on a CPU takes about 0.7x the time, a batch of 32 with beam 4
-about 0.9x (`benchmarks/measure_decoding_speed.py`, its `fast_modules` arm). Any other decoder, and what the step
+to the bit (tests); one sentence decoded greedily on a CPU takes about 0.65-0.75x the time, a batch of 32 with
+beam 4 about 0.9x (`benchmarks/measure_decoding_speed.py`, its `fast_modules` arm). A method whose decoder layer
+adds a sublayer restates it in a `LayerStep` subclass (phrase representations). Any other decoder, and what the step
 would skip (dropout in training mode, attention other than SDPA, hooks, adapters, int8 layers, embedding tables
 that are not plain lookups, weights on several devices), keep the modules' path."""
 
