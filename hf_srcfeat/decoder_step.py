@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional
 from torch.nn.modules import module as module_hooks
 
-from .linear import Linear, inference_product, inference_stacked_products
+from .linear import Linear, inference_product, inference_stacked_products, prepared_stacked_products
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
@@ -96,10 +96,13 @@ class LayerStep:
         if cache.is_updated.get(slot, False):
             cached = cache.cross_attention_cache.layers[slot]
             return cached.keys, cached.values
-        sentences, positions, width = memory.shape
-        keys, values = (projected.view(sentences, positions, self.heads, self.head_dim).transpose(1, 2)
-                        for projected in inference_stacked_products(projections, sentences * positions)(
-                            memory.reshape(sentences * positions, width)))
+        # Made once per call: from the memory as the module gets it (a product of a non-contiguous memory may round
+        # otherwise than one of a contiguous copy), with the module's products.
+        projected = prepared_stacked_products(projections, memory)
+        if projected is None:
+            projected = [projection(memory) for projection in projections]
+        keys, values = (projection.view(*memory.shape[:2], self.heads, self.head_dim).transpose(1, 2)
+                        for projection in projected)
         keys, values = cache.cross_attention_cache.update(keys, values, slot)
         cache.is_updated[slot] = True
         return keys, values

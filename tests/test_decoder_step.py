@@ -1,5 +1,5 @@
-"""`hf_srcfeat.decoder_step`: the decoding loops' steps as tensor operations, for decoders whose layers are the
-baseline's. Each step must give the layer modules' logits (and the first step their caches) bit for bit, so the
+"""`hf_srcfeat.decoder_step`: the decoding loops' steps as tensor operations, for decoders whose layers it restates
+(the baseline's, phrase representations'). Each step must give the layer modules' logits (and the first step their caches) bit for bit, so the
 loops' translations stay Transformers' (tests/test_decoding.py, and every method's end-to-end class)."""
 
 from __future__ import annotations
@@ -41,21 +41,48 @@ def empty_caches(state: DecoderState) -> None:
 
 
 def phrase_model(trained_baseline, feature_tokenizer):
-    """Phrase representations grafted onto the trained baseline, its gates half open: the attention to the phrases
-    changes every decoder layer's output."""
+    """Phrase representations grafted onto the trained baseline, its gates half open and its new biases drawn: the
+    attention to the phrases changes every decoder layer's output."""
     from hf_srcfeat.closed_gates import ClosedGates
     from hf_srcfeat.pretrained_checkpoints import graft
 
     model = graft(trained_baseline[0], "phrase_rep", **feature_tokenizer.feature_vocabularies.sizes()).eval()
+    torch.manual_seed(0)
     with torch.no_grad():
         for gates in (module for module in model.modules() if isinstance(module, ClosedGates)):
             gates.values.fill_(0.5)
+        for layer in model.get_decoder().layers:
+            for linear in layer.phrase_combination.modules():
+                if isinstance(linear, torch.nn.Linear) and linear.bias is not None:
+                    linear.bias.normal_(std=0.1)
+    return model
+
+
+def wide_last_layer_phrase_model(feature_tokenizer):
+    """An untrained 512-wide phrase-representation model without transparent attention ("max_attn"): every decoder
+    layer reads the last encoder layer's phrases, a non-contiguous slice of the encoder output, whose products at
+    this width round otherwise than those of a contiguous copy."""
+    from hf_srcfeat.configuration_phrase_rep import PhraseRepConfig
+    from hf_srcfeat.modeling_phrase_rep import PhraseRepForConditionalGeneration
+
+    config = PhraseRepConfig.from_variant(
+        "max_attn", vocab_size=len(feature_tokenizer), d_model=512, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=512, decoder_ffn_dim=512,
+        phrase_pooling_dim=64, phrase_combination_dim=64, pad_token_id=feature_tokenizer.pad_token_id,
+        bos_token_id=feature_tokenizer.bos_token_id, eos_token_id=feature_tokenizer.eos_token_id,
+        decoder_start_token_id=feature_tokenizer.bos_token_id, **feature_tokenizer.feature_vocabularies.sizes())
+    torch.manual_seed(0)
+    model = PhraseRepForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for linear in model.modules():
+            if isinstance(linear, torch.nn.Linear) and linear.bias is not None:
+                linear.bias.normal_(std=0.1)
     return model
 
 
 @pytest.mark.parametrize("prepared_weights", [True, False])
 @pytest.mark.parametrize("num_beams", [1, 4])
-@pytest.mark.parametrize("model_kind", ["post", "pre", "phrases"])
+@pytest.mark.parametrize("model_kind", ["post", "pre", "phrases", "last_layer_phrases"])
 def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, subword_tokenizer, feature_tokenizer,
                                                              sources, monkeypatch, prepared_weights, num_beams,
                                                              model_kind):
@@ -63,9 +90,12 @@ def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, 
     # cache position again; at the first step, into emptied caches): equal logits, and after the first step equal
     # caches, while sentences leave the batch, with the products reading prepared weights (as translation does) or
     # the weights as stored.
-    if model_kind == "phrases":  # a method whose decoder layers attend to more than the baseline's
-        model = phrase_model(trained_baseline, feature_tokenizer)
-        batch = feature_tokenizer(sources, padding=True, return_tensors="pt")
+    if model_kind.endswith("phrases"):  # a method whose decoder layers attend to more than the baseline's
+        model = (phrase_model(trained_baseline, feature_tokenizer) if model_kind == "phrases"
+                 else wide_last_layer_phrase_model(feature_tokenizer))
+        # Two sentences: few enough phrases that the products of the weights as stored take PyTorch's kernels
+        batch = feature_tokenizer(sources if model_kind == "phrases" else sources[:2], padding=True,
+                                  return_tensors="pt")
     else:
         model = trained_baseline[0] if model_kind == "post" else pre_norm_model(subword_tokenizer)
         batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
@@ -101,7 +131,7 @@ def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, 
     assert torch.equal(translations, expected)
     assert len(compared) >= 10 and all(compared)
     assert first_steps == [True]
-    if model_kind == "post":  # the trained model's sentences finished at different steps and left the batch
+    if model_kind in ("post", "phrases"):  # the trained model's sentences finished at different steps and left
         assert len(rows_seen) > 2
 
 

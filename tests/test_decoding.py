@@ -146,6 +146,7 @@ def test_a_single_row_is_finished_exactly_when_transformers_criteria_say_so(subw
         [EosTokenCriteria([comma, eos])],
         [MaxLengthCriteria(5)],
         [MaxLengthCriteria(30, max_position_embeddings=8), EosTokenCriteria(eos)],  # Transformers' warning path
+        [EosTokenCriteria(torch.tensor(eos))],  # one id as a 0-d tensor
     ]
     outcomes = set()
     for criteria in criteria_sets:
@@ -360,6 +361,11 @@ def test_repeated_ngrams_are_banned_exactly_as_transformers_processor_bans_them(
                 assert torch.equal(own, expected[row:row + 1]), (ngram_size, length, row)
             bans += int(torch.isinf(expected).sum())
     assert bans > 1000  # the rows repeat themselves: most prefixes past their first sentence ban something
+    # Scores narrower than the token ids (an output layer smaller than the embeddings): ids past them are not banned
+    narrow = torch.randn(len(rows), int(rows.max()) - 5, generator=generator)
+    for row in (slice(None), slice(0, 1)):
+        expected = NoRepeatNGramLogitsProcessor(2)(rows[row], narrow[row])
+        assert torch.equal(decoding.ban_repeated_ngrams(rows[row], narrow[row], 2), expected)
 
 
 @pytest.mark.parametrize("score_modified", [False, True])
