@@ -135,6 +135,21 @@ def test_each_step_gives_the_layer_modules_logits_bit_for_bit(trained_baseline, 
         assert len(rows_seen) > 2
 
 
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_a_bfloat16_model_gets_transformers_translations(trained_baseline, subword_tokenizer, sources, norm):
+    # The position table and the logits bias cast to the model's dtype as the modules cast them.
+    import copy
+
+    model = copy.deepcopy(trained_baseline[0]) if norm == "post" else pre_norm_model(subword_tokenizer)
+    model = model.to(torch.bfloat16)
+    assert model.decoder_step_as_tensor_operations() is not None
+    batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
+    for num_beams in (1, 4):
+        ours = model.generate(**batch, num_beams=num_beams, do_sample=False, max_new_tokens=16)
+        theirs = model.generate(**batch, num_beams=num_beams, do_sample=False, max_new_tokens=16, fast_decoding=False)
+        assert torch.equal(ours, theirs), num_beams
+
+
 def test_the_loops_take_every_step_as_tensor_operations(trained_baseline, subword_tokenizer, sources,
                                                               monkeypatch):
     model = trained_baseline[0]
