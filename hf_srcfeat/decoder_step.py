@@ -90,14 +90,14 @@ class LayerStep:
     def memory_keys_and_values(self, state: Any, slot: int, projections: tuple[nn.Linear, nn.Linear],
                                memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values [sentences, heads, positions, head_dim] an attention to `memory` [sentences,
-        positions, d_model] keeps in slot `slot` of the cross-attention cache: computed at the first step (one
-        stacked product) and stored, as `SrcFeatAttention` does, then read from there."""
+        positions, d_model] keeps in slot `slot` of the cross-attention cache: computed at the first step and stored
+        as `SrcFeatAttention` computes and stores them, then read from there."""
         cache = state.cache
         if cache.is_updated.get(slot, False):
             cached = cache.cross_attention_cache.layers[slot]
             return cached.keys, cached.values
-        # Made once per call: from the memory as the module gets it (a product of a non-contiguous memory may round
-        # otherwise than one of a contiguous copy), with the module's products.
+        # Once per call, so from the memory as the module gets it: a product of a non-contiguous memory may round
+        # otherwise than one of a contiguous copy.
         projected = prepared_stacked_products(projections, memory)
         if projected is None:
             projected = [projection(memory) for projection in projections]
