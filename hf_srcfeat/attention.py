@@ -194,6 +194,14 @@ class SrcFeatAttention(nn.Module):
     def _project(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
         return self._heads(projection(states))
 
+    def keys_and_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [batch, heads, positions, head_dim] of `memory` [batch, positions, d_model]: one
+        product over the two weights stacked where inference reads prepared weights."""
+        projections = prepared_stacked_products((self.k_proj, self.v_proj), memory)
+        if projections is None:
+            return self._project(self.k_proj, memory), self._project(self.v_proj, memory)
+        return self._heads(projections[0]), self._heads(projections[1])
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -223,15 +231,10 @@ class SrcFeatAttention(nn.Module):
             # Cross-attention keys/values depend only on the encoder output: computed once per generation.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            projections: list[torch.Tensor] | None
             if stacked is not None:
-                projections = stacked[1:]
+                key, value = self._heads(stacked[1]), self._heads(stacked[2])
             elif key_value_states is not None:
-                projections = prepared_stacked_products((self.k_proj, self.v_proj), memory)
-            else:
-                projections = None
-            if projections is not None:
-                key, value = self._heads(projections[0]), self._heads(projections[1])
+                key, value = self.keys_and_values(memory)
             else:
                 key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
             if cache is not None:

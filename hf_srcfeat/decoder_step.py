@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional
 from torch.nn.modules import module as module_hooks
 
-from .linear import Linear, inference_product, inference_stacked_products, prepared_stacked_products
+from .linear import Linear, inference_product, inference_stacked_products
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
@@ -71,7 +71,7 @@ class LayerStep:
         self.query_key_value = inference_stacked_products(
             (self_attention.q_proj, self_attention.k_proj, self_attention.v_proj), rows)
         self.self_output = inference_product(self_attention.out_proj, rows)
-        self.cross_key_value_layers = (cross_attention.k_proj, cross_attention.v_proj)
+        self.cross_attention = cross_attention  # its keys and values of the memory, at the first step
         self.cross_query = inference_product(cross_attention.q_proj, rows)
         self.cross_output = inference_product(cross_attention.out_proj, rows)
         self.feed_forward_in = inference_product(layer.ffn.fc1, rows)
@@ -87,23 +87,18 @@ class LayerStep:
             return hidden_states + sublayer(norm(hidden_states))
         return norm(hidden_states + sublayer(hidden_states))
 
-    def memory_keys_and_values(self, state: Any, slot: int, projections: tuple[nn.Linear, nn.Linear],
-                               memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys and values [sentences, heads, positions, head_dim] an attention to `memory` [sentences,
-        positions, d_model] keeps in slot `slot` of the cross-attention cache: computed at the first step and stored
-        as `SrcFeatAttention` computes and stores them, then read from there."""
+    def memory_keys_and_values(self, state: Any, slot: int, attention: Any, memory: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [sentences, heads, positions, head_dim] that `attention` (a `SrcFeatAttention`) to
+        `memory` [sentences, positions, d_model] keeps in slot `slot` of the cross-attention cache: computed at the
+        first step and stored as the module computes and stores them, then read from there."""
         cache = state.cache
         if cache.is_updated.get(slot, False):
             cached = cache.cross_attention_cache.layers[slot]
             return cached.keys, cached.values
-        # Once per call, so from the memory as the module gets it: a product of a non-contiguous memory may round
+        # The module's own products, from the memory as it gets it: a product of a non-contiguous memory may round
         # otherwise than one of a contiguous copy.
-        projected = prepared_stacked_products(projections, memory)
-        if projected is None:
-            projected = [projection(memory) for projection in projections]
-        keys, values = (projection.view(*memory.shape[:2], self.heads, self.head_dim).transpose(1, 2)
-                        for projection in projected)
-        keys, values = cache.cross_attention_cache.update(keys, values, slot)
+        keys, values = cache.cross_attention_cache.update(*attention.keys_and_values(memory), slot)
         cache.is_updated[slot] = True
         return keys, values
 
@@ -143,7 +138,7 @@ class LayerStep:
             return self.self_output(output.reshape(rows, heads * head_dim))
 
         def cross_attention(inputs: torch.Tensor) -> torch.Tensor:
-            keys, values = self.memory_keys_and_values(state, self.cross_slot, self.cross_key_value_layers,
+            keys, values = self.memory_keys_and_values(state, self.cross_slot, self.cross_attention,
                                                        state.encoder_hidden_states)
             mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
             return self.attend(inputs, self.cross_query, self.cross_output, keys, values, mask, self.cross_scaling)
@@ -238,5 +233,6 @@ class DecoderStep:
         if self.logits_bias is not None:
             logits = logits + self.logits_bias.to(logits.dtype)
         return logits.float()
+
 
 __all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function"]

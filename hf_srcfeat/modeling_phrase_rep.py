@@ -347,7 +347,7 @@ class PhraseLayerStep(LayerStep):
         combination = layer.phrase_combination
         self.config = combination.config
         self.phrase_slot = layer.phrase_cache_slot
-        self.phrase_key_value_layers = (combination.attention.k_proj, combination.attention.v_proj)
+        self.phrase_attention = combination.attention
         self.phrase_query = inference_product(combination.attention.q_proj, rows)
         self.phrase_output = inference_product(combination.attention.out_proj, rows)
         self.phrase_scaling = combination.attention.scaling
@@ -372,7 +372,7 @@ class PhraseLayerStep(LayerStep):
         context = cast(PhraseDecoderLayerContext, state.contexts[self.index])
         phrases, phrase_mask = context.phrases, context.phrase_mask
         assert phrases is not None and phrase_mask is not None  # the decoder's layer_contexts sets both
-        keys, values = self.memory_keys_and_values(state, self.phrase_slot, self.phrase_key_value_layers, phrases)
+        keys, values = self.memory_keys_and_values(state, self.phrase_slot, self.phrase_attention, phrases)
         mask = self.attention_mask(phrase_mask, hidden_states, phrases)
 
         def attentive_combination(inputs: torch.Tensor) -> torch.Tensor:
