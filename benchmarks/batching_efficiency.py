@@ -14,8 +14,11 @@ machine load hit every arm alike:
 - `token_batches`: the same step on token-budget batches (`TokenBudgetBatchSampler`, `--max_tokens`, pairs of one
   cost ordered by source, then target length);
 - `token_batches_onednn`: token batches with the zoo's training step as it ships: every linear layer's three
-  products through oneDNN (`hf_srcfeat.linear`), the loss's gradient written in one pass
-  (`hf_srcfeat.label_smoothed_cross_entropy`) and dropout masks from 16-bit random lanes (`hf_srcfeat.dropout`);
+  products through oneDNN (`hf_srcfeat.linear`), the output projection and the loss computed together over chunks
+  of positions without the logits (`skip_logits`, as the Trainer asks; `hf_srcfeat.label_smoothed_cross_entropy`)
+  and dropout masks from 16-bit random lanes (`hf_srcfeat.dropout`);
+- `token_batches_onednn_logits_kept`: the same step returning the logits, the loss's gradient written in one pass
+  over them (what a caller that reads the logits gets);
 - `cost_ordered_token_batches_onednn`: the same on token batches of pairs sorted by their longer side alone, whose
   shorter sides pad more;
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
@@ -177,11 +180,13 @@ def main(argv: list[str] | None = None) -> None:
 
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
-    def training_arm(pytorch_kernels: bool = False, compiled: bool = False, opaque_kernels: bool = False):
+    def training_arm(pytorch_kernels: bool = False, compiled: bool = False, opaque_kernels: bool = False,
+                     logits_kept: bool = False):
         """A training step on its own copy of the same initial model (so that each arm's weights are its own) with
         PyTorch's matrix kernels and loss or the shipped ones; compiled: the forward under `torch.compile`, with
-        the zoo's kernels as opaque operators (`opaque_kernels`) or PyTorch's path. Returns the step and the model's
-        config."""
+        the zoo's kernels as opaque operators (`opaque_kernels`) or PyTorch's path. The shipped step asks for the
+        loss only, as the Trainer's training steps do (`skip_logits`), unless `logits_kept`. Returns the step and
+        the model's config."""
         model = train.build_model(model_arguments, tokenizer, seed=1).train()
         if pytorch_kernels:
             model.label_smoothed_loss = default_kernels_loss
@@ -194,15 +199,17 @@ def main(argv: list[str] | None = None) -> None:
         def step(batch: dict) -> None:
             linear.ONEDNN_MIN_ROWS = sys.maxsize if pytorch_kernels else default_min_rows
             dropout.LANE_MASKS = not pytorch_kernels
-            forward(**batch).loss.backward()
+            forward(**batch, skip_logits=not (pytorch_kernels or logits_kept)).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return step, model.config
 
     kinds = {"sentence_batches": sentence_batches, "token_batches": token_batches,
-             "token_batches_onednn": token_batches, "cost_ordered_token_batches_onednn": cost_ordered_batches}
+             "token_batches_onednn_logits_kept": token_batches, "token_batches_onednn": token_batches,
+             "cost_ordered_token_batches_onednn": cost_ordered_batches}
     steps = {"sentence_batches": training_arm(pytorch_kernels=True)[0],
              "token_batches": training_arm(pytorch_kernels=True)[0],
+             "token_batches_onednn_logits_kept": training_arm(logits_kept=True)[0],
              "cost_ordered_token_batches_onednn": training_arm()[0]}
     steps["token_batches_onednn"], config = training_arm()
     if args.compiled:

@@ -5,13 +5,26 @@ the backward pass fills a zero [tokens, vocabulary] gradient for the likelihood 
 term, adds them and runs log-softmax's backward, several passes over the largest tensor of a training step (and as
 many of its copies in memory: 4 GB each for 4,000 tokens of NLLB's 256k vocabulary). Here the gradient is written
 once, `softmax(logits) - target` with the smoothed target `(1 - ε)·one_hot(label) + ε / vocabulary_size`.
+
+A training step that reads only the loss can go further (`ProjectedLabelSmoothedCrossEntropy`): the output
+projection and the loss as one step over chunks of target positions, each chunk's gradients computed while its
+logits are still in the processor's cache, so the [tokens, vocabulary] logits are never written out, read back or
+kept for the backward pass (as Liger Kernel's fused linear cross-entropy does on GPUs; its kernels need Triton).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .linear import linear_gradients, onednn_product
+
 IGNORE_INDEX = -100
+#: Logits held at once by `ProjectedLabelSmoothedCrossEntropy`: a chunk of 2^21 float32 values (8 MB) stays in a
+#: server processor's last-level cache while its gradient is computed. Over large vocabularies, at least
+#: `MIN_CHUNK_ROWS` positions a chunk: each chunk adds its part of the weight's gradient, a pass over the
+#: [vocabulary, d_model] weight, which fewer rows do not repay (`docs/guides/training.md`).
+CHUNK_LOGITS = 1 << 21
+MIN_CHUNK_ROWS = 256
 
 
 class LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -42,6 +55,59 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
+    """Summed label-smoothed cross-entropy of the logits `hidden @ weight.T + bias` (`hidden` `[tokens, d_model]`,
+    `weight` `[vocabulary, d_model]`) against `labels` `[tokens]`, for CPU float32 (oneDNN's products). The forward
+    pass computes the gradients too, over chunks of the counted positions; the backward pass scales them by the
+    loss's gradient. The logits are never kept, and positions labelled -100 are never projected."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                smoothing: float) -> torch.Tensor:
+        counted = (labels != IGNORE_INDEX).nonzero().squeeze(1)
+        inputs, targets = hidden.index_select(0, counted), labels.index_select(0, counted)
+        vocabulary_size = weight.shape[0]
+        grad_inputs = torch.empty_like(inputs)
+        grad_weight: torch.Tensor | None = None
+        grad_bias: torch.Tensor | None = None
+        total = hidden.new_zeros(())
+        rows = max(MIN_CHUNK_ROWS, CHUNK_LOGITS // vocabulary_size)
+        for start in range(0, len(inputs), rows):
+            chunk, chunk_targets = inputs[start:start + rows], targets[start:start + rows, None]
+            logits = onednn_product(chunk, weight, bias)
+            log_probabilities = torch.log_softmax(logits, dim=-1)
+            negative_log_likelihood = -log_probabilities.gather(1, chunk_targets).sum()
+            smoothing_term = -log_probabilities.mean(dim=-1).sum()  # against the uniform distribution
+            total += (1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term
+            # softmax, not exp(log_probabilities): see `LabelSmoothedCrossEntropy.backward`.
+            grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocabulary_size)
+            grad.scatter_add_(1, chunk_targets, grad.new_full(chunk_targets.shape, -(1 - smoothing)))
+            grad_chunk, grad_weight_chunk, _ = linear_gradients(grad, chunk, weight, False, (True, True, False))
+            assert grad_chunk is not None and grad_weight_chunk is not None  # both asked for
+            grad_inputs[start:start + rows] = grad_chunk
+            # Summed in the layout the products return (the transposed one where the vocabulary is the wider side).
+            grad_weight = grad_weight_chunk if grad_weight is None else grad_weight.add_(grad_weight_chunk)
+            if bias is not None:
+                grad_bias = grad.sum(0) if grad_bias is None else grad_bias.add_(grad.sum(0))
+        if grad_weight is None:  # no position counted
+            grad_weight = torch.zeros_like(weight)
+            grad_bias = torch.zeros_like(bias) if bias is not None else None
+        ctx.save_for_backward(counted, grad_inputs, grad_weight, grad_bias)
+        ctx.hidden_shape = hidden.shape
+        return total
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss: torch.Tensor):
+        counted, grad_inputs, grad_weight, grad_bias = ctx.saved_tensors
+        grad_hidden = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = grad_inputs.new_zeros(ctx.hidden_shape)
+            grad_hidden.index_copy_(0, counted, grad_inputs * grad_loss)
+        return (grad_hidden, grad_weight * grad_loss if ctx.needs_input_grad[1] else None,
+                grad_bias * grad_loss if grad_bias is not None and ctx.needs_input_grad[2] else None, None, None)
+
+
 def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
     """The summed cross-entropy of `logits` `[..., vocabulary]` against `labels` `[...]` with the target smoothed
     by `smoothing` towards the uniform distribution; labels of -100 are left out (as `nn.functional.cross_entropy`
@@ -49,4 +115,13 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smo
     return LabelSmoothedCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), smoothing)
 
 
-__all__ = ["LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy"]
+def projected_label_smoothed_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                                           labels: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """`label_smoothed_cross_entropy(hidden @ weight.T + bias, labels, smoothing)` without the logits
+    (`ProjectedLabelSmoothedCrossEntropy`); `hidden` `[..., d_model]`, CPU float32."""
+    return ProjectedLabelSmoothedCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias,
+                                                    labels.reshape(-1), smoothing)
+
+
+__all__ = ["LabelSmoothedCrossEntropy", "ProjectedLabelSmoothedCrossEntropy", "label_smoothed_cross_entropy",
+           "projected_label_smoothed_cross_entropy"]

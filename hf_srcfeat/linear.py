@@ -55,7 +55,8 @@ def _cpu_float32_eager(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu"))
 
 
-def _onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+def onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the zoo's oneDNN products serve `inputs @ weight.T`: eager float32 on the CPU, enough rows."""
     return _cpu_float32_eager(inputs, weight) and inputs.numel() >= ONEDNN_MIN_ROWS * weight.shape[1]
 
 
@@ -157,7 +158,7 @@ class Linear(nn.Linear):
         prepared = _PREPARED_WEIGHTS.get(self)
         if prepared is not None and _prepared_inference_applies(inputs, self):
             return _prepared_product(inputs, self.weight, self.bias, prepared)
-        if not _onednn_applies(inputs, self.weight):
+        if not onednn_applies(inputs, self.weight):
             return super().forward(inputs)
         if _needs_gradient(inputs, self):
             return OneDNNLinearFunction.apply(inputs, self.weight, self.bias)
@@ -328,5 +329,5 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
 
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "inference_product",
-           "inference_stacked_products", "linear_gradients", "onednn_product", "prepared_inference_weights",
-           "prepared_stacked_products"]
+           "inference_stacked_products", "linear_gradients", "onednn_applies", "onednn_product",
+           "prepared_inference_weights", "prepared_stacked_products"]

@@ -46,8 +46,8 @@ from .decoding import beam_search, greedy_search, reason_not_supported, reason_s
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
-from .label_smoothed_cross_entropy import label_smoothed_cross_entropy
-from .linear import Linear
+from .label_smoothed_cross_entropy import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
+from .linear import Linear, onednn_applies
 from .source_features import (
     SOURCE_FEATURE_NAMES,
     MissingFeatureDefaults,
@@ -395,6 +395,14 @@ def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> Non
                          f"{vocab_size} token embeddings: the tokenizer does not match this model.")
 
 
+def _per_token(total: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> torch.Tensor:
+    """A summed loss over the target tokens, divided by their number (the whole accumulated batch's where given)."""
+    count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
+    if isinstance(count, torch.Tensor):
+        count = count.to(total.device)
+    return total / count
+
+
 class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
     config_class: type[SrcFeatTransformerConfig] = SrcFeatTransformerConfig
     base_model_prefix = "model"
@@ -637,6 +645,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        skip_logits: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
@@ -646,6 +655,10 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         num_items_in_batch (`int`, *optional*):
             Number of target tokens in the whole (gradient-accumulated) batch, passed by the Trainer so that the
             loss is normalised per token across accumulation steps.
+        skip_logits (`bool`, *optional*, defaults to `False`):
+            With `labels`, for a caller that reads only the loss (the Trainer's training steps): where the zoo's CPU
+            kernels apply, the output projection and the loss are computed together, chunk by chunk, without the
+            [tokens, vocabulary] logits, and `logits` is None (elsewhere the logits are returned as usual).
 
         The source features (`pos_ids` ... `dep_distance`, see `hf_srcfeat.source_features`) are accepted by
         every model of the zoo; the baseline ignores them.
@@ -667,8 +680,13 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.output_logits(outputs.last_hidden_state)
-        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        logits: torch.Tensor | None = None
+        loss: torch.Tensor | None
+        if labels is not None and skip_logits and self._loss_without_logits_applies(outputs.last_hidden_state):
+            loss = self._label_smoothed_loss_without_logits(outputs.last_hidden_state, labels, num_items_in_batch)
+        else:
+            logits = self.output_logits(outputs.last_hidden_state)
+            loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states, decoder_attentions=outputs.decoder_attentions,
@@ -711,10 +729,31 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
             raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
                              f"{tuple(logits.shape[:2])} positions.")
         total = label_smoothed_cross_entropy(logits.float(), labels.to(logits.device), self.config.label_smoothing)
-        count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
-        if isinstance(count, torch.Tensor):
-            count = count.to(total.device)
-        return total / count
+        return _per_token(total, labels, num_items_in_batch)
+
+    def _loss_without_logits_applies(self, decoder_hidden_states: torch.Tensor) -> bool:
+        """Whether `_label_smoothed_loss_without_logits` gives this model's loss: the baseline's output logits and
+        loss (no method or caller replaced them), a plain output projection, gradients recorded, and the zoo's CPU
+        kernels for the projection."""
+        base = SrcFeatTransformerForConditionalGeneration
+        return (onednn_applies(decoder_hidden_states, self.lm_head.weight) and torch.is_grad_enabled()
+                and type(self).output_logits is base.output_logits
+                and getattr(self.label_smoothed_loss, "__func__", None) is base.label_smoothed_loss
+                and type(self.lm_head) is Linear and not self.lm_head._forward_hooks
+                and not self.lm_head._forward_pre_hooks)
+
+    def _label_smoothed_loss_without_logits(self, decoder_hidden_states: torch.Tensor, labels: torch.Tensor,
+                                            num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
+        """`label_smoothed_loss(output_logits(decoder_hidden_states), labels, ...)`, the projection and the loss
+        computed together without keeping the logits."""
+        if labels.shape != decoder_hidden_states.shape[:2]:
+            raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
+                             f"{tuple(decoder_hidden_states.shape[:2])} positions.")
+        bias = (cast(torch.Tensor, self.final_logits_bias).reshape(-1)
+                if getattr(self.config, "final_logits_bias", False) else None)
+        total = projected_label_smoothed_cross_entropy(decoder_hidden_states, self.lm_head.weight, bias, labels,
+                                                       self.config.label_smoothing)
+        return _per_token(total, labels, num_items_in_batch)
 
     def generate(self, *args, fast_decoding: bool | None = None, **kwargs):
         """`GenerationMixin.generate`. Greedy and beam search run through `hf_srcfeat.decoding`'s loops, which give

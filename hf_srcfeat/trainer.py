@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
 from transformers import Seq2SeqTrainer, TrainerCallback
 
+from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
 from .safe_writing import write_json_atomically
 
 #: Written into each checkpoint: the training seconds up to it, so that a resumed run's time adds up.
@@ -19,7 +22,19 @@ TRAINING_TIME_FILE = "training_time.json"
 
 class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that knows tied weights: a checkpoint leaves out the copies of tied embeddings (as
-    `save_pretrained` does), which a resume ties again instead of warning that they are missing."""
+    `save_pretrained` does), which a resume ties again instead of warning that they are missing. Its training steps
+    read only the model's loss, and say so to the zoo's models (`skip_logits`): on the CPU they then compute the
+    output projection and the loss without the [tokens, vocabulary] logits."""
+
+    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None):
+        # Only the model's own loss, unread outputs: no `compute_loss_func` or label smoother reads the logits.
+        if (model.training and not return_outputs and "labels" in inputs and self.compute_loss_func is None
+                and self.label_smoother is None
+                and isinstance(self.accelerator.unwrap_model(model), SrcFeatTransformerForConditionalGeneration)):
+            inputs = {**inputs, "skip_logits": True}
+        return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         model: Any = self.model  # Transformers types it loosely (a module, or None before init)

@@ -161,7 +161,8 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
         "--operation_breakdown", "--output", str(output)])
 
     result = json.loads(output.read_text())
-    arms = ("sentence_batches", "token_batches", "token_batches_onednn", "cost_ordered_token_batches_onednn")
+    arms = ("sentence_batches", "token_batches", "token_batches_onednn_logits_kept", "token_batches_onednn",
+            "cost_ordered_token_batches_onednn")
     for arm in arms:
         assert result[arm]["steps"] == 2
         assert 0 < result[arm]["useful_fraction_of_peak"] <= result[arm]["computed_fraction_of_peak"]
@@ -348,3 +349,15 @@ def test_compiled_decoding_benchmark_refuses_a_method_model_and_no_new_tokens(tm
                                 str(tmp_path / "out.json")])
     assert "--max_new_tokens must be at least 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_loss_benchmark_measures_both_ways_in_fresh_processes_with_the_same_loss(tmp_path):
+    from benchmarks import measure_loss_without_logits
+
+    output = tmp_path / "loss.json"
+    measure_loss_without_logits.main(["--vocabularies", "600", "--positions", "300", "--d_model", "32",
+                                      "--rounds", "1", "--output", str(output)])
+    result = json.loads(output.read_text())["vocabularies"]["600"]
+    assert result["same_loss"]
+    for way in ("logits", "without_logits"):
+        assert result[way]["seconds"] > 0 and result[way]["peak_memory_growth_mb"] >= 0

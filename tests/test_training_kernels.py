@@ -1,6 +1,7 @@
 """The zoo's own kernels: the backbone's linear layers multiply through oneDNN in CPU float32 training too, and read
 prepared copies of their weights in inference (`hf_srcfeat.linear`); the label-smoothed loss writes its gradient in
-one pass (`hf_srcfeat.label_smoothed_cross_entropy`). All must give what PyTorch's own operations give."""
+one pass, or is computed with the output projection without the logits (`hf_srcfeat.label_smoothed_cross_entropy`).
+All must give what PyTorch's own operations give."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import sys
 import pytest
 import torch
 
+from hf_srcfeat import label_smoothed_cross_entropy as loss_module
 from hf_srcfeat import linear
-from hf_srcfeat.label_smoothed_cross_entropy import label_smoothed_cross_entropy
+from hf_srcfeat.label_smoothed_cross_entropy import (
+    label_smoothed_cross_entropy,
+    projected_label_smoothed_cross_entropy,
+)
+from hf_srcfeat.trainer import SrcFeatSeq2SeqTrainer
 
 
 @pytest.fixture(scope="module")
@@ -333,3 +339,89 @@ def test_a_batch_of_ignored_labels_has_zero_loss_and_gradient():
     loss = label_smoothed_cross_entropy(logits, torch.full((2, 5), -100), 0.1)
     loss.backward()
     assert loss.item() == 0 and not logits.grad.any()
+
+
+def decoder_states(model, batch) -> torch.Tensor:
+    """The decoder's last hidden states for `batch` (what the output projection reads)."""
+    with torch.no_grad():
+        return model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           decoder_input_ids=model.prepare_decoder_input_ids_from_labels(batch["labels"]),
+                           ).last_hidden_state
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_loss_without_logits_is_the_loss_of_the_projected_logits_with_its_gradients(
+        trained_baseline, pairs_batch, monkeypatch, bias):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    # Chunks of 64 positions: several, the last one shorter.
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", 1)
+    monkeypatch.setattr(loss_module, "MIN_CHUNK_ROWS", 64)
+    model, _ = trained_baseline
+    states, labels = decoder_states(model, pairs_batch), pairs_batch["labels"]
+    counted = int((labels != -100).sum())
+    assert (labels == -100).any() and counted > 3 * loss_module.MIN_CHUNK_ROWS and counted % loss_module.MIN_CHUNK_ROWS
+    weight = model.lm_head.weight.detach()
+    logits_bias = 0.1 * torch.randn(weight.shape[0]) if bias else None
+    ours = [tensor.clone().requires_grad_() for tensor in (states, weight, *([logits_bias] if bias else []))]
+    theirs = [tensor.detach().clone().requires_grad_() for tensor in ours]
+    loss = projected_label_smoothed_cross_entropy(ours[0], ours[1], ours[2] if bias else None, labels, 0.1)
+    expected = label_smoothed_cross_entropy(
+        torch.nn.functional.linear(theirs[0], theirs[1], theirs[2] if bias else None), labels, 0.1)
+    assert torch.allclose(loss, expected, rtol=1e-5)
+    (3 * loss).backward(retain_graph=True)
+    (3 * expected).backward()
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert torch.allclose(mine.grad, reference.grad, rtol=1e-4, atol=1e-5 * reference.grad.abs().max())
+    assert not ours[0].grad[labels == -100].any()  # positions left out of the loss get no gradient
+    first = [tensor.grad.clone() for tensor in ours]
+    for tensor in ours:
+        tensor.grad = None
+    (3 * loss).backward()  # a second backward through the retained graph gives the same gradients
+    assert all(torch.equal(tensor.grad, gradient) for tensor, gradient in zip(ours, first, strict=True))
+
+
+def test_the_loss_without_logits_of_a_batch_of_ignored_labels_is_zero_with_zero_gradients():
+    states, weight = torch.randn(2, 40, 32, requires_grad=True), torch.randn(50, 32, requires_grad=True)
+    loss = projected_label_smoothed_cross_entropy(states, weight, None, torch.full((2, 40), -100), 0.1)
+    loss.backward()
+    assert loss.item() == 0 and not states.grad.any() and not weight.grad.any()
+
+
+def test_a_model_asked_to_skip_the_logits_returns_none_and_the_same_loss_and_gradients(trained_baseline,
+                                                                                      pairs_batch):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    model = copy.deepcopy(trained_baseline[0]).eval()  # eval: no dropout, so both passes compute the same function
+    loss, gradients = loss_and_gradients(model, pairs_batch)
+    assert model(**pairs_batch, skip_logits=True).logits is None
+    loss_without_logits, gradients_without_logits = loss_and_gradients(model, {**pairs_batch, "skip_logits": True})
+    assert torch.allclose(loss_without_logits, loss, rtol=1e-5)
+    largest = max(gradient.abs().max() for gradient in gradients.values())
+    for name, gradient in gradients_without_logits.items():
+        scale = torch.maximum(gradients[name].abs().max(), 1e-3 * largest)  # the keys' bias: zero but for rounding
+        assert (gradient - gradients[name]).abs().max() <= 1e-4 * scale, name
+    with torch.no_grad():  # no gradient to compute: the logits as usual
+        assert model(**pairs_batch, skip_logits=True).logits is not None
+
+
+def test_the_trainers_training_steps_ask_the_model_for_the_loss_only(trained_baseline, pairs_batch, tmp_path):
+    from transformers import Seq2SeqTrainingArguments
+
+    model = copy.deepcopy(trained_baseline[0])
+    asked = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: asked.append(kwargs.get("skip_logits", False)),
+                                    with_kwargs=True)
+    trainer = SrcFeatSeq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(
+        str(tmp_path), use_cpu=True, report_to="none"))
+    model.train()
+    trainer.compute_loss(model, dict(pairs_batch))
+    trainer.compute_loss(model, dict(pairs_batch), return_outputs=True)  # a caller that reads the outputs
+    model.eval()
+    trainer.compute_loss(model, dict(pairs_batch))
+    trainer.compute_loss_func = lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum()
+    model.train()
+    # A loss of the user's, which reads the logits (the Trainer hands it the labels: the decoder reads its inputs).
+    trainer.compute_loss(model, {**pairs_batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(
+        pairs_batch["labels"])})
+    assert asked == [True, False, False, False]
