@@ -6,10 +6,12 @@ from the benchmark's to NLLB's.
 
     python -m benchmarks.measure_loss_without_logits --output benchmarks/results/loss_without_logits.json
 
-Each measurement runs in a fresh process (so that its peak resident memory is its own), on one thread, the two
-ways taking turns for `--rounds` rounds; reported: the median seconds and the largest growth of the peak resident
-memory over the inputs (Linux's VmHWM, reset before the step), per vocabulary size. Inputs are random (`--positions` decoder states of `--d_model`, a weight scaled as
-trained ones are, random labels): the cost does not depend on the values. Writes JSON (with the code version).
+Each measurement runs in a fresh process (so that its peak resident memory is its own), on one thread, with the
+training commands' allocator settings (`hf_srcfeat.process_memory`), the two ways taking turns for `--rounds`
+rounds: the growth of the peak resident memory over the inputs during a first step (Linux's VmHWM, reset before
+it), then the time of a second step. Reported per vocabulary size: the median seconds and the largest growth.
+Inputs are random (`--positions` decoder states of `--d_model`, a weight scaled as trained ones are, random
+labels): the cost does not depend on the values. Writes JSON (with the code version).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def measure_once(way: str, positions: int, d_model: int, vocabulary: int) -> dic
         projected_label_smoothed_cross_entropy,
     )
     from hf_srcfeat.linear import Linear
+    from hf_srcfeat.process_memory import keep_freed_memory
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -50,16 +53,24 @@ def measure_once(way: str, positions: int, d_model: int, vocabulary: int) -> dic
     torch.nn.init.normal_(projection.weight, std=d_model ** -0.5)
     states = torch.randn(positions, d_model, requires_grad=True)
     labels = torch.randint(0, vocabulary, (positions,))
+    keep_freed_memory()  # as the training commands do
+
+    def step() -> torch.Tensor:
+        if way == "logits":
+            loss = label_smoothed_cross_entropy(projection(states), labels, 0.1)
+        else:
+            loss = projected_label_smoothed_cross_entropy(states, projection.weight, None, labels, 0.1)
+        loss.backward()
+        return loss.detach()
+
     before = memory_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from the current size
-    start = time.perf_counter()
-    if way == "logits":
-        loss = label_smoothed_cross_entropy(projection(states), labels, 0.1)
-    else:
-        loss = projected_label_smoothed_cross_entropy(states, projection.weight, None, labels, 0.1)
-    loss.backward()
-    seconds = time.perf_counter() - start
+    loss = step()
     growth = (memory_kb("VmHWM") - before) / 1024
+    projection.weight.grad = states.grad = None
+    start = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - start
     return {"seconds": seconds, "peak_memory_growth_mb": growth, "loss": loss.item()}
 
 

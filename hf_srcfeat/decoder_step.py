@@ -30,12 +30,15 @@ from .linear import Linear, inference_product, inference_stacked_products
 STEPS_AS_TENSOR_OPERATIONS = True
 
 
-def _runs_more_than_forward(module: nn.Module) -> bool:
-    """Whether calling `module` does more than its `forward`: hooks, Accelerate's device placement (which replaces
-    `forward`), an in-place `compile()`. The step would skip it."""
+def runs_more_than_forward(module: nn.Module) -> bool:
+    """Whether calling `module` does more than its class's `forward`: its own hooks or global ones, a `forward`
+    replaced on the instance (Accelerate's device placement does so), an in-place `compile()`. What restates the
+    module's computation (a decoder step, a fused loss) would skip it."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or hasattr(module, "_hf_hook")
-                or getattr(module, "_compiled_call_impl", None) is not None)
+                or module._backward_pre_hooks or hasattr(module, "_hf_hook") or "forward" in vars(module)
+                or getattr(module, "_compiled_call_impl", None) is not None
+                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks)
 
 
 def _is_product(layer: nn.Module) -> bool:
@@ -208,8 +211,7 @@ class DecoderStep:
                 # Dropout anywhere in training mode (e.g. Monte Carlo dropout in an evaluated model)
                 or any(module.training for module in decoder.modules())
                 or not all(_is_product(product) for product in products)
-                or any(_runs_more_than_forward(module) for module in (model.lm_head, *decoder.modules()))
-                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or any(runs_more_than_forward(module) for module in (model.lm_head, *decoder.modules()))
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
         return cls(model, layer_step)
@@ -235,4 +237,4 @@ class DecoderStep:
         return logits.float()
 
 
-__all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function"]
+__all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function", "runs_more_than_forward"]

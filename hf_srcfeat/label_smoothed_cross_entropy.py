@@ -7,9 +7,10 @@ many of its copies in memory: 4 GB each for 4,000 tokens of NLLB's 256k vocabula
 once, `softmax(logits) - target` with the smoothed target `(1 - ε)·one_hot(label) + ε / vocabulary_size`.
 
 A training step that reads only the loss can go further (`ProjectedLabelSmoothedCrossEntropy`): the output
-projection and the loss as one step over chunks of target positions, each chunk's gradients computed while its
-logits are still in the processor's cache, so the [tokens, vocabulary] logits are never written out, read back or
-kept for the backward pass (as Liger Kernel's fused linear cross-entropy does on GPUs; its kernels need Triton).
+projection and the loss as one step over chunks of target positions, each chunk's gradients computed right after
+its logits (still in the processor's cache where a chunk fits, up to vocabularies of about 8,000), so the
+[tokens, vocabulary] logits are never held as a whole, read back or kept for the backward pass (as Liger Kernel's
+fused linear cross-entropy does on GPUs; its kernels need Triton).
 """
 
 from __future__ import annotations
@@ -58,16 +59,17 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
 class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy of the logits `hidden @ weight.T + bias` (`hidden` `[tokens, d_model]`,
     `weight` `[vocabulary, d_model]`) against `labels` `[tokens]`, for CPU float32 (oneDNN's products). The forward
-    pass computes the gradients too, over chunks of the counted positions; the backward pass scales them by the
-    loss's gradient. The logits are never kept, and positions labelled -100 are never projected."""
+    pass computes the gradients that are needed too, over chunks of the counted positions; the backward pass scales
+    them by the loss's gradient. The logits are never kept, and positions labelled -100 are never projected."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
                 smoothing: float) -> torch.Tensor:
+        needs_grad_inputs, needs_grad_weight, needs_grad_bias = ctx.needs_input_grad[:3]
         counted = (labels != IGNORE_INDEX).nonzero().squeeze(1)
         inputs, targets = hidden.index_select(0, counted), labels.index_select(0, counted)
         vocabulary_size = weight.shape[0]
-        grad_inputs = torch.empty_like(inputs)
+        grad_inputs = torch.empty_like(inputs) if needs_grad_inputs else None
         grad_weight: torch.Tensor | None = None
         grad_bias: torch.Tensor | None = None
         total = hidden.new_zeros(())
@@ -79,19 +81,25 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
             negative_log_likelihood = -log_probabilities.gather(1, chunk_targets).sum()
             smoothing_term = -log_probabilities.mean(dim=-1).sum()  # against the uniform distribution
             total += (1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term
+            if not (needs_grad_inputs or needs_grad_weight or needs_grad_bias):
+                continue
             # softmax, not exp(log_probabilities): see `LabelSmoothedCrossEntropy.backward`.
             grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocabulary_size)
             grad.scatter_add_(1, chunk_targets, grad.new_full(chunk_targets.shape, -(1 - smoothing)))
-            grad_chunk, grad_weight_chunk, _ = linear_gradients(grad, chunk, weight, False, (True, True, False))
-            assert grad_chunk is not None and grad_weight_chunk is not None  # both asked for
-            grad_inputs[start:start + rows] = grad_chunk
-            # Summed in the layout the products return (the transposed one where the vocabulary is the wider side).
-            grad_weight = grad_weight_chunk if grad_weight is None else grad_weight.add_(grad_weight_chunk)
-            if bias is not None:
+            grad_chunk, grad_weight_chunk, _ = linear_gradients(grad, chunk, weight, False,
+                                                                (needs_grad_inputs, needs_grad_weight, False))
+            if grad_inputs is not None and grad_chunk is not None:
+                grad_inputs[start:start + rows] = grad_chunk
+            if grad_weight_chunk is not None:
+                # Summed in the layout the products return (transposed where the vocabulary is the wider side).
+                grad_weight = grad_weight_chunk if grad_weight is None else grad_weight.add_(grad_weight_chunk)
+            if needs_grad_bias:
                 grad_bias = grad.sum(0) if grad_bias is None else grad_bias.add_(grad.sum(0))
-        if grad_weight is None:  # no position counted
-            grad_weight = torch.zeros_like(weight)
-            grad_bias = torch.zeros_like(bias) if bias is not None else None
+        if needs_grad_weight:
+            # In the weight's own layout, as its `.grad` is kept: else autograd would copy the scaled gradient again.
+            grad_weight = torch.zeros_like(weight) if grad_weight is None else grad_weight.contiguous()
+        if needs_grad_bias and grad_bias is None and bias is not None:
+            grad_bias = torch.zeros_like(bias)
         ctx.save_for_backward(counted, grad_inputs, grad_weight, grad_bias)
         ctx.hidden_shape = hidden.shape
         return total
@@ -101,11 +109,11 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor):
         counted, grad_inputs, grad_weight, grad_bias = ctx.saved_tensors
         grad_hidden = None
-        if ctx.needs_input_grad[0]:
+        if grad_inputs is not None:
             grad_hidden = grad_inputs.new_zeros(ctx.hidden_shape)
             grad_hidden.index_copy_(0, counted, grad_inputs * grad_loss)
-        return (grad_hidden, grad_weight * grad_loss if ctx.needs_input_grad[1] else None,
-                grad_bias * grad_loss if grad_bias is not None and ctx.needs_input_grad[2] else None, None, None)
+        return (grad_hidden, grad_weight * grad_loss if grad_weight is not None else None,
+                grad_bias * grad_loss if grad_bias is not None else None, None, None)
 
 
 def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:

@@ -41,7 +41,7 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
-from .decoder_step import DecoderStep, LayerStep
+from .decoder_step import DecoderStep, LayerStep, runs_more_than_forward
 from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
@@ -733,14 +733,15 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def _loss_without_logits_applies(self, decoder_hidden_states: torch.Tensor) -> bool:
         """Whether `_label_smoothed_loss_without_logits` gives this model's loss: the baseline's output logits and
-        loss (no method or caller replaced them), a plain output projection, gradients recorded, and the zoo's CPU
+        loss (no method or caller replaced them, on the class or the instance), an output projection without a
+        bias whose call is its product (no hooks, no replaced `forward`), gradients recorded, and the zoo's CPU
         kernels for the projection."""
         base = SrcFeatTransformerForConditionalGeneration
         return (onednn_applies(decoder_hidden_states, self.lm_head.weight) and torch.is_grad_enabled()
-                and type(self).output_logits is base.output_logits
+                and getattr(self.output_logits, "__func__", None) is base.output_logits
                 and getattr(self.label_smoothed_loss, "__func__", None) is base.label_smoothed_loss
-                and type(self.lm_head) is Linear and not self.lm_head._forward_hooks
-                and not self.lm_head._forward_pre_hooks)
+                and type(self.lm_head) is Linear and self.lm_head.bias is None
+                and not runs_more_than_forward(self.lm_head))
 
     def _label_smoothed_loss_without_logits(self, decoder_hidden_states: torch.Tensor, labels: torch.Tensor,
                                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:

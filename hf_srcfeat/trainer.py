@@ -28,10 +28,11 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
 
     def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | int | None = None):
-        # Only the model's own loss, unread outputs: no `compute_loss_func` or label smoother reads the logits.
+        # Only the model's own loss, unread outputs: no `compute_loss_func` or label smoother reads the logits, and
+        # the zoo's own `forward` makes the loss (a subclass's might read the logits, or not take the argument).
         if (model.training and not return_outputs and "labels" in inputs and self.compute_loss_func is None
-                and self.label_smoother is None
-                and isinstance(self.accelerator.unwrap_model(model), SrcFeatTransformerForConditionalGeneration)):
+                and self.label_smoother is None and type(self.accelerator.unwrap_model(model)).forward
+                is SrcFeatTransformerForConditionalGeneration.forward):
             inputs = {**inputs, "skip_logits": True}
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)

@@ -381,6 +381,29 @@ def test_the_loss_without_logits_is_the_loss_of_the_projected_logits_with_its_gr
     assert all(torch.equal(tensor.grad, gradient) for tensor, gradient in zip(ours, first, strict=True))
 
 
+@pytest.mark.parametrize("frozen", ["weight", "states"])
+def test_the_loss_without_logits_computes_only_the_gradients_that_are_needed(trained_baseline, pairs_batch,
+                                                                           monkeypatch, frozen):
+    model, _ = trained_baseline
+    states, labels = decoder_states(model, pairs_batch), pairs_batch["labels"]
+    weight = model.lm_head.weight.detach()
+    asked = []
+    original = loss_module.linear_gradients
+    monkeypatch.setattr(loss_module, "linear_gradients",
+                        lambda *args: asked.append(tuple(args[4])) or original(*args))
+    ours = {"states": states.clone().requires_grad_(frozen != "states"),
+            "weight": weight.clone().requires_grad_(frozen != "weight")}
+    theirs = {name: tensor.detach().clone().requires_grad_(tensor.requires_grad) for name, tensor in ours.items()}
+    projected_label_smoothed_cross_entropy(ours["states"], ours["weight"], None, labels, 0.1).backward()
+    label_smoothed_cross_entropy(torch.nn.functional.linear(theirs["states"], theirs["weight"]), labels,
+                                 0.1).backward()
+    trained = "states" if frozen == "weight" else "weight"
+    assert asked and all(needs == (trained == "states", trained == "weight", False) for needs in asked)
+    assert ours[frozen].grad is None
+    assert torch.allclose(ours[trained].grad, theirs[trained].grad, rtol=1e-4,
+                          atol=1e-5 * theirs[trained].grad.abs().max())
+
+
 def test_the_loss_without_logits_of_a_batch_of_ignored_labels_is_zero_with_zero_gradients():
     states, weight = torch.randn(2, 40, 32, requires_grad=True), torch.randn(50, 32, requires_grad=True)
     loss = projected_label_smoothed_cross_entropy(states, weight, None, torch.full((2, 40), -100), 0.1)
@@ -405,6 +428,43 @@ def test_a_model_asked_to_skip_the_logits_returns_none_and_the_same_loss_and_gra
         assert model(**pairs_batch, skip_logits=True).logits is not None
 
 
+def _bias_on_the_output_projection(model):
+    model.lm_head = linear.Linear(model.config.d_model, model.config.vocab_size)
+
+
+def _logits_replaced_on_the_instance(model):
+    model.output_logits = lambda states: type(model).output_logits(model, states) * 0.5
+
+
+def _forward_replaced_on_the_projection(model):  # as Accelerate's device placement does
+    model.lm_head.forward = lambda states: linear.Linear.forward(model.lm_head, states) * 0.5
+
+
+def _hook_on_the_projection(model):
+    model.lm_head.register_forward_hook(lambda module, args, output: output * 0.5)
+
+
+@pytest.mark.parametrize("change", [_bias_on_the_output_projection, _logits_replaced_on_the_instance,
+                                    _forward_replaced_on_the_projection, _hook_on_the_projection])
+def test_a_model_whose_output_layer_does_more_than_the_projection_keeps_its_logits(trained_baseline, pairs_batch,
+                                                                                    change):
+    model = copy.deepcopy(trained_baseline[0]).eval()
+    change(model)
+    outputs = model(**pairs_batch, skip_logits=True)
+    assert outputs.logits is not None
+    assert torch.allclose(outputs.loss, model(**pairs_batch).loss)
+
+
+def test_a_global_module_hook_keeps_the_logits(trained_baseline, pairs_batch):
+    model = copy.deepcopy(trained_baseline[0]).eval()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+    try:
+        assert model(**pairs_batch, skip_logits=True).logits is not None
+    finally:
+        handle.remove()
+    assert model(**pairs_batch, skip_logits=True).logits is None
+
+
 def test_the_trainers_training_steps_ask_the_model_for_the_loss_only(trained_baseline, pairs_batch, tmp_path):
     from transformers import Seq2SeqTrainingArguments
 
@@ -425,3 +485,24 @@ def test_the_trainers_training_steps_ask_the_model_for_the_loss_only(trained_bas
     trainer.compute_loss(model, {**pairs_batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(
         pairs_batch["labels"])})
     assert asked == [True, False, False, False]
+
+
+def test_the_trainer_leaves_the_logits_to_a_model_with_its_own_forward(trained_baseline, pairs_batch, tmp_path):
+    from transformers import Seq2SeqTrainingArguments
+
+    base = type(trained_baseline[0])
+
+    class WithLogitPenalty(base):  # a user's model whose forward reads the logits, and takes no `skip_logits`
+        def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None):
+            outputs = super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                                      num_items_in_batch=num_items_in_batch)
+            outputs.loss = outputs.loss + 1e-4 * outputs.logits.logsumexp(-1).pow(2).mean()
+            return outputs
+
+    model = WithLogitPenalty(trained_baseline[0].config)
+    model.load_state_dict(trained_baseline[0].state_dict())
+    trainer = SrcFeatSeq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(
+        str(tmp_path), use_cpu=True, report_to="none"))
+    model.train()
+    batch = {name: pairs_batch[name] for name in ("input_ids", "attention_mask", "labels")}
+    assert torch.isfinite(trainer.compute_loss(model, batch))
