@@ -28,6 +28,25 @@ CHUNK_LOGITS = 1 << 21
 MIN_CHUNK_ROWS = 256
 
 
+def _row_losses(log_probabilities: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Each row's loss: `(1 - ε)` times the target's negative log-likelihood plus `ε` times the cross-entropy against
+    the uniform distribution."""
+    negative_log_likelihood = -log_probabilities.gather(1, targets[:, None]).squeeze(1)
+    smoothing_term = -log_probabilities.mean(dim=-1)  # against the uniform distribution
+    return (1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term
+
+
+def _row_gradients(scores: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The gradient of `_row_losses` for the logits, `softmax(scores) - smoothed target`; `scores` are the logits or
+    their log-probabilities (the same softmax)."""
+    # softmax, not the exp of log-probabilities: `torch.exp` on the CPU slows down manyfold where its results fall
+    # below float32's normal range (subnormal numbers), as a confident model's probabilities over a large vocabulary
+    # do; softmax's vectorised kernel does not.
+    grad = torch.softmax(scores, dim=-1).sub_(smoothing / scores.shape[-1])
+    grad.scatter_add_(1, targets[:, None], grad.new_full((len(targets), 1), -(1 - smoothing)))
+    return grad
+
+
 class LabelSmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy of `logits` `[tokens, vocabulary]` against `labels` `[tokens]`."""
 
@@ -36,22 +55,15 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         log_probabilities = torch.log_softmax(logits, dim=-1)
         counted = labels != IGNORE_INDEX
         targets = labels.masked_fill(~counted, 0)
-        negative_log_likelihood = -log_probabilities.gather(1, targets[:, None]).squeeze(1)
-        smoothing_term = -log_probabilities.mean(dim=-1)  # against the uniform distribution
         ctx.save_for_backward(log_probabilities, targets, counted)
         ctx.smoothing = smoothing
-        return (((1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term) * counted).sum()
+        return (_row_losses(log_probabilities, targets, smoothing) * counted).sum()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss: torch.Tensor):
         log_probabilities, targets, counted = ctx.saved_tensors
-        smoothing, vocabulary_size = ctx.smoothing, log_probabilities.shape[-1]
-        # softmax of log-probabilities is their exp, but through softmax's vectorised kernel: `torch.exp` on the
-        # CPU slows down manyfold where its results fall below float32's normal range (subnormal numbers), as a
-        # confident model's probabilities over a large vocabulary do.
-        grad = torch.softmax(log_probabilities, dim=-1).sub_(smoothing / vocabulary_size)
-        grad.scatter_add_(1, targets[:, None], grad.new_full((len(targets), 1), -(1 - smoothing)))
+        grad = _row_gradients(log_probabilities, targets, ctx.smoothing)
         grad.mul_((counted * grad_loss).to(grad.dtype)[:, None])
         return grad, None, None
 
@@ -68,24 +80,18 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         needs_grad_inputs, needs_grad_weight, needs_grad_bias = ctx.needs_input_grad[:3]
         counted = (labels != IGNORE_INDEX).nonzero().squeeze(1)
         inputs, targets = hidden.index_select(0, counted), labels.index_select(0, counted)
-        vocabulary_size = weight.shape[0]
         grad_inputs = torch.empty_like(inputs) if needs_grad_inputs else None
         grad_weight: torch.Tensor | None = None
         grad_bias: torch.Tensor | None = None
         total = hidden.new_zeros(())
-        rows = max(MIN_CHUNK_ROWS, CHUNK_LOGITS // vocabulary_size)
+        rows = max(MIN_CHUNK_ROWS, CHUNK_LOGITS // weight.shape[0])
         for start in range(0, len(inputs), rows):
-            chunk, chunk_targets = inputs[start:start + rows], targets[start:start + rows, None]
+            chunk, chunk_targets = inputs[start:start + rows], targets[start:start + rows]
             logits = onednn_product(chunk, weight, bias)
-            log_probabilities = torch.log_softmax(logits, dim=-1)
-            negative_log_likelihood = -log_probabilities.gather(1, chunk_targets).sum()
-            smoothing_term = -log_probabilities.mean(dim=-1).sum()  # against the uniform distribution
-            total += (1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term
+            total += _row_losses(torch.log_softmax(logits, dim=-1), chunk_targets, smoothing).sum()
             if not (needs_grad_inputs or needs_grad_weight or needs_grad_bias):
                 continue
-            # softmax, not exp(log_probabilities): see `LabelSmoothedCrossEntropy.backward`.
-            grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocabulary_size)
-            grad.scatter_add_(1, chunk_targets, grad.new_full(chunk_targets.shape, -(1 - smoothing)))
+            grad = _row_gradients(logits, chunk_targets, smoothing)
             grad_chunk, grad_weight_chunk, _ = linear_gradients(grad, chunk, weight, False,
                                                                 (needs_grad_inputs, needs_grad_weight, False))
             if grad_inputs is not None and grad_chunk is not None:

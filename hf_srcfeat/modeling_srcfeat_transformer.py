@@ -395,6 +395,13 @@ def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> Non
                          f"{vocab_size} token embeddings: the tokenizer does not match this model.")
 
 
+def _check_labels_match(labels: torch.Tensor, decoder_outputs: torch.Tensor) -> None:
+    """`labels` must give one label per decoder position of `decoder_outputs` `[batch, positions, ...]`."""
+    if labels.shape != decoder_outputs.shape[:2]:
+        raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
+                         f"{tuple(decoder_outputs.shape[:2])} positions.")
+
+
 def _per_token(total: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> torch.Tensor:
     """A summed loss over the target tokens, divided by their number (the whole accumulated batch's where given)."""
     count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
@@ -725,9 +732,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
     def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor,
                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
         """Cross-entropy with label smoothing (Szegedy et al. 2016; Vaswani et al. use 0.1), per target token."""
-        if labels.shape != logits.shape[:2]:
-            raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
-                             f"{tuple(logits.shape[:2])} positions.")
+        _check_labels_match(labels, logits)
         total = label_smoothed_cross_entropy(logits.float(), labels.to(logits.device), self.config.label_smoothing)
         return _per_token(total, labels, num_items_in_batch)
 
@@ -747,9 +752,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
                                             num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
         """`label_smoothed_loss(output_logits(decoder_hidden_states), labels, ...)`, the projection and the loss
         computed together without keeping the logits."""
-        if labels.shape != decoder_hidden_states.shape[:2]:
-            raise ValueError(f"`labels` have shape {tuple(labels.shape)} but the decoder produced "
-                             f"{tuple(decoder_hidden_states.shape[:2])} positions.")
+        _check_labels_match(labels, decoder_hidden_states)
         bias = (cast(torch.Tensor, self.final_logits_bias).reshape(-1)
                 if getattr(self.config, "final_logits_bias", False) else None)
         total = projected_label_smoothed_cross_entropy(decoder_hidden_states, self.lm_head.weight, bias, labels,
