@@ -6,7 +6,8 @@
 
 Runs `hf-srcfeat-annotate --num_proc K` on the first `--lines` lines for each K in turn, `--rounds` times, every
 time with a new, empty parse cache, one torch thread per process (start-up and model loading included), and
-records sentences/s per run, the median per K and its speed-up over one process.
+records sentences/s per run, the median per K and its speed-up over one process. `--device cuda --processes 1`
+measures Stanza on a GPU (the tokenizer and the host's work still on one CPU thread).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hf_srcfeat.safe_writing import write_json_atomically
 
 
 def main(argv: list[str] | None = None) -> None:
-    import stanza  # noqa: F401 - imported once up front, so that no run pays for it
+    import stanza  # imported once up front, so that no run pays for it
     import torch
 
     from hf_srcfeat.commands.annotate import main as annotate
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lines", type=int, default=3000)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=1, help="each K this many times, interleaved")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where Stanza runs (annotate's --device)")
+    parser.add_argument("--batch_size", type=int, default=None, help="sentences handed to Stanza at once (annotate's "
+                        "default when not given)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -49,12 +53,15 @@ def main(argv: list[str] | None = None) -> None:
                 report = Path(folder) / f"report{name}.json"
                 annotate(["--input", str(source), "--output", str(Path(folder) / f"out{name}.conllu"),
                           "--num_proc", str(processes), "--annotation_cache", str(Path(folder) / f"cache{name}.sqlite"),
-                          "--report_json", str(report)])
+                          "--report_json", str(report), "--device", args.device,
+                          *(["--batch_size", str(args.batch_size)] if args.batch_size else [])])
                 runs.append({**json.loads(report.read_text()), "round": round_index})
                 print(runs[-1], flush=True)
     medians = {processes: statistics.median(run["sentences_per_second"] for run in runs
                                             if run["num_proc"] == processes) for processes in args.processes}
     result = {"code_version": code_version(), "input": args.input, "lines": args.lines, "torch_threads": 1,
+              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+              "batch_size": args.batch_size, "torch": torch.__version__, "stanza": stanza.__version__,
               "command": "python -m benchmarks.measure_annotation_scaling " + " ".join(argv if argv is not None
                                                                                      else sys.argv[1:]),
               "runs": runs, "median_sentences_per_second": medians,
