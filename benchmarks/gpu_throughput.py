@@ -18,8 +18,7 @@ file is rewritten after each size, with the GPU's name, the software versions an
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
 FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
 `--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
-with eager attention as `baseline_eager_attention`; `--packed_attention_baseline` adds the baseline with
-`attn_implementation="packed_sdpa"` (several sentences to an attention row) as `baseline_packed_attention`. Each system's matrix-multiplication FLOP/s are counted with the
+with eager attention as `baseline_eager_attention`. Each system's matrix-multiplication FLOP/s are counted with the
 baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
 not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
@@ -39,7 +38,6 @@ from torch import nn
 from benchmarks import benchmark
 from benchmarks.batching_efficiency import batch_lengths, source_annotations, training_flops
 from hf_srcfeat.commands import train
-from hf_srcfeat.packed_attention import MAX_PACKED_LENGTH, PACKED_SDPA, SENTENCES_PER_ROW
 from hf_srcfeat.safe_writing import write_json_atomically
 
 #: Model sizes: the CPU benchmark's, and Transformer-base (Vaswani et al. 2017) as the papers use it.
@@ -249,10 +247,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cuda_graphs_baseline", action="store_true",
                         help="with --compile: also the baseline compiled with mode='reduce-overhead' (CUDA graphs: "
                              "each layer's kernels launched as one graph), as baseline_cuda_graphs")
-    parser.add_argument("--packed_attention_baseline", action="store_true",
-                        help="also the baseline with attn_implementation='packed_sdpa' (several sentences to an "
-                             "attention row), as baseline_packed_attention; with --cuda_graphs_baseline also "
-                             "baseline_packed_attention_cuda_graphs")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -293,8 +287,6 @@ def main(argv: list[str] | None = None) -> None:
                      "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
                                  f"mode={args.compile_mode!r})" if args.compile else False,
                      "pinned_batches": bool(args.pin_memory and cuda),
-                     "packed_attention": {"sentences_per_row": SENTENCES_PER_ROW, "max_packed_length": MAX_PACKED_LENGTH}
-                     if args.packed_attention_baseline else None,
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",
                      "sizes": {size: SIZES[size] for size in args.sizes}},
@@ -307,18 +299,13 @@ def main(argv: list[str] | None = None) -> None:
         trainees, errors = {}, result["errors"].setdefault(size, {})
         names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else []) + (
             ["baseline_eager_attention"] if args.eager_attention_baseline else []) + (
-            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else []) + (
-            ["baseline_packed_attention"] if args.packed_attention_baseline else []) + (
-            ["baseline_packed_attention_cuda_graphs"]
-            if args.packed_attention_baseline and args.compile and args.cuda_graphs_baseline else [])
+            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else [])
         for name in names:
             try:
                 model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
                 if name == "baseline_eager_attention":
                     model.set_attn_implementation("eager")
-                if name.startswith("baseline_packed_attention"):
-                    model.set_attn_implementation(PACKED_SDPA)
-                if name.endswith("cuda_graphs"):
+                if name == "baseline_cuda_graphs":
                     compile_layers(model, "reduce-overhead")
                 elif args.compile and name != "baseline_eager":
                     compile_layers(model, args.compile_mode)

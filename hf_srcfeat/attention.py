@@ -19,9 +19,6 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .linear import Linear, prepared_stacked_products
-from .packed_attention import register_packed_sdpa
-
-register_packed_sdpa()
 
 SCORE_MODES = ("mult", "add")
 
