@@ -18,7 +18,8 @@ file is rewritten after each size, with the GPU's name, the software versions an
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
 FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
 `--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
-with eager attention as `baseline_eager_attention`. Each system's matrix-multiplication FLOP/s are counted with the
+with eager attention as `baseline_eager_attention`; `--whole_model_baseline` adds the baseline compiled as one graph
+(its whole forward with the loss) as `baseline_whole_model`. Each system's matrix-multiplication FLOP/s are counted with the
 baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
 not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
@@ -88,21 +89,25 @@ def build(system: str, size: str, tokenizer):
     return train.build_model(arguments, tokenizer, seed=1)
 
 
-def compile_layers(model: nn.Module, mode: str | None = None) -> int:
-    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode` as
-    torch.compile takes it, e.g. "reduce-overhead" for CUDA graphs). Layers of one class share the compiled code,
-    so compiling costs one graph per layer type. Returns the layers compiled."""
-    # The layers of every system measured share one compiled function (GradientCheckpointingLayer's call), a few
-    # entries per system: above the default recompile limit, the later systems would silently run eagerly.
+def raise_recompile_limits() -> None:
+    """The layers of every system measured share one compiled function (GradientCheckpointingLayer's call), a few
+    entries per system: above the default recompile limit, the later systems would silently run eagerly. A system
+    that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
-    # A system that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed.
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
         torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+def compile_layers(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> int:
+    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode` and
+    `backend` as torch.compile takes them, e.g. mode "reduce-overhead" for CUDA graphs). Layers of one class share
+    the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
+    raise_recompile_limits()
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
-        layer.compile(dynamic=True, mode=mode)
+        layer.compile(dynamic=True, mode=mode if backend == "inductor" else None, backend=backend)
     return len(layers)
 
 
@@ -128,8 +133,14 @@ def matmul_peak_bf16(size: int = 8192, repeats: int = 10) -> float:
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
-    def __init__(self, model, device: str):
+    def __init__(self, model, device: str, whole_model_mode: str | bool = False, backend: str = "inductor"):
         self.model, self.device = model.to(device).train(), device
+        # The whole forward (embeddings, masks, every layer, the loss) as one compiled graph, or the model as built.
+        self.forward = model
+        if whole_model_mode is not False:
+            raise_recompile_limits()
+            self.forward = torch.compile(model, dynamic=True, backend=backend,
+                                         mode=(whole_model_mode or None) if backend == "inductor" else None)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
         self.useful_flops, self.padded_flops = 0.0, 0.0
@@ -140,7 +151,7 @@ class Trainee:
         # A new iteration for CUDA graphs (no-op otherwise): the last step's graph outputs may be overwritten.
         torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16):
-            loss = self.model(**batch).loss
+            loss = self.forward(**batch).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -236,6 +247,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
     parser.add_argument("--compile_mode", default=None, choices=["default", "reduce-overhead", "max-autotune"],
                         help="torch.compile's mode for --compile (default: its default)")
+    parser.add_argument("--compile_backend", default="inductor", choices=["inductor", "aot_eager", "eager"],
+                        help="torch.compile's backend for --compile (default inductor; the others, without kernels "
+                             "of their own, check the script quickly, and take no --compile_mode)")
     parser.add_argument("--pin_memory", action="store_true",
                         help="batches in pinned memory, as a DataLoader with pin_memory=True gives them (the copy "
                              "to the GPU then does not wait for it)")
@@ -247,6 +261,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cuda_graphs_baseline", action="store_true",
                         help="with --compile: also the baseline compiled with mode='reduce-overhead' (CUDA graphs: "
                              "each layer's kernels launched as one graph), as baseline_cuda_graphs")
+    parser.add_argument("--whole_model_baseline", action="store_true",
+                        help="with --compile: also the baseline compiled as one graph (its whole forward with the "
+                             "loss, torch.compile(model, dynamic=True) in --compile_mode) as baseline_whole_model; "
+                             "with --cuda_graphs_baseline also under CUDA graphs as baseline_whole_model_cuda_graphs")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -285,7 +303,10 @@ def main(argv: list[str] | None = None) -> None:
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
                      "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
-                                 f"mode={args.compile_mode!r})" if args.compile else False,
+                                 f"mode={args.compile_mode!r}, backend={args.compile_backend!r})"
+                                 if args.compile else False,
+                     "whole_model_baseline": "torch.compile(model, dynamic=True): the forward with the loss as "
+                                             "one graph" if args.compile and args.whole_model_baseline else False,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",
@@ -299,17 +320,25 @@ def main(argv: list[str] | None = None) -> None:
         trainees, errors = {}, result["errors"].setdefault(size, {})
         names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else []) + (
             ["baseline_eager_attention"] if args.eager_attention_baseline else []) + (
-            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else [])
+            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else []) + (
+            ["baseline_whole_model"] if args.compile and args.whole_model_baseline else []) + (
+            ["baseline_whole_model_cuda_graphs"]
+            if args.compile and args.whole_model_baseline and args.cuda_graphs_baseline else [])
         for name in names:
             try:
                 model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
                 if name == "baseline_eager_attention":
                     model.set_attn_implementation("eager")
-                if name == "baseline_cuda_graphs":
-                    compile_layers(model, "reduce-overhead")
+                whole_model_mode: str | bool = False
+                if name == "baseline_whole_model":
+                    whole_model_mode = args.compile_mode or ""
+                elif name == "baseline_whole_model_cuda_graphs":
+                    whole_model_mode = "reduce-overhead"
+                elif name == "baseline_cuda_graphs":
+                    compile_layers(model, "reduce-overhead", args.compile_backend)
                 elif args.compile and name != "baseline_eager":
-                    compile_layers(model, args.compile_mode)
-                trainees[name] = Trainee(model, args.device)
+                    compile_layers(model, args.compile_mode, args.compile_backend)
+                trainees[name] = Trainee(model, args.device, whole_model_mode, args.compile_backend)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:

@@ -133,7 +133,7 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     write_conllu(train_annotations[:120], parses)
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--eager_baseline",
-        "--cuda_graphs_baseline",        "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
+        "--cuda_graphs_baseline", "--whole_model_baseline", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
         "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
         "--output", str(output)])
 
@@ -142,7 +142,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     # CUDA graphs run a shape eagerly the first time and record it the second: two passes over the batches
     assert result["settings"]["warmup"] == 2 * result["settings"]["batches"] > 2
     systems = result["systems"]["benchmark"]
-    assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs"}
+    assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
+                            "baseline_whole_model_cuda_graphs"}
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
