@@ -18,8 +18,12 @@ file is rewritten after each size, with the GPU's name, the software versions an
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
 FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
 `--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
-with eager attention as `baseline_eager_attention`; `--whole_model_baseline` adds the baseline compiled as one graph
-(its whole forward with the loss) as `baseline_whole_model`. Each system's matrix-multiplication FLOP/s are counted with the
+with eager attention as `baseline_eager_attention`; `--whole_model_baseline` (with `--compile`) adds the baseline
+compiled as one graph (its whole forward with the loss, and with it the backward; the optimiser step stays
+outside) as
+`baseline_whole_model`, and with `--cuda_graphs_baseline` also under CUDA graphs as
+`baseline_whole_model_cuda_graphs`. Each system's result records what of it ran compiled and how often inductor
+skipped CUDA graphs. Each system's matrix-multiplication FLOP/s are counted with the
 baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
 not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
@@ -130,6 +134,16 @@ def matmul_peak_bf16(size: int = 8192, repeats: int = 10) -> float:
     return 2 * size**3 / sorted(timings)[len(timings) // 2]
 
 
+def compilation(model: nn.Module, forward, backend: str, whole_model_mode: str | bool) -> str:
+    """What of `model` runs compiled, read off the objects: the whole forward (`forward` an OptimizedModule) or how
+    many of its layers (`nn.Module.compile` sets `_compiled_call_impl`), with backend and mode."""
+    if isinstance(forward, torch._dynamo.eval_frame.OptimizedModule):
+        mode = (whole_model_mode or "default") if backend == "inductor" else "none"
+        return f"whole forward with the loss, backend {backend}, mode {mode}"
+    layers = [module for module in model.modules() if getattr(module, "_compiled_call_impl", None) is not None]
+    return f"{len(layers)} layers, backend {backend}" if layers else "eager"
+
+
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
@@ -141,7 +155,9 @@ class Trainee:
             raise_recompile_limits()
             self.forward = torch.compile(model, dynamic=True, backend=backend,
                                          mode=(whole_model_mode or None) if backend == "inductor" else None)
+        self.compiled = compilation(model, self.forward, backend, whole_model_mode)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
+        self.cudagraph_skips = 0
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
         self.useful_flops, self.padded_flops = 0.0, 0.0
         self.round_rates: list[float] = []
@@ -177,7 +193,8 @@ class Trainee:
         self.round_rates.append(target_tokens / seconds)
 
     def summary(self, peak: float | None) -> dict:
-        summary = {"steps": self.steps, "seconds": round(self.seconds, 3),
+        summary = {"compiled": self.compiled, "cudagraph_skips": self.cudagraph_skips,
+                   "steps": self.steps, "seconds": round(self.seconds, 3),
                    "seconds_per_step": round(self.seconds / self.steps, 4),
                    "target_tokens_per_second": round(self.target_tokens / self.seconds),
                    "target_tokens_per_second_per_round": [round(rate) for rate in self.round_rates],
@@ -208,12 +225,16 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
         print(f"{system}: {errors[system][:500]}", flush=True)
         del trainees[system]
 
+    skips = torch._dynamo.utils.counters["inductor"]
     for system, trainee in list(trainees.items()):
-        start = time.perf_counter()
+        start, skipped_before = time.perf_counter(), skips["cudagraph_skips"]
         try:
             for index in range(warmup):
                 trainee.step(batches[index % len(batches)])
             synchronize(trainee.device)
+            # Inductor falls back from CUDA graphs silently (e.g. for a CPU tensor input): counted, so that a CUDA-graph
+            # system that ran without them shows it.
+            trainee.cudagraph_skips = skips["cudagraph_skips"] - skipped_before
         except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
             leave(system, "warm-up", error)
             continue
@@ -273,6 +294,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="parses of the training sources (hf-srcfeat-annotate) instead of running Stanza")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
     args = parser.parse_args(argv)
+    needs_compile = [option for option, given in (("--eager_baseline", args.eager_baseline),
+                                                   ("--cuda_graphs_baseline", args.cuda_graphs_baseline),
+                                                   ("--whole_model_baseline", args.whole_model_baseline),
+                                                   ("--compile_mode", args.compile_mode is not None),
+                                                   ("--compile_backend", args.compile_backend != "inductor")) if given]
+    if needs_compile and not args.compile:
+        parser.error(f"{', '.join(needs_compile)} only apply with --compile")
+    if args.compile_mode is not None and args.compile_backend != "inductor":
+        parser.error(f"--compile_mode is inductor's; --compile_backend {args.compile_backend} takes none")
+    if args.compile_mode == "reduce-overhead" and args.cuda_graphs_baseline:
+        parser.error("--cuda_graphs_baseline adds CUDA-graph systems beside the run's own; with --compile_mode "
+                     "reduce-overhead every compiled system already runs under CUDA graphs")
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise SystemExit("gpu_throughput.py measures a CUDA GPU; this machine has none "
@@ -349,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
             if reference:
                 summary["relative_time_per_target_token"] = round(
                     reference["target_tokens_per_second"] / summary["target_tokens_per_second"], 3)
-            print(f"{size:9s} {system:20s} {summary['target_tokens_per_second']:>9,} target tokens/s "
+            print(f"{size:9s} {system:32s} {summary['target_tokens_per_second']:>9,} target tokens/s "
                   f"{summary['seconds_per_step'] * 1000:7.1f} ms/step "
                   f"{summary['useful_tflops_per_second']:6.1f} useful TFLOP/s "
                   f"({summary.get('useful_fraction_of_peak', 0):.1%} of peak)", flush=True)

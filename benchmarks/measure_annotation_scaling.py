@@ -7,7 +7,7 @@
 Runs `hf-srcfeat-annotate --num_proc K` on the first `--lines` lines for each K in turn, `--rounds` times, every
 time with a new, empty parse cache, one torch thread per process (start-up and model loading included), and
 records sentences/s per run, the median per K and its speed-up over one process. `--device cuda --processes 1`
-measures Stanza on a GPU (the tokenizer and the host's work still on one CPU thread).
+measures Stanza on a GPU (its Python work around the models, the conversion and the cache still on one CPU thread).
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ def main(argv: list[str] | None = None) -> None:
                 annotate(["--input", str(source), "--output", str(Path(folder) / f"out{name}.conllu"),
                           "--num_proc", str(processes), "--annotation_cache", str(Path(folder) / f"cache{name}.sqlite"),
                           "--report_json", str(report), "--device", args.device,
-                          *(["--batch_size", str(args.batch_size)] if args.batch_size else [])])
+                          *(["--batch_size", str(args.batch_size)] if args.batch_size is not None else [])])
                 runs.append({**json.loads(report.read_text()), "round": round_index})
                 print(runs[-1], flush=True)
     medians = {processes: statistics.median(run["sentences_per_second"] for run in runs
                                             if run["num_proc"] == processes) for processes in args.processes}
     result = {"code_version": code_version(), "input": args.input, "lines": args.lines, "torch_threads": 1,
-              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-              "batch_size": args.batch_size, "torch": torch.__version__, "stanza": stanza.__version__,
+              "device": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
+              else "cpu",
+              "batch_size": args.batch_size if args.batch_size is not None else "annotate's default", "torch": torch.__version__, "stanza": stanza.__version__,
               "command": "python -m benchmarks.measure_annotation_scaling " + " ".join(argv if argv is not None
                                                                                      else sys.argv[1:]),
               "runs": runs, "median_sentences_per_second": medians,

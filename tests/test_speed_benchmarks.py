@@ -133,7 +133,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     write_conllu(train_annotations[:120], parses)
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--eager_baseline",
-        "--cuda_graphs_baseline", "--whole_model_baseline", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
+        "--cuda_graphs_baseline", "--whole_model_baseline", "--compile_backend", "eager",
+        "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
         "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
         "--output", str(output)])
 
@@ -144,9 +145,29 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     systems = result["systems"]["benchmark"]
     assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
                             "baseline_whole_model_cuda_graphs"}
+    layers = 2 * gpu_throughput.SIZES["benchmark"]["encoder_layers"]  # as many decoder layers
+    assert systems["baseline"]["compiled"] == systems["baseline_cuda_graphs"]["compiled"] == \
+        f"{layers} layers, backend eager"
+    assert systems["baseline_eager"]["compiled"] == "eager"
+    assert systems["baseline_whole_model"]["compiled"] == systems["baseline_whole_model_cuda_graphs"]["compiled"] == \
+        "whole forward with the loss, backend eager, mode none"
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["--whole_model_baseline"], "--whole_model_baseline only apply with --compile"),
+    (["--compile", "--compile_backend", "eager", "--compile_mode", "max-autotune"], "--compile_mode is inductor's"),
+    (["--compile", "--compile_mode", "reduce-overhead", "--cuda_graphs_baseline"], "already runs under CUDA graphs"),
+])
+def test_the_gpu_benchmark_refuses_options_that_would_not_apply(arguments, named, tmp_path, capsys):
+    from benchmarks import gpu_throughput
+
+    with pytest.raises(SystemExit):
+        gpu_throughput.main(["--device", "cpu", "--output", str(tmp_path / "gpu.json"), *arguments])
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "gpu.json").exists()
 
 
 def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_tokenizer, train_annotations,
