@@ -310,6 +310,23 @@ def test_the_label_smoothed_loss_and_its_gradient_are_pytorchs_cross_entropy(tra
     assert torch.equal(ours.grad, first)
 
 
+def test_in_double_precision_the_loss_and_gradient_match_pytorchs_to_rounding(trained_baseline, pairs_batch):
+    """Tighter than float32 allows: a smoothing share off by one word (e.g. ε / (V - 1)) moves each logit's
+    gradient by about ε / V², here 1e-7."""
+    model, _ = trained_baseline
+    with torch.no_grad():
+        logits = model(**pairs_batch).logits.double()
+    labels = pairs_batch["labels"]
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = label_smoothed_cross_entropy(ours, labels, 0.1)
+    expected = torch.nn.functional.cross_entropy(theirs.reshape(-1, theirs.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=-100, label_smoothing=0.1, reduction="sum")
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-12)
+
+
 def test_the_label_smoothed_loss_passes_a_numerical_gradient_check(trained_baseline, pairs_batch):
     model, _ = trained_baseline
     with torch.no_grad():
