@@ -23,7 +23,8 @@ compiled as one graph (its whole forward with the loss, and with it the backward
 outside) as
 `baseline_whole_model`, and with `--cuda_graphs_baseline` also under CUDA graphs as
 `baseline_whole_model_cuda_graphs`. Each system's result records what of it ran compiled and how often inductor
-skipped CUDA graphs. Each system's matrix-multiplication FLOP/s are counted with the
+skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples of N, so that CUDA graphs meet
+fewer distinct batch shapes (the settings count them). Each system's matrix-multiplication FLOP/s are counted with the
 baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
 not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
@@ -75,13 +76,16 @@ def encoded_pairs(args) -> tuple[object, list[dict], float]:
     return tokenizer, rows, parse_seconds
 
 
-def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int) -> list[dict]:
+def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int,
+                  pad_to_multiple_of: int | None = None) -> list[dict]:
+    """The rows in token-budget batches, collated; lengths padded up to a multiple of `pad_to_multiple_of` where
+    given (fewer distinct batch shapes, each of which CUDA graphs record apart)."""
     from transformers import DataCollatorForSeq2Seq
 
     from hf_srcfeat.data.batching import TokenBudgetBatchSampler
 
     lengths = [(len(row["input_ids"]), len(row["labels"])) for row in rows]
-    collate = DataCollatorForSeq2Seq(tokenizer)
+    collate = DataCollatorForSeq2Seq(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
     return [collate([rows[index] for index in batch])
             for batch in TokenBudgetBatchSampler(lengths, max_tokens, seed=seed)]
 
@@ -268,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
     parser.add_argument("--compile_mode", default=None, choices=["default", "reduce-overhead", "max-autotune"],
                         help="torch.compile's mode for --compile (default: its default)")
+    parser.add_argument("--pad_to_multiple_of", type=int, default=None,
+                        help="pad each batch's source and target lengths up to a multiple of this (fewer distinct "
+                             "batch shapes for CUDA graphs to record)")
     parser.add_argument("--compile_backend", default="inductor", choices=["inductor", "aot_eager", "eager"],
                         help="torch.compile's backend for --compile (default inductor; the others, without kernels "
                              "of their own, check the script quickly, and take no --compile_mode)")
@@ -299,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
                                                    ("--whole_model_baseline", args.whole_model_baseline),
                                                    ("--compile_mode", args.compile_mode is not None),
                                                    ("--compile_backend", args.compile_backend != "inductor")) if given]
+    if args.pad_to_multiple_of is not None and args.pad_to_multiple_of < 1:
+        parser.error(f"--pad_to_multiple_of must be at least 1, got {args.pad_to_multiple_of}")
     if needs_compile and not args.compile:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
@@ -315,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cuda.enable_cudnn_sdp(False)
     peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
-    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1)
+    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1, pad_to_multiple_of=args.pad_to_multiple_of)
     if args.pin_memory and cuda:
         batches = [{name: value.pin_memory() for name, value in batch.items()} for batch in batches]
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
@@ -331,6 +340,9 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m benchmarks.gpu_throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
         "matmul_peak_tflops_bf16": round(peak / 1e12, 1) if peak else None,
         "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "batches": len(batches),
+                     "pad_to_multiple_of": args.pad_to_multiple_of,
+                     "distinct_batch_shapes": len({(tuple(batch["input_ids"].shape), tuple(batch["labels"].shape))
+                                                   for batch in batches}),
                      "warmup": warmup, "steps": args.steps, "rounds": args.rounds,
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",

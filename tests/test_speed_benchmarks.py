@@ -156,6 +156,28 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
         assert 0 < summary["padding_share"] < 0.5
 
 
+def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple(feature_tokenizer,
+                                                                                  train_annotations, train_pairs):
+    from benchmarks import gpu_throughput
+
+    encodings = feature_tokenizer(annotations=train_annotations[:200], text_target=list(train_pairs["target"][:200]),
+                                  truncation=True, max_length=128)
+    rows = [{name: encodings[name][index] for name in encodings} for index in range(200)]
+    plain = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1)
+    padded = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1, pad_to_multiple_of=8)
+    assert len(plain) == len(padded) > 3
+    assert any(batch["input_ids"].shape[1] % 8 for batch in plain)  # the padding below is not the data's own
+    for before, after in zip(plain, padded, strict=True):
+        assert after.keys() == before.keys()
+        for name, values in after.items():  # [batch, length], or [batch, length, length] for the distances
+            assert values.shape[0] == before[name].shape[0]
+            assert all(length % 8 == 0 and length - old < 8
+                       for length, old in zip(values.shape[1:], before[name].shape[1:], strict=True)), name
+            assert torch.equal(values[tuple(slice(0, length) for length in before[name].shape)], before[name]), name
+        assert (after["attention_mask"][:, before["attention_mask"].shape[1]:] == 0).all()
+        assert (after["labels"][:, before["labels"].shape[1]:] == -100).all()
+
+
 @pytest.mark.parametrize("arguments, named", [
     (["--whole_model_baseline"], "--whole_model_baseline only apply with --compile"),
     (["--compile", "--compile_backend", "eager", "--compile_mode", "max-autotune"], "--compile_mode is inductor's"),
