@@ -20,8 +20,7 @@ FlexAttention kernels inside it), compiled during the warm-up, which then steps 
 `--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
 with eager attention as `baseline_eager_attention`; `--whole_model_baseline` (with `--compile`) adds the baseline
 compiled as one graph (its whole forward with the loss, and with it the backward; the optimiser step stays
-outside) as
-`baseline_whole_model`, and with `--cuda_graphs_baseline` also under CUDA graphs as
+outside) as `baseline_whole_model`, and with `--cuda_graphs_baseline` also under CUDA graphs as
 `baseline_whole_model_cuda_graphs`. Each system's result records what of it ran compiled and how often inductor
 skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples of N, so that CUDA graphs meet
 fewer distinct batch shapes (the settings count them). Each system's matrix-multiplication FLOP/s are counted with the
@@ -115,7 +114,7 @@ def compile_layers(model: nn.Module, mode: str | None = None, backend: str = "in
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
-        layer.compile(dynamic=True, mode=mode if backend == "inductor" else None, backend=backend)
+        layer.compile(dynamic=True, mode=inductor_mode(mode, backend), backend=backend)
     return len(layers)
 
 
@@ -138,12 +137,17 @@ def matmul_peak_bf16(size: int = 8192, repeats: int = 10) -> float:
     return 2 * size**3 / sorted(timings)[len(timings) // 2]
 
 
-def compilation(model: nn.Module, forward, backend: str, whole_model_mode: str | bool) -> str:
+def inductor_mode(mode: str | None, backend: str) -> str | None:
+    """`mode` where the backend takes one (inductor's), else None."""
+    return mode if backend == "inductor" else None
+
+
+def compilation(model: nn.Module, forward, backend: str, mode: str | None) -> str:
     """What of `model` runs compiled, read off the objects: the whole forward (`forward` an OptimizedModule) or how
     many of its layers (`nn.Module.compile` sets `_compiled_call_impl`), with backend and mode."""
     if isinstance(forward, torch._dynamo.eval_frame.OptimizedModule):
-        mode = (whole_model_mode or "default") if backend == "inductor" else "none"
-        return f"whole forward with the loss, backend {backend}, mode {mode}"
+        mode_name = (mode or "default") if backend == "inductor" else "none"
+        return f"whole forward with the loss, backend {backend}, mode {mode_name}"
     layers = [module for module in model.modules() if getattr(module, "_compiled_call_impl", None) is not None]
     return f"{len(layers)} layers, backend {backend}" if layers else "eager"
 
@@ -151,15 +155,16 @@ def compilation(model: nn.Module, forward, backend: str, whole_model_mode: str |
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
-    def __init__(self, model, device: str, whole_model_mode: str | bool = False, backend: str = "inductor"):
+    def __init__(self, model, device: str, whole_model: bool = False, mode: str | None = None,
+                 backend: str = "inductor"):
+        """`whole_model`: the whole forward (embeddings, masks, every layer, the loss) as one graph compiled in
+        `mode` by `backend`; else the model as built (its layers compiled or not)."""
         self.model, self.device = model.to(device).train(), device
-        # The whole forward (embeddings, masks, every layer, the loss) as one compiled graph, or the model as built.
         self.forward = model
-        if whole_model_mode is not False:
+        if whole_model:
             raise_recompile_limits()
-            self.forward = torch.compile(model, dynamic=True, backend=backend,
-                                         mode=(whole_model_mode or None) if backend == "inductor" else None)
-        self.compiled = compilation(model, self.forward, backend, whole_model_mode)
+            self.forward = torch.compile(model, dynamic=True, backend=backend, mode=inductor_mode(mode, backend))
+        self.compiled = compilation(model, self.forward, backend, mode)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
         self.cudagraph_skips = 0
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
@@ -350,8 +355,6 @@ def main(argv: list[str] | None = None) -> None:
                      "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
                                  f"mode={args.compile_mode!r}, backend={args.compile_backend!r})"
                                  if args.compile else False,
-                     "whole_model_baseline": "torch.compile(model, dynamic=True): the forward with the loss as "
-                                             "one graph" if args.compile and args.whole_model_baseline else False,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",
@@ -374,16 +377,11 @@ def main(argv: list[str] | None = None) -> None:
                 model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
                 if name == "baseline_eager_attention":
                     model.set_attn_implementation("eager")
-                whole_model_mode: str | bool = False
-                if name == "baseline_whole_model":
-                    whole_model_mode = args.compile_mode or ""
-                elif name == "baseline_whole_model_cuda_graphs":
-                    whole_model_mode = "reduce-overhead"
-                elif name == "baseline_cuda_graphs":
-                    compile_layers(model, "reduce-overhead", args.compile_backend)
-                elif args.compile and name != "baseline_eager":
-                    compile_layers(model, args.compile_mode, args.compile_backend)
-                trainees[name] = Trainee(model, args.device, whole_model_mode, args.compile_backend)
+                whole_model = name.startswith("baseline_whole_model")
+                mode = "reduce-overhead" if name.endswith("cuda_graphs") else args.compile_mode
+                if args.compile and not whole_model and name != "baseline_eager":
+                    compile_layers(model, mode, args.compile_backend)
+                trainees[name] = Trainee(model, args.device, whole_model, mode, args.compile_backend)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     result = {"code_version": code_version(), "input": args.input, "lines": args.lines, "torch_threads": 1,
               "device": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
               else "cpu",
-              "batch_size": args.batch_size if args.batch_size is not None else "annotate's default", "torch": torch.__version__, "stanza": stanza.__version__,
+              "batch_size": args.batch_size if args.batch_size is not None else "annotate's default",
+              "torch": torch.__version__, "stanza": stanza.__version__,
               "command": "python -m benchmarks.measure_annotation_scaling " + " ".join(argv if argv is not None
                                                                                      else sys.argv[1:]),
               "runs": runs, "median_sentences_per_second": medians,

@@ -288,43 +288,33 @@ def test_cross_attention_projects_the_memorys_keys_and_values_in_one_product(tra
     assert torch.allclose(outputs, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_the_label_smoothed_loss_and_its_gradient_are_pytorchs_cross_entropy(trained_baseline, pairs_batch,
-                                                                           smoothing):
+                                                                           smoothing, dtype):
+    """In float64 to rounding: tighter than float32 allows, where a smoothing share off by one word (e.g.
+    ε / (V - 1)) moves each logit's gradient by about ε / V², here 1e-7."""
     model, _ = trained_baseline
     with torch.no_grad():
-        logits = model(**pairs_batch).logits  # real logits over a real vocabulary, with ignored positions
+        logits = model(**pairs_batch).logits.to(dtype)  # real logits over a real vocabulary, with ignored positions
     labels = pairs_batch["labels"]
     assert (labels == -100).any()
     ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
     loss = label_smoothed_cross_entropy(ours, labels, smoothing)
     expected = torch.nn.functional.cross_entropy(theirs.reshape(-1, theirs.shape[-1]), labels.reshape(-1),
                                                  ignore_index=-100, label_smoothing=smoothing, reduction="sum")
-    assert torch.allclose(loss, expected, rtol=1e-5)
     (3 * loss).backward(retain_graph=True)
     (3 * expected).backward()
-    assert torch.allclose(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)  # float32 rounding of gradients up to 3
+    if dtype == torch.float32:
+        assert torch.allclose(loss, expected, rtol=1e-5)
+        assert torch.allclose(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)  # float32 rounding of gradients up to 3
+    else:
+        torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-9)
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-12)
     first = ours.grad.clone()
     ours.grad = None
     (3 * loss).backward()  # a second backward through the retained graph gives the same gradient
     assert torch.equal(ours.grad, first)
-
-
-def test_in_double_precision_the_loss_and_gradient_match_pytorchs_to_rounding(trained_baseline, pairs_batch):
-    """Tighter than float32 allows: a smoothing share off by one word (e.g. ε / (V - 1)) moves each logit's
-    gradient by about ε / V², here 1e-7."""
-    model, _ = trained_baseline
-    with torch.no_grad():
-        logits = model(**pairs_batch).logits.double()
-    labels = pairs_batch["labels"]
-    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    loss = label_smoothed_cross_entropy(ours, labels, 0.1)
-    expected = torch.nn.functional.cross_entropy(theirs.reshape(-1, theirs.shape[-1]), labels.reshape(-1),
-                                                 ignore_index=-100, label_smoothing=0.1, reduction="sum")
-    loss.backward()
-    expected.backward()
-    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-9)
-    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-12)
 
 
 def test_the_label_smoothed_loss_passes_a_numerical_gradient_check(trained_baseline, pairs_batch):
