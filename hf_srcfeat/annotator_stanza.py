@@ -52,7 +52,7 @@ class StanzaAnnotator(Annotator):
         language: Stanza language code.
         model_dir: Stanza resources folder; default `$HF_SRCFEAT_STANZA_DIR`, else Stanza's default folder
             with its normal download. A folder given here or by the variable is used as is, never downloaded.
-        device: where Stanza runs ("cpu" or "cuda").
+        device: where Stanza runs ("cpu", "cuda" or "cuda:N").
         max_characters: longest text parsed (default 10,000): Stanza's time and memory grow quickly with a text's
             length (1,000 words took 17 s and 2.3 GB; 5,000 words, 91 s and over 11 GB before failing).
         pretokenized, cache_path, use_cache, batch_size: as `Annotator`.
@@ -121,7 +121,7 @@ class StanzaAnnotator(Annotator):
     def load(self):
         stanza = import_stanza()
         options = dict(lang=self.language, processors=self.processors, tokenize_no_ssplit=True,
-                       tokenize_pretokenized=self.pretokenized, use_gpu=self.device != "cpu",
+                       tokenize_pretokenized=self.pretokenized, use_gpu=self.device != "cpu", device=self.device,
                        logging_level="WARN", dir=str(self.models_folder))  # the folder `identity` hashes
         if self.model_dir is not None:
             options.update(download_method=None)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from .helpers import REPO
 
@@ -85,6 +86,21 @@ def test_annotate_refuses_a_carriage_return_inside_a_line_naming_it(tmp_path, ca
     source.write_bytes(b"A dog runs.\nA cat\rsleeps.\n")
     with pytest.raises(SystemExit, match=r"input.en line 2 holds a carriage return"):
         annotate.main(["--input", str(source), "--output", str(tmp_path / "out.conllu")])
+    assert not (tmp_path / "out.conllu").exists()
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    ("tpu", "--device must be cpu, cuda, cuda:N or auto, got 'tpu'"),
+    pytest.param("cuda", "--device cuda: this machine has no CUDA device", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="this machine has a CUDA device")),
+])
+def test_annotate_names_a_device_it_cannot_parse_on_instead_of_parsing_elsewhere(device, message, tmp_path):
+    from hf_srcfeat.commands import annotate
+
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n")
+    with pytest.raises(SystemExit, match=message):
+        annotate.main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--device", device])
     assert not (tmp_path / "out.conllu").exists()
 
 

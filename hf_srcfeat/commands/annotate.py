@@ -29,7 +29,7 @@ from pathlib import Path
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
-from hf_srcfeat.commands import check_counts
+from hf_srcfeat.commands import check_counts, resolve_device
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.corpora import _lines, _one_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spacy_model", default=None, help="spaCy pipeline package or folder, e.g. fr_core_news_sm")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda: where Stanza runs")
+    parser.add_argument("--device", default="cpu",
+                        help="where Stanza runs: cpu (default), cuda, cuda:N or auto (cuda when there is one)")
     parser.add_argument("--annotation_cache", default=None,
                         help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
     parser.add_argument("--batch_size", type=int, default=256, help="sentences handed to Stanza at once")
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= shard < shards:
         parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
     check_counts(parser, args, ("batch_size", "num_proc", "max_characters"))
+    args.device = resolve_device(args.device)
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
                                 {"input": args.input, "--annotation_cache": args.annotation_cache})
     if problem:

@@ -19,13 +19,12 @@ import sys
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.commands import check_counts, check_model_source
+from hf_srcfeat.commands import check_counts, check_model_source, resolve_device
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
     read_conllu_sentences,
     read_raw_lines,
-    resolve_device,
 )
 from hf_srcfeat.safe_writing import write_text_atomically
 

@@ -39,7 +39,7 @@ from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
 from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.annotators import annotator_from_settings
-from hf_srcfeat.commands import check_counts, check_model_source
+from hf_srcfeat.commands import check_counts, check_model_source, resolve_device
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
 from hf_srcfeat.process_memory import keep_freed_memory
@@ -297,20 +297,6 @@ def format_output(index: int, translations: list[dict], num_return_sequences: in
     if not translations:
         translations = [{"translation_text": "", "score": -math.inf}] * num_return_sequences
     return "".join(f"{index} ||| {one['translation_text']} ||| {one['score']:.6f}\n" for one in translations)
-
-
-def resolve_device(name: str) -> str:
-    """`--device`: cpu, cuda, cuda:N or auto (cuda when there is one)."""
-    import torch
-
-    if not (name in ("cpu", "cuda", "auto") or (name.startswith("cuda:") and name[5:].isdigit())):
-        raise SystemExit(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}.")
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {name}: this machine has no CUDA device (torch {torch.__version__}); use "
-                         "--device cpu or auto.")
-    return name
 
 
 def command_annotator(tokenizer, args: argparse.Namespace, device: str):
