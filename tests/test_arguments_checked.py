@@ -104,6 +104,16 @@ def test_annotate_names_a_device_it_cannot_parse_on_instead_of_parsing_elsewhere
     assert not (tmp_path / "out.conllu").exists()
 
 
+def test_the_training_command_names_an_annotation_device_it_cannot_parse_on(tmp_path):
+    from hf_srcfeat.commands import train
+
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("A dog runs.\tEin Hund rennt.\nTwo men talk.\tZwei Männer reden.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="--annotation_device must be cpu, cuda, cuda:N or auto, got 'tpu'"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--train_file", str(corpus),
+                    "--max_steps", "1", "--annotation_device", "tpu"])
+
+
 def test_a_truncated_gzip_corpus_is_named(tmp_path):
     import gzip
 

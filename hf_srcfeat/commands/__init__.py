@@ -43,10 +43,10 @@ def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace, name
             parser.error(f"--{name} must be at least 1, got {value}.")
 
 
-def resolve_device(name: str) -> str:
-    """`--device`: cpu, cuda, cuda:N or auto (cuda when there is one)."""
+def resolve_device(name: str, option: str = "--device") -> str:
+    """A device option (`option`): cpu, cuda, cuda:N or auto (cuda when there is one)."""
     if not (name in ("cpu", "cuda", "auto") or (name.startswith("cuda:") and name[5:].isdigit())):
-        raise SystemExit(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}.")
+        raise SystemExit(f"{option} must be cpu, cuda, cuda:N or auto, got {name!r}.")
     if name == "cpu":
         return name
     import torch
@@ -54,6 +54,6 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {name}: this machine has no CUDA device (torch {torch.__version__}); use "
-                         "--device cpu or auto.")
+        raise SystemExit(f"{option} {name}: this machine has no CUDA device (torch {torch.__version__}); use "
+                         f"{option} cpu or auto.")
     return name

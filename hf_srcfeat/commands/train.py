@@ -44,7 +44,7 @@ import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
-from hf_srcfeat.commands import run_as_script
+from hf_srcfeat.commands import resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
@@ -445,7 +445,8 @@ def make_annotator(data_args: DataArguments):
     """The annotator of raw sources that `--annotator` names."""
     model = data_args.spacy_model if data_args.annotator == "spacy" else data_args.stanza_dir
     return make_named_annotator(data_args.annotator, language=data_args.source_lang, model=model,
-                                device=data_args.annotation_device, cache_path=data_args.annotation_cache)
+                                device=resolve_device(data_args.annotation_device, "--annotation_device"),
+                                cache_path=data_args.annotation_cache)
 
 
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,

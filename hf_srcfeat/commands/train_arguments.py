@@ -121,7 +121,7 @@ class DataArguments:
         "help": "Processes tokenizing the corpus (datasets.map num_proc), as in run_translation.py."})
     annotation_num_proc: int = field(default=1, metadata={
         "help": "Worker processes parsing the sources not yet in the annotation cache (one torch thread each)."})
-    annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu or cuda."})
+    annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu, cuda, cuda:N or auto."})
     annotation_cache: str | None = field(default=None, metadata={
         "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
     max_train_minutes: float | None = field(default=None, metadata={
