@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
                         "default when not given)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
+    for name, value in (("lines", args.lines), ("rounds", args.rounds), ("processes", min(args.processes))):
+        if value < 1:
+            parser.error(f"--{name} must be at least 1, got {value}")
     torch.set_num_threads(1)
     runs = []
     with tempfile.TemporaryDirectory() as folder:

@@ -192,6 +192,17 @@ def test_the_gpu_benchmark_refuses_options_that_would_not_apply(arguments, named
     assert not (tmp_path / "gpu.json").exists()
 
 
+@pytest.mark.parametrize("option", ["--lines", "--rounds", "--processes"])
+def test_the_parsing_scaling_benchmark_refuses_a_count_below_one(option, multi30k_dir, tmp_path, capsys):
+    from benchmarks import measure_annotation_scaling
+
+    with pytest.raises(SystemExit):
+        measure_annotation_scaling.main(["--input", str(multi30k_dir / "val.en.gz"), option, "0",
+                                         "--output", str(tmp_path / "scaling.json")])
+    assert f"{option} must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "scaling.json").exists()
+
+
 def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_tokenizer, train_annotations,
                                                                       multi30k_dir, tmp_path):
     from benchmarks import batching_efficiency
