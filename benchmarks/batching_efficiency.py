@@ -32,10 +32,10 @@ Every arm updates the weights with the Trainer's optimizer, fused AdamW. `--mode
 Transformer base's shape instead (d_model 512, 6+6 layers, 8 heads, feed-forward 2,048) on the same vocabulary.
 
 Reported per arm: the share of padded positions, target tokens/s, the share of the time spent in the kernel
-(`system_time_share`: page faults of memory the C library mapped anew; glibc's `MALLOC_*` variables, recorded,
-change it), and the matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the
-machine computes) and over the real tokens only (what is useful), each as a fraction of the machine's float32 matmul
-peak on the same threads: the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both
+(`system_time_share`: page faults of memory the C library mapped anew; the run keeps freed memory for reuse, as the
+training commands do, `hf_srcfeat.process_memory`, and records glibc's `MALLOC_*` variables), and the
+matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the machine computes) and over
+the real tokens only (what is useful), each as a fraction of the machine's float32 matmul peak on the same threads: the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both
 recorded). `--operation_breakdown` also records the time of each tensor operation of the shipped step on token
 batches, per step (`benchmarks/op_timing.py`), after the timed rounds.
 """
@@ -56,6 +56,7 @@ from benchmarks import benchmark
 from benchmarks.opaque_kernels import use_opaque_kernels
 from hf_srcfeat import dropout, linear
 from hf_srcfeat.commands import train
+from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="also token batches with the model's forward under torch.compile (inductor)")
     args = parser.parse_args(argv)
     train.code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
+    keeps_freed_memory = keep_freed_memory()  # as the training commands do
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
               "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
               "processor": processor_name(),
               "malloc_environment": {name: value for name, value in os.environ.items() if name.startswith("MALLOC_")},
+              "keeps_freed_memory": keeps_freed_memory,
               "matmul_peak_gflops": round(peak / 1e9, 1),
               **{f"matmul_peak_gflops_{kernel}": round(value / 1e9, 1) for kernel, value in peak_by_kernel.items()},
               "matmul_peak_gflops_per_round": [{kernel: round(value / 1e9, 1) for kernel, value in round_peaks.items()}

@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import flex_attention
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .linear import Linear, prepared_stacked_products
+from .linear import Linear, stacked_products
 
 SCORE_MODES = ("mult", "add")
 
@@ -196,11 +196,9 @@ class SrcFeatAttention(nn.Module):
 
     def keys_and_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values [batch, heads, positions, head_dim] of `memory` [batch, positions, d_model]: one
-        product over the two weights stacked where inference reads prepared weights."""
-        projections = prepared_stacked_products((self.k_proj, self.v_proj), memory)
-        if projections is None:
-            return self._project(self.k_proj, memory), self._project(self.v_proj, memory)
-        return self._heads(projections[0]), self._heads(projections[1])
+        product over the two weights stacked where that applies (`stacked_products`)."""
+        key, value = stacked_products((self.k_proj, self.v_proj), memory)
+        return self._heads(key), self._heads(value)
 
     def forward(
         self,
@@ -212,9 +210,9 @@ class SrcFeatAttention(nn.Module):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         memory = key_value_states if key_value_states is not None else hidden_states
-        # Projections of one input as one product where inference reads prepared weights: self-attention's three
-        # here, cross-attention's keys and values of the memory below.
-        stacked = (prepared_stacked_products((self.q_proj, self.k_proj, self.v_proj), hidden_states)
+        # Projections of one input as one product where that applies (`stacked_products`): self-attention's three
+        # here, cross-attention's keys and values of the memory below, unless they are cached.
+        stacked = (stacked_products((self.q_proj, self.k_proj, self.v_proj), hidden_states)
                    if key_value_states is None else None)
         query = self._heads(stacked[0]) if stacked is not None else self._project(self.q_proj, hidden_states)
 
@@ -233,10 +231,8 @@ class SrcFeatAttention(nn.Module):
         else:
             if stacked is not None:
                 key, value = self._heads(stacked[1]), self._heads(stacked[2])
-            elif key_value_states is not None:
-                key, value = self.keys_and_values(memory)
             else:
-                key, value = self._project(self.k_proj, memory), self._project(self.v_proj, memory)
+                key, value = self.keys_and_values(memory)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:

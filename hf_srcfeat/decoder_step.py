@@ -22,23 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional
-from torch.nn.modules import module as module_hooks
 
-from .linear import Linear, inference_product, inference_stacked_products
+from .linear import Linear, inference_product, inference_stacked_products, runs_more_than_forward
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
-
-
-def runs_more_than_forward(module: nn.Module) -> bool:
-    """Whether calling `module` does more than its class's `forward`: its own hooks or global ones, a `forward`
-    replaced on the instance (Accelerate's device placement does so), an in-place `compile()`. What restates the
-    module's computation (a decoder step, a fused loss) would skip it."""
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or hasattr(module, "_hf_hook") or "forward" in vars(module)
-                or getattr(module, "_compiled_call_impl", None) is not None
-                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
-                or module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks)
 
 
 def _is_product(layer: nn.Module) -> bool:
@@ -237,4 +225,4 @@ class DecoderStep:
         return logits.float()
 
 
-__all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function", "runs_more_than_forward"]
+__all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function"]

@@ -36,13 +36,35 @@ def _row_losses(log_probabilities: torch.Tensor, targets: torch.Tensor, smoothin
     return (1 - smoothing) * negative_log_likelihood + smoothing * smoothing_term
 
 
+def _row_losses_from_softmax(logits: torch.Tensor, probabilities: torch.Tensor, targets: torch.Tensor,
+                             mean_logits: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """`_row_losses` from the softmax of `logits` (which the gradient needs anyway) instead of a second pass for
+    their log-softmax: `log p_target` and the log-normaliser `lse = logit_target - log p_target` give the
+    likelihood term, and `lse - mean(logits)` the smoothing term, with `mean_logits` (each row's mean logit) passed in
+    because the caller computes it without reading the logits. Where the target's probability falls below float's
+    normal range (a target far below the row's maximum), `lse` is computed from the logits instead."""
+    target_logits = logits.gather(1, targets[:, None]).squeeze(1)
+    target_probabilities = probabilities.gather(1, targets[:, None]).squeeze(1)
+    log_normalizers = target_logits - target_probabilities.log()
+    imprecise = target_probabilities < torch.finfo(probabilities.dtype).tiny
+    if imprecise.any():
+        log_normalizers[imprecise] = torch.logsumexp(logits[imprecise], dim=-1)
+    return ((1 - smoothing) * (log_normalizers - target_logits)
+            + smoothing * (log_normalizers - mean_logits))
+
+
 def _row_gradients(scores: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
     """The gradient of `_row_losses` for the logits, `softmax(scores) - smoothed target`; `scores` are the logits or
     their log-probabilities (the same softmax)."""
     # softmax, not the exp of log-probabilities: `torch.exp` on the CPU slows down manyfold where its results fall
     # below float32's normal range (subnormal numbers), as a confident model's probabilities over a large vocabulary
     # do; softmax's vectorised kernel does not.
-    grad = torch.softmax(scores, dim=-1).sub_(smoothing / scores.shape[-1])
+    return _softmax_to_row_gradients(torch.softmax(scores, dim=-1), targets, smoothing)
+
+
+def _softmax_to_row_gradients(probabilities: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """`probabilities - smoothed target`, written over `probabilities`."""
+    grad = probabilities.sub_(smoothing / probabilities.shape[-1])
     grad.scatter_add_(1, targets[:, None], grad.new_full((len(targets), 1), -(1 - smoothing)))
     return grad
 
@@ -84,14 +106,20 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         grad_weight: torch.Tensor | None = None
         grad_bias: torch.Tensor | None = None
         total = hidden.new_zeros(())
+        # Each row's mean logit is its state times the weight's mean row (plus the bias's mean): no pass over the
+        # logits for the smoothing term.
+        mean_weight = weight.detach().mean(0)
+        mean_bias = bias.detach().mean() if bias is not None else 0.0
         rows = max(MIN_CHUNK_ROWS, CHUNK_LOGITS // weight.shape[0])
         for start in range(0, len(inputs), rows):
             chunk, chunk_targets = inputs[start:start + rows], targets[start:start + rows]
             logits = onednn_product(chunk, weight, bias)
-            total += _row_losses(torch.log_softmax(logits, dim=-1), chunk_targets, smoothing).sum()
+            probabilities = torch.softmax(logits, dim=-1)
+            total += _row_losses_from_softmax(logits, probabilities, chunk_targets, chunk @ mean_weight + mean_bias,
+                                              smoothing).sum()
             if not (needs_grad_inputs or needs_grad_weight or needs_grad_bias):
                 continue
-            grad = _row_gradients(logits, chunk_targets, smoothing)
+            grad = _softmax_to_row_gradients(probabilities, chunk_targets, smoothing)
             grad_chunk, grad_weight_chunk, _ = linear_gradients(grad, chunk, weight, False,
                                                                 (needs_grad_inputs, needs_grad_weight, False))
             if grad_inputs is not None and grad_chunk is not None:

@@ -41,13 +41,13 @@ from transformers.modeling_outputs import (
 from .attention import ScoreModification, SrcFeatAttention
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
-from .decoder_step import DecoderStep, LayerStep, runs_more_than_forward
+from .decoder_step import DecoderStep, LayerStep
 from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
 from .label_smoothed_cross_entropy import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
-from .linear import Linear, onednn_applies
+from .linear import Linear, onednn_applies, runs_more_than_forward
 from .source_features import (
     SOURCE_FEATURE_NAMES,
     MissingFeatureDefaults,

@@ -227,3 +227,20 @@ def test_the_modules_step_runs_where_the_decoder_step_would_skip_what_they_do(ti
     renormed = model()
     renormed.get_decoder().embed_tokens.max_norm = 1.0  # the lookup rescales rows in place
     assert renormed.decoder_step_as_tensor_operations() is None
+
+
+def test_hooks_on_attention_projections_run_when_translating_with_prepared_weights(tiny_config, subword_tokenizer,
+                                                                                    sources):
+    # Within prepared weights an attention multiplies its projections' weights stacked, which would skip a hook on
+    # one of them: such layers are called one by one instead.
+    torch.manual_seed(0)
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config()).eval()
+    hooked = {"encoder keys": model.get_encoder().layers[0].self_attn.k_proj,
+              "cross-attention values": model.get_decoder().layers[1].encoder_attn.v_proj}
+    seen = []
+    for name, layer in hooked.items():
+        layer.register_forward_hook(lambda module, inputs, output, name=name: seen.append(name))
+    batch = subword_tokenizer(sources[:2], padding=True, return_tensors="pt")
+    with prepared_inference_weights(model):
+        model.generate(**batch, max_new_tokens=3)
+    assert set(seen) == set(hooked)

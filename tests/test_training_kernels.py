@@ -166,6 +166,19 @@ def test_without_prepared_weights_inference_takes_the_training_kernels(monkeypat
         assert linear._PREPARED_WEIGHTS[layer].packed is None
 
 
+@pytest.mark.parametrize("shape", [(64, 32), (64, 64), (32, 64)])  # (in, out): narrower, square, wider outputs
+def test_a_linear_layers_weight_gradient_comes_in_the_weights_own_layout(shape):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    torch.manual_seed(0)
+    layer, inputs = linear.Linear(*shape), torch.randn(40, shape[0])
+    (grad_weight,) = torch.autograd.grad(layer(inputs).square().sum(), layer.weight)
+    (expected,) = torch.autograd.grad(torch.nn.functional.linear(inputs, layer.weight, layer.bias).square().sum(),
+                                      layer.weight)
+    assert grad_weight.stride() == layer.weight.stride()  # stored as it comes: no copy left to autograd
+    assert torch.allclose(grad_weight, expected, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("rows", [5, 40])
 def test_a_frozen_weight_still_trains_its_bias(rows):
     torch.manual_seed(0)
@@ -244,6 +257,9 @@ def test_stacked_products_are_left_to_each_layer_outside_prepared_inference():
         with torch.no_grad():
             wrapped = [*layers[:2], torch.nn.utils.parametrizations.weight_norm(layers[2])]
             assert linear.prepared_stacked_products(wrapped, rows) is None  # a layer that is not a plain Linear
+            handle = layers[0].register_forward_pre_hook(lambda module, args: None)
+            assert linear.prepared_stacked_products(layers, rows) is None  # a hook the stack would skip
+            handle.remove()
 
 
 @pytest.fixture
@@ -413,6 +429,20 @@ def test_the_loss_without_logits_computes_only_the_gradients_that_are_needed(tra
     assert ours[frozen].grad is None
     assert torch.allclose(ours[trained].grad, theirs[trained].grad, rtol=1e-4,
                           atol=1e-5 * theirs[trained].grad.abs().max())
+
+
+def test_the_loss_without_logits_is_exact_where_the_targets_probability_underflows():
+    # The logits are the states (an identity projection): rows whose target lies 0, 90 (a subnormal probability
+    # in float32) and 210 (zero in float32) below the row's maximum.
+    logits = torch.tensor([[0.0, 1.0, -1.0, 0.5, 0.0], [90.0, 0.0, 0.0, 0.0, 0.0], [200.0, 0.0, 0.0, 0.0, -10.0]])
+    labels = torch.tensor([1, 1, 4])
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = projected_label_smoothed_cross_entropy(ours, torch.eye(5), None, labels, 0.1)
+    expected = torch.nn.functional.cross_entropy(theirs, labels, label_smoothing=0.1, reduction="sum")
+    assert torch.isfinite(loss) and torch.allclose(loss, expected, rtol=1e-6)
+    loss.backward()
+    expected.backward()
+    assert torch.allclose(ours.grad, theirs.grad, atol=1e-6)
 
 
 def test_the_loss_without_logits_of_a_batch_of_ignored_labels_is_zero_with_zero_gradients():
