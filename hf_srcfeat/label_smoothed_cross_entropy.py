@@ -45,12 +45,14 @@ def _row_losses_from_softmax(logits: torch.Tensor, probabilities: torch.Tensor, 
     normal range (a target far below the row's maximum), `lse` is computed from the logits instead."""
     target_logits = logits.gather(1, targets[:, None]).squeeze(1)
     target_probabilities = probabilities.gather(1, targets[:, None]).squeeze(1)
-    log_normalizers = target_logits - target_probabilities.log()
+    target_log_probabilities = target_probabilities.log()
+    log_normalizers = target_logits - target_log_probabilities
     imprecise = target_probabilities < torch.finfo(probabilities.dtype).tiny
     if imprecise.any():
         log_normalizers[imprecise] = torch.logsumexp(logits[imprecise], dim=-1)
-    return ((1 - smoothing) * (log_normalizers - target_logits)
-            + smoothing * (log_normalizers - mean_logits))
+        target_log_probabilities = torch.where(imprecise, target_logits - log_normalizers, target_log_probabilities)
+    # The likelihood term from the log-probability itself: `lse - logit` would lose its digits to large logits.
+    return -(1 - smoothing) * target_log_probabilities + smoothing * (log_normalizers - mean_logits)
 
 
 def _row_gradients(scores: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
