@@ -21,6 +21,8 @@ machine load hit every arm alike:
   over them (what a caller that reads the logits gets);
 - `cost_ordered_token_batches_onednn`: the same on token batches of pairs sorted by their longer side alone, whose
   shorter sides pad more;
+- with `--undone CHANGE ...`, `token_batches_onednn_without_CHANGE`: the shipped step with one of its changes undone
+  (`benchmarks/undone_changes.py`: `log_softmax_loss`), on the same batches;
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
   (inductor, dynamic shapes), where the layers take PyTorch's own path (products by inductor, `nn.Dropout`'s
   masks), and `token_batches_compiled_onednn`: the same with the zoo's products and dropout masks as operators the
@@ -54,6 +56,7 @@ import torch
 
 from benchmarks import benchmark
 from benchmarks.opaque_kernels import use_opaque_kernels
+from benchmarks.undone_changes import UNDONE_CHANGES, undone
 from hf_srcfeat import dropout, linear
 from hf_srcfeat.commands import train
 from hf_srcfeat.process_memory import keep_freed_memory
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--operation_breakdown", action="store_true",
                         help="also time each tensor operation of the shipped step on token batches, per step "
                              "(benchmarks/op_timing.py)")
+    parser.add_argument("--undone", nargs="+", choices=UNDONE_CHANGES, default=[],
+                        help="also the shipped step with each of these changes undone (benchmarks/undone_changes.py)")
     parser.add_argument("--compiled", action="store_true",
                         help="also token batches with the model's forward under torch.compile (inductor)")
     args = parser.parse_args(argv)
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
     def training_arm(pytorch_kernels: bool = False, compiled: bool = False, opaque_kernels: bool = False,
-                     logits_kept: bool = False):
+                     logits_kept: bool = False, undone_change: str | None = None):
         """A training step on its own copy of the same initial model (so that each arm's weights are its own) with
         PyTorch's matrix kernels and loss or the shipped ones; compiled: the forward under `torch.compile`, with
         the zoo's kernels as opaque operators (`opaque_kernels`) or PyTorch's path. The shipped step asks for the
@@ -201,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
         def step(batch: dict) -> None:
             linear.ONEDNN_MIN_ROWS = sys.maxsize if pytorch_kernels else default_min_rows
             dropout.LANE_MASKS = not pytorch_kernels
-            forward(**batch, skip_logits=not (pytorch_kernels or logits_kept)).loss.backward()
+            with undone(undone_change):
+                forward(**batch, skip_logits=not (pytorch_kernels or logits_kept)).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return step, model.config
@@ -214,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
              "token_batches_onednn_logits_kept": training_arm(logits_kept=True)[0],
              "cost_ordered_token_batches_onednn": training_arm()[0]}
     steps["token_batches_onednn"], config = training_arm()
+    for change in args.undone:
+        kinds[f"token_batches_onednn_without_{change}"] = token_batches
+        steps[f"token_batches_onednn_without_{change}"] = training_arm(undone_change=change)[0]
     if args.compiled:
         # The shipped step, compiled: inductor fuses the element-wise work around the matmuls (norms, softmax,
         # dropout).

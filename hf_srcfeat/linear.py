@@ -95,12 +95,7 @@ class OneDNNLinearFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
         inputs, weight = ctx.saved_tensors
-        grad_inputs, grad_weight, grad_bias = linear_gradients(grad_output, inputs, weight, ctx.has_bias,
-                                                               ctx.needs_input_grad)
-        # In the weight's layout, as its `.grad` is kept: copied here, right after the product, rather than by
-        # autograd when it stores the gradient, the training step measured 1.02-1.03x as fast (the shipped step of
-        # `benchmarks/batching_efficiency.py` at the benchmark's size, interleaved).
-        return grad_inputs, grad_weight.contiguous() if grad_weight is not None else None, grad_bias
+        return linear_gradients(grad_output, inputs, weight, ctx.has_bias, ctx.needs_input_grad)
 
 
 def linear_gradients(grad_output: torch.Tensor, inputs: torch.Tensor, weight: torch.Tensor, has_bias: bool,

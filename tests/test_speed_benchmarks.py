@@ -213,11 +213,11 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     batching_efficiency.main([
         "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
         "--pairs", "300", "--max_tokens", "512", "--batch_size", "32", "--rounds", "1", "--steps_per_round", "2",
-        "--operation_breakdown", "--output", str(output)])
+        "--operation_breakdown", "--undone", "log_softmax_loss", "--output", str(output)])
 
     result = json.loads(output.read_text())
     arms = ("sentence_batches", "token_batches", "token_batches_onednn_logits_kept", "token_batches_onednn",
-            "cost_ordered_token_batches_onednn")
+            "cost_ordered_token_batches_onednn", "token_batches_onednn_without_log_softmax_loss")
     for arm in arms:
         assert result[arm]["steps"] == 2
         assert 0 < result[arm]["useful_fraction_of_peak"] <= result[arm]["computed_fraction_of_peak"]
@@ -231,6 +231,43 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     assert 0 < breakdown["target_tokens_per_step"] <= 512
     products = [operation for operation in breakdown["operations"] if operation["name"] == "mkldnn._linear_pointwise"]
     assert products and products[0]["calls_per_unit"] > 0
+
+
+def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradients(trained_baseline, multi30k_dir,
+                                                                                     subword_tokenizer):
+    from benchmarks.undone_changes import undone
+    from hf_srcfeat import label_smoothed_cross_entropy as loss_module
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    model, _ = trained_baseline
+    pairs = load_multi30k("val", data_dir=multi30k_dir, limit=16)
+    batch = subword_tokenizer(list(pairs["source"]), text_target=list(pairs["target"]), padding=True,
+                              return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
+
+    def in_place():
+        return loss_module._row_losses_from_softmax
+
+    shipped, replaced, results = in_place(), [], []
+    model.train()
+    try:
+        for undo in (None, "log_softmax_loss"):
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(0)  # the same dropout masks
+            with undone(undo):
+                replaced.append(in_place() is not shipped)
+                loss = model(**batch, skip_logits=True).loss
+                loss.backward()
+            results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()
+                                            if parameter.grad is not None]))
+    finally:
+        model.eval()
+        model.zero_grad(set_to_none=True)
+    assert replaced == [False, True] and in_place() is shipped  # the earlier way only within the block
+    (loss, gradients), (earlier_loss, earlier_gradients) = results
+    assert torch.allclose(loss, earlier_loss, rtol=1e-5)
+    for gradient, earlier in zip(gradients, earlier_gradients, strict=True):
+        assert torch.allclose(gradient, earlier, rtol=1e-4, atol=1e-5 * earlier.abs().max())
 
 
 @pytest.mark.slow
