@@ -14,12 +14,15 @@ import torch
 
 from hf_srcfeat import label_smoothed_cross_entropy as loss_module
 
-UNDONE_CHANGES = ("log_softmax_loss",)
-
 
 def _log_softmax_row_losses(logits: torch.Tensor, probabilities: torch.Tensor, targets: torch.Tensor,
                             mean_logits: torch.Tensor, smoothing: float) -> torch.Tensor:
     return loss_module._row_losses(torch.log_softmax(logits, dim=-1), targets, smoothing)
+
+
+#: change -> (the object holding the shipped way, its attribute name, the earlier way put there while undone)
+EARLIER_WAYS = {"log_softmax_loss": (loss_module, "_row_losses_from_softmax", _log_softmax_row_losses)}
+UNDONE_CHANGES = tuple(EARLIER_WAYS)
 
 
 @contextlib.contextmanager
@@ -28,11 +31,9 @@ def undone(change: str | None) -> Iterator[None]:
     if change is None:
         yield
         return
-    if change not in UNDONE_CHANGES:
+    if change not in EARLIER_WAYS:
         raise ValueError(f"unknown change {change!r}; known: {', '.join(UNDONE_CHANGES)}")
-    owner, name, earlier = {
-        "log_softmax_loss": (loss_module, "_row_losses_from_softmax", _log_softmax_row_losses),
-    }[change]
+    owner, name, earlier = EARLIER_WAYS[change]
     shipped = vars(owner)[name]
     setattr(owner, name, earlier)
     try:

@@ -245,17 +245,14 @@ def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradi
                               return_tensors="pt")
     batch["labels"] = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
 
-    def in_place():
-        return loss_module._row_losses_from_softmax
-
-    shipped, replaced, results = in_place(), [], []
+    shipped, replaced, results = loss_module._row_losses_from_softmax, [], []
     model.train()
     try:
         for undo in (None, "log_softmax_loss"):
             model.zero_grad(set_to_none=True)
             torch.manual_seed(0)  # the same dropout masks
             with undone(undo):
-                replaced.append(in_place() is not shipped)
+                replaced.append(loss_module._row_losses_from_softmax is not shipped)
                 loss = model(**batch, skip_logits=True).loss
                 loss.backward()
             results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()
@@ -263,7 +260,8 @@ def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradi
     finally:
         model.eval()
         model.zero_grad(set_to_none=True)
-    assert replaced == [False, True] and in_place() is shipped  # the earlier way only within the block
+    # The earlier way only within the block
+    assert replaced == [False, True] and loss_module._row_losses_from_softmax is shipped
     (loss, gradients), (earlier_loss, earlier_gradients) = results
     assert torch.allclose(loss, earlier_loss, rtol=1e-5)
     for gradient, earlier in zip(gradients, earlier_gradients, strict=True):
