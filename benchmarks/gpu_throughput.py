@@ -10,22 +10,24 @@ training), then `--warmup` untimed and `--steps` timed optimiser steps (AdamW, a
 Interleaved: all systems of a size are built at once, each warms up, then they take turns for `--rounds`
 rounds on the same batches (a first run measuring one system after another gave the first one 15-30% fewer
 tokens/s than when measured last). Reports target tokens/s (non-padding, with the per-round values), source
-tokens/s, seconds per step, padding share, and the peak GPU memory of all systems of a size together; the result
-file is rewritten after each size, with the GPU's name, the software versions and the code version.
+tokens/s, seconds per step, padding share, and the peak GPU memory of all systems of a size together, with the
+GPU's name, the software versions and the code version.
 `lfe_dae` has `lfe_joint`'s network (only its initialisation differs), so it is not measured apart.
 
 `--compile` puts every encoder and decoder layer under `torch.compile` (regional compilation: one compiled graph
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
-FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
-`--eager_baseline` adds the baseline without it as `baseline_eager`; `--eager_attention_baseline` adds the baseline
-with eager attention as `baseline_eager_attention`; `--whole_model_baseline` (with `--compile`) adds the baseline
-compiled as one graph (its whole forward with the loss, and with it the backward; the optimiser step stays
-outside) as `baseline_whole_model`, and with `--cuda_graphs_baseline` also under CUDA graphs as
-`baseline_whole_model_cuda_graphs`. Each system's result records what of it ran compiled and how often inductor
-skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples of N, so that CUDA graphs meet
-fewer distinct batch shapes (the settings count them). Each system's matrix-multiplication FLOP/s are counted with the
-baseline's formula over the real tokens (`batching_efficiency.training_flops`: what is useful; methods' extra work
-not counted) and over the padded shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
+FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once.
+`--baseline_variants` adds the baseline changed in named ways, each measured beside the others as
+`baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
+fuses when compiled), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded graphs) and
+`whole_model` (the whole forward with the loss as one compiled graph, and with it the backward; the optimiser step
+stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
+compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
+of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
+rewritten after the warm-up and after every round, so a run stopped at a time limit keeps what it measured.
+Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real tokens
+(`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
+shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
 timings). A system that fails to build, compile or step is recorded with its error and the others go on.
 """
 
@@ -35,6 +37,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -51,6 +54,24 @@ SIZES = {
     "base": {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "attention_heads": 8, "ffn_dim": 2048},
 }
 SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
+#: What a baseline variant may change, in the order its system's name lists them.
+VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "eager")
+
+
+def baseline_variant(text: str) -> tuple[str, ...]:
+    """`--baseline_variants`' parser: parts joined by '+' (e.g. "whole_model+cuda_graphs"), in canonical order."""
+    parts = text.split("+")
+    unknown = [part for part in parts if part not in VARIANT_PARTS]
+    if unknown or len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a variant is one or more of {', '.join(VARIANT_PARTS)}, each once, joined by '+'")
+    if "eager" in parts and ("whole_model" in parts or "cuda_graphs" in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: 'eager' (not compiled) excludes whole_model and cuda_graphs")
+    return tuple(part for part in VARIANT_PARTS if part in parts)
+
+
+def variant_name(parts: tuple[str, ...]) -> str:
+    return "_".join(("baseline", *parts))
 
 
 def encoded_pairs(args) -> tuple[object, list[dict], float]:
@@ -224,10 +245,12 @@ def synchronize(device: str) -> None:
 
 
 def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmup: int, steps: int,
-                        rounds: int, errors: dict[str, str], peak: float | None) -> dict[str, dict]:
+                        rounds: int, errors: dict[str, str], peak: float | None,
+                        report: Callable[[dict[str, dict]], None] = lambda measured: None) -> dict[str, dict]:
     """Every system warms up (compiling, with `--compile`), then the systems take turns for `rounds` rounds of
     steps // rounds steps on the same batches, so that clock, temperature and allocator changes over the run hit all
-    systems alike. A system whose warm-up or timed steps fail goes to `errors` and leaves the run."""
+    systems alike. A system whose warm-up or timed steps fail goes to `errors` and leaves the run. `report` gets
+    what was measured so far after the warm-up and after each round."""
 
     def leave(system: str, stage: str, error: Exception) -> None:
         errors[system] = f"{stage}: {type(error).__name__}: {str(error)[:2000]}"
@@ -249,6 +272,13 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
             continue
         trainee.warmup_seconds = time.perf_counter() - start
         print(f"{system}: warm-up {trainee.warmup_seconds:.1f} s", flush=True)
+
+    def measured() -> dict[str, dict]:
+        return {system: {**(trainee.summary(peak) if trainee.steps else {}),
+                         "warmup_seconds": round(trainee.warmup_seconds, 1)}
+                for system, trainee in trainees.items()}
+
+    report(measured())
     per_round = max(1, steps // rounds)
     for round_index in range(rounds):
         chunk = [batches[(warmup + round_index * per_round + i) % len(batches)] for i in range(per_round)]
@@ -259,8 +289,8 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
                 print(f"round {round_index + 1} {system}: {trainee.round_rates[-1]:,.0f} target tokens/s", flush=True)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 leave(system, f"timed round {round_index + 1}", error)
-    return {system: {**trainee.summary(peak), "warmup_seconds": round(trainee.warmup_seconds, 1)}
-            for system, trainee in trainees.items()}
+        report(measured())
+    return measured()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,18 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pin_memory", action="store_true",
                         help="batches in pinned memory, as a DataLoader with pin_memory=True gives them (the copy "
                              "to the GPU then does not wait for it)")
-    parser.add_argument("--eager_baseline", action="store_true",
-                        help="with --compile: also the baseline without compilation, as baseline_eager")
-    parser.add_argument("--eager_attention_baseline", action="store_true",
-                        help="also the baseline with eager attention (compiled with --compile: inductor fuses its "
-                             "mask and softmax), as baseline_eager_attention")
-    parser.add_argument("--cuda_graphs_baseline", action="store_true",
-                        help="with --compile: also the baseline compiled with mode='reduce-overhead' (CUDA graphs: "
-                             "each layer's kernels launched as one graph), as baseline_cuda_graphs")
-    parser.add_argument("--whole_model_baseline", action="store_true",
-                        help="with --compile: also the baseline compiled as one graph (its whole forward with the "
-                             "loss, torch.compile(model, dynamic=True) in --compile_mode) as baseline_whole_model; "
-                             "with --cuda_graphs_baseline also under CUDA graphs as baseline_whole_model_cuda_graphs")
+    parser.add_argument("--baseline_variants", nargs="+", type=baseline_variant, default=[], metavar="VARIANT",
+                        help="also the baseline changed by each VARIANT, measured as baseline_<parts>: one or more "
+                             f"of {', '.join(VARIANT_PARTS)} joined by '+' (e.g. whole_model+cuda_graphs; all but "
+                             "eager_attention need --compile)")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -306,19 +328,20 @@ def main(argv: list[str] | None = None) -> None:
                         help="parses of the training sources (hf-srcfeat-annotate) instead of running Stanza")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
     args = parser.parse_args(argv)
-    needs_compile = [option for option, given in (("--eager_baseline", args.eager_baseline),
-                                                   ("--cuda_graphs_baseline", args.cuda_graphs_baseline),
-                                                   ("--whole_model_baseline", args.whole_model_baseline),
-                                                   ("--compile_mode", args.compile_mode is not None),
-                                                   ("--compile_backend", args.compile_backend != "inductor")) if given]
+    variants = list(dict.fromkeys(args.baseline_variants))
+    needs_compile = [option for option, given in (
+        ("--baseline_variants " + " ".join("+".join(parts) for parts in variants if set(parts) - {"eager_attention"}),
+         any(set(parts) - {"eager_attention"} for parts in variants)),
+        ("--compile_mode", args.compile_mode is not None),
+        ("--compile_backend", args.compile_backend != "inductor")) if given]
     if args.pad_to_multiple_of is not None and args.pad_to_multiple_of < 1:
         parser.error(f"--pad_to_multiple_of must be at least 1, got {args.pad_to_multiple_of}")
     if needs_compile and not args.compile:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
         parser.error(f"--compile_mode is inductor's; --compile_backend {args.compile_backend} takes none")
-    if args.compile_mode == "reduce-overhead" and args.cuda_graphs_baseline:
-        parser.error("--cuda_graphs_baseline adds CUDA-graph systems beside the run's own; with --compile_mode "
+    if args.compile_mode == "reduce-overhead" and any("cuda_graphs" in parts for parts in variants):
+        parser.error("a cuda_graphs variant adds a CUDA-graph system beside the run's own; with --compile_mode "
                      "reduce-overhead every compiled system already runs under CUDA graphs")
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
@@ -335,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
     # steps through every batch once, so that none falls into a timed round; twice with CUDA graphs, which run a
     # shape eagerly the first time and record it the second.
-    cuda_graphs = args.compile_mode == "reduce-overhead" or (args.compile and args.cuda_graphs_baseline)
+    cuda_graphs = args.compile_mode == "reduce-overhead" or any("cuda_graphs" in parts for parts in variants)
     passes = 2 if cuda_graphs else 1
     warmup = max(args.warmup, passes * len(batches)) if args.compile else args.warmup
     result = {
@@ -366,27 +389,27 @@ def main(argv: list[str] | None = None) -> None:
     }
     for size in args.sizes:
         trainees, errors = {}, result["errors"].setdefault(size, {})
-        names = list(args.systems) + (["baseline_eager"] if args.compile and args.eager_baseline else []) + (
-            ["baseline_eager_attention"] if args.eager_attention_baseline else []) + (
-            ["baseline_cuda_graphs"] if args.compile and args.cuda_graphs_baseline else []) + (
-            ["baseline_whole_model"] if args.compile and args.whole_model_baseline else []) + (
-            ["baseline_whole_model_cuda_graphs"]
-            if args.compile and args.whole_model_baseline and args.cuda_graphs_baseline else [])
-        for name in names:
+        systems = {name: () for name in args.systems} | {variant_name(parts): parts for parts in variants}
+        for name, parts in systems.items():
             try:
-                model = build("baseline" if name.startswith("baseline_") else name, size, tokenizer)
-                if name == "baseline_eager_attention":
+                model = build("baseline" if parts else name, size, tokenizer)
+                if "eager_attention" in parts:
                     model.set_attn_implementation("eager")
-                whole_model = name.startswith("baseline_whole_model")
-                mode = "reduce-overhead" if name.endswith("cuda_graphs") else args.compile_mode
-                if args.compile and not whole_model and name != "baseline_eager":
+                mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode
+                if args.compile and "whole_model" not in parts and "eager" not in parts:
                     compile_layers(model, mode, args.compile_backend)
-                trainees[name] = Trainee(model, args.device, whole_model, mode, args.compile_backend)
+                trainees[name] = Trainee(model, args.device, "whole_model" in parts, mode, args.compile_backend)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        measured = measure_interleaved(trainees, batches, warmup, args.steps, args.rounds, errors, peak)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+
+        def report(measured: dict[str, dict], size: str = size) -> None:
+            result["systems"][size] = measured
+            write_json_atomically(args.output, result)
+
+        measured = measure_interleaved(trainees, batches, warmup, args.steps, args.rounds, errors, peak, report)
         reference = measured.get("baseline")
         for system, summary in measured.items():
             if reference:
@@ -403,7 +426,6 @@ def main(argv: list[str] | None = None) -> None:
         del trainees
         if cuda:
             torch.cuda.empty_cache()
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomically(args.output, result)
     if cuda:
         result["matmul_peak_tflops_bf16_after"] = round(matmul_peak_bf16() / 1e12, 1)

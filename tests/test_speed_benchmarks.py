@@ -125,26 +125,30 @@ def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stan
 
 
 def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
-        feature_tokenizer, train_annotations, multi30k_dir, tmp_path):
+        feature_tokenizer, train_annotations, multi30k_dir, tmp_path, monkeypatch):
     from benchmarks import gpu_throughput
 
     tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
     feature_tokenizer.save_pretrained(tokenizer_folder)
     write_conllu(train_annotations[:120], parses)
+    written = []
+    monkeypatch.setattr(gpu_throughput, "write_json_atomically",
+                        lambda path, result: written.append(json.loads(json.dumps(result))))
     gpu_throughput.main([
-        "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--eager_baseline",
-        "--cuda_graphs_baseline", "--whole_model_baseline", "--compile_backend", "eager",
-        "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2", "--rounds", "1",
-        "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir", str(multi30k_dir),
-        "--output", str(output)])
+        "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
+        "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
+        "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
+        "--rounds", "2", "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir",
+        str(multi30k_dir), "--output", str(output)])
 
-    result = json.loads(output.read_text())
+    result = written[-1]
     assert result["errors"] == {"benchmark": {}}
     # CUDA graphs run a shape eagerly the first time and record it the second: two passes over the batches
     assert result["settings"]["warmup"] == 2 * result["settings"]["batches"] > 2
     systems = result["systems"]["benchmark"]
+    # a variant is named by its parts in one order, however they were given; given twice, it is measured once
     assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
-                            "baseline_whole_model_cuda_graphs"}
+                            "baseline_whole_model_cuda_graphs", "baseline_whole_model_cuda_graphs_eager_attention"}
     layers = 2 * gpu_throughput.SIZES["benchmark"]["encoder_layers"]  # as many decoder layers
     assert systems["baseline"]["compiled"] == systems["baseline_cuda_graphs"]["compiled"] == \
         f"{layers} layers, backend eager"
@@ -154,6 +158,12 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
+        assert summary["steps"] == 2
+    # the file is rewritten after the warm-up and after each round: a run stopped early keeps what it measured
+    snapshots = [snapshot["systems"]["benchmark"]["baseline"] for snapshot in written
+                 if "benchmark" in snapshot["systems"]]
+    assert [snapshot.get("steps") for snapshot in snapshots] == [None, 1, 2, 2]
+    assert all(snapshot["warmup_seconds"] > 0 for snapshot in snapshots)
 
 
 def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple(feature_tokenizer,
@@ -179,9 +189,14 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
 
 
 @pytest.mark.parametrize("arguments, named", [
-    (["--whole_model_baseline"], "--whole_model_baseline only apply with --compile"),
+    (["--baseline_variants", "eager_attention", "whole_model"], "--baseline_variants whole_model only apply with "
+                                                                 "--compile"),
     (["--compile", "--compile_backend", "eager", "--compile_mode", "max-autotune"], "--compile_mode is inductor's"),
-    (["--compile", "--compile_mode", "reduce-overhead", "--cuda_graphs_baseline"], "already runs under CUDA graphs"),
+    (["--compile", "--compile_mode", "reduce-overhead", "--baseline_variants", "cuda_graphs"],
+     "already runs under CUDA graphs"),
+    (["--compile", "--baseline_variants", "whole_model+cuda_graph"], "'whole_model+cuda_graph': a variant is one or "
+                                                                     "more of whole_model, cuda_graphs"),
+    (["--compile", "--baseline_variants", "eager+whole_model"], "'eager' (not compiled) excludes whole_model"),
 ])
 def test_the_gpu_benchmark_refuses_options_that_would_not_apply(arguments, named, tmp_path, capsys):
     from benchmarks import gpu_throughput
