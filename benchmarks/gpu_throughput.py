@@ -24,7 +24,7 @@ fuses when compiled), `cuda_graphs` (compiled with mode "reduce-overhead": kerne
 stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
 compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
 of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
-rewritten after the warm-up and after every round, so a run stopped at a time limit keeps what it measured.
+rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
 Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real tokens
 (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
 shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
@@ -191,6 +191,7 @@ class Trainee:
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
         self.useful_flops, self.padded_flops = 0.0, 0.0
         self.round_rates: list[float] = []
+        self.warmup_seconds: float | None = None
 
     def step(self, batch: dict) -> None:
         batch = {name: value.to(self.device, non_blocking=True) for name, value in batch.items()}
@@ -250,12 +251,17 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
     """Every system warms up (compiling, with `--compile`), then the systems take turns for `rounds` rounds of
     steps // rounds steps on the same batches, so that clock, temperature and allocator changes over the run hit all
     systems alike. A system whose warm-up or timed steps fail goes to `errors` and leaves the run. `report` gets
-    what was measured so far after the warm-up and after each round."""
+    what was measured so far after each system's warm-up and after each round."""
 
     def leave(system: str, stage: str, error: Exception) -> None:
         errors[system] = f"{stage}: {type(error).__name__}: {str(error)[:2000]}"
         print(f"{system}: {errors[system][:500]}", flush=True)
         del trainees[system]
+
+    def measured() -> dict[str, dict]:  # the systems warmed up so far, with their timed steps
+        return {system: {**(trainee.summary(peak) if trainee.steps else {}),
+                         "warmup_seconds": round(trainee.warmup_seconds, 1)}
+                for system, trainee in trainees.items() if trainee.warmup_seconds is not None}
 
     skips = torch._dynamo.utils.counters["inductor"]
     for system, trainee in list(trainees.items()):
@@ -272,13 +278,8 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
             continue
         trainee.warmup_seconds = time.perf_counter() - start
         print(f"{system}: warm-up {trainee.warmup_seconds:.1f} s", flush=True)
+        report(measured())
 
-    def measured() -> dict[str, dict]:
-        return {system: {**(trainee.summary(peak) if trainee.steps else {}),
-                         "warmup_seconds": round(trainee.warmup_seconds, 1)}
-                for system, trainee in trainees.items()}
-
-    report(measured())
     per_round = max(1, steps // rounds)
     for round_index in range(rounds):
         chunk = [batches[(warmup + round_index * per_round + i) % len(batches)] for i in range(per_round)]

@@ -159,11 +159,12 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
         assert summary["steps"] == 2
-    # the file is rewritten after the warm-up and after each round: a run stopped early keeps what it measured
-    snapshots = [snapshot["systems"]["benchmark"]["baseline"] for snapshot in written
-                 if "benchmark" in snapshot["systems"]]
-    assert [snapshot.get("steps") for snapshot in snapshots] == [None, 1, 2, 2]
-    assert all(snapshot["warmup_seconds"] > 0 for snapshot in snapshots)
+    # the file is rewritten after each system's warm-up and after each round: a run stopped early keeps what it
+    # measured
+    snapshots = [snapshot["systems"]["benchmark"] for snapshot in written if "benchmark" in snapshot["systems"]]
+    assert [len(snapshot) for snapshot in snapshots[:len(systems)]] == list(range(1, len(systems) + 1))
+    assert [snapshot["baseline"].get("steps") for snapshot in snapshots] == [None] * len(systems) + [1, 2, 2]
+    assert all(snapshot["baseline"]["warmup_seconds"] > 0 for snapshot in snapshots)
 
 
 def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple(feature_tokenizer,
