@@ -467,3 +467,26 @@ def test_loss_benchmark_measures_both_ways_in_fresh_processes_with_the_same_loss
     assert result["same_loss"]
     for way in ("logits", "without_logits"):
         assert result[way]["seconds"] > 0 and result[way]["peak_memory_growth_mb"] >= 0
+
+
+def test_sentences_packed_for_flex_attention_give_each_sentence_its_own_attention(tmp_path):
+    from benchmarks import measure_attention_packing
+
+    output = tmp_path / "packing.json"
+    measure_attention_packing.main(["--device", "cpu", "--sentences", "24", "--length", "8", "--heads", "2",
+                                    "--head_dim", "16", "--groups", "2", "4", "--output", str(output)])
+
+    ways = json.loads(output.read_text())["ways"]
+    assert set(ways) == {f"{kind}_flex_packed_{group}" for kind in ("bidirectional", "causal") for group in (2, 4)}
+    for measured in ways.values():  # the real positions' outputs against float32 math on the unpacked batch
+        assert measured["relative_errors"][0] < 1e-5
+
+
+def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_path, capsys):
+    from benchmarks import measure_attention_packing
+
+    with pytest.raises(SystemExit):
+        measure_attention_packing.main(["--device", "cpu", "--sentences", "24", "--groups", "4", "5",
+                                        "--output", str(tmp_path / "packing.json")])
+    assert "--groups 5: each must be at least 1 and divide --sentences 24" in capsys.readouterr().err
+    assert not (tmp_path / "packing.json").exists()
