@@ -38,8 +38,9 @@ Reported per arm: the share of padded positions, target tokens/s, the share of t
 training commands do, `hf_srcfeat.process_memory`, and records glibc's `MALLOC_*` variables), and the
 matrix-multiplication FLOP/s of the steps counted twice: over the padded shapes (what the machine computes) and over
 the real tokens only (what is useful), each as a fraction of the machine's float32 matmul peak on the same threads:
-the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both recorded). `--operation_breakdown` also records the time of each tensor operation of the shipped step on token
-batches, per step (`benchmarks/op_timing.py`), after the timed rounds.
+the faster of MKL's and oneDNN's 1024^3 products, timed in the same rounds (both recorded). `--operation_breakdown`
+also records the time of each tensor operation of the shipped step on token batches, per step
+(`benchmarks/op_timing.py`), after the timed rounds.
 """
 
 from __future__ import annotations

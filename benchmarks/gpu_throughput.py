@@ -330,9 +330,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
     args = parser.parse_args(argv)
     variants = list(dict.fromkeys(args.baseline_variants))
+    compiled_variants = ["+".join(parts) for parts in variants if set(parts) - {"eager_attention"}]
+    cuda_graphs_variant = any("cuda_graphs" in parts for parts in variants)
     needs_compile = [option for option, given in (
-        ("--baseline_variants " + " ".join("+".join(parts) for parts in variants if set(parts) - {"eager_attention"}),
-         any(set(parts) - {"eager_attention"} for parts in variants)),
+        ("--baseline_variants " + " ".join(compiled_variants), bool(compiled_variants)),
         ("--compile_mode", args.compile_mode is not None),
         ("--compile_backend", args.compile_backend != "inductor")) if given]
     if args.pad_to_multiple_of is not None and args.pad_to_multiple_of < 1:
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
         parser.error(f"--compile_mode is inductor's; --compile_backend {args.compile_backend} takes none")
-    if args.compile_mode == "reduce-overhead" and any("cuda_graphs" in parts for parts in variants):
+    if args.compile_mode == "reduce-overhead" and cuda_graphs_variant:
         parser.error("a cuda_graphs variant adds a CUDA-graph system beside the run's own; with --compile_mode "
                      "reduce-overhead every compiled system already runs under CUDA graphs")
     cuda = args.device.startswith("cuda")
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
     # steps through every batch once, so that none falls into a timed round; twice with CUDA graphs, which run a
     # shape eagerly the first time and record it the second.
-    cuda_graphs = args.compile_mode == "reduce-overhead" or any("cuda_graphs" in parts for parts in variants)
+    cuda_graphs = args.compile_mode == "reduce-overhead" or cuda_graphs_variant
     passes = 2 if cuda_graphs else 1
     warmup = max(args.warmup, passes * len(batches)) if args.compile else args.warmup
     result = {

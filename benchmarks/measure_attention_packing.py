@@ -8,10 +8,10 @@ A token batch of short sentences gives attention thousands of problems of at mos
 1,100 sentences of <= 32 tokens, 8 heads: 8,800 problems of 32 x 32 per call), which every SDPA kernel runs far
 below the GPU's matrix rate. Packed, `--groups` G consecutive sentences share one row of G x length positions: a
 view of the projections' [sentences, positions, heads, head_dim] layout (no copy), attended under a block-diagonal
-`mask_mod` (each position sees its own sentence's real positions, and the earlier ones only with `--causal`), so
-FlexAttention computes whole blocks of G x G sentences' scores instead of one tile per short problem. Every way is
-checked against float32 math on the unpacked batch (relative error of the real positions' outputs and of the three
-input gradients), then timed by CUDA events (median of `--repeats`). Sentence lengths are drawn uniformly from a
+`mask_mod` (each position sees its own sentence's real positions; in the decoder's causal attention, only the
+earlier ones), so FlexAttention computes whole blocks of G x G sentences' scores instead of one tile per short
+problem. Every way is checked against float32 math on the unpacked batch (relative error of the real positions'
+outputs and of the three input gradients), then timed by CUDA events (median of `--repeats`). Sentence lengths are drawn uniformly from a
 quarter of `--length` to `--length`; the values are random (the cost does not depend on them). `--device cpu`
 checks the packing's outputs only (FlexAttention has no backward on the CPU) and times nothing. Writes JSON with
 the device, the software versions and the code version.
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                      "lengths": f"uniform from {max(1, args.length // 4)} to {args.length}"},
         "ways": {},
     }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     for causal in (False, True):
         batch = TokenBatch(args.sentences, args.length, args.heads, args.head_dim, causal, args.device, dtype)
         kind = "causal" if causal else "bidirectional"
@@ -173,7 +174,6 @@ def main(argv: list[str] | None = None) -> None:
                 measured = {"error": f"{type(error).__name__}: {str(error)[:500]}"}
             result["ways"][f"{kind}_{name}"] = measured
             print(f"{kind:13s} {name:28s} {measured}", flush=True)
-            args.output.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomically(args.output, result)
 
 
