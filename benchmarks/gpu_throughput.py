@@ -25,6 +25,9 @@ stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's res
 compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
 of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
 rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
+`--profile_steps N` then runs N more steps of each system under `torch.profiler`: the device's busy time against the
+step's, by kind of kernel and by kernel, and the launches and host synchronisations a step
+(`benchmarks/gpu_time_breakdown.py`; with `--device cpu`, the operations' times, `benchmarks/op_timing.py`).
 Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real tokens
 (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
 shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
@@ -45,6 +48,8 @@ from torch import nn
 
 from benchmarks import benchmark
 from benchmarks.batching_efficiency import batch_lengths, source_annotations, training_flops
+from benchmarks.gpu_time_breakdown import gpu_time_breakdown
+from benchmarks.op_timing import operation_breakdown
 from hf_srcfeat.commands import train
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -294,6 +299,35 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
     return measured()
 
 
+def profile_systems(trainees: dict[str, Trainee], batches: list[dict], steps: int,
+                    measured: dict[str, dict]) -> dict[str, dict]:
+    """Each system's time breakdown over `steps` steps (from the first batch on): on a GPU, what the device ran
+    (`gpu_time_breakdown`, with its busy time as a share of the timed rounds' step where `measured` has them), on
+    the CPU the operations' times (`operation_breakdown`). A system whose profile fails gets its error instead."""
+    chunk = [batches[index % len(batches)] for index in range(steps)]
+    profiles = {}
+    for system, trainee in trainees.items():
+        def work(trainee: Trainee = trainee) -> None:
+            for batch in chunk:
+                trainee.step(batch)
+            synchronize(trainee.device)
+
+        try:
+            if trainee.device.startswith("cuda"):
+                profile = gpu_time_breakdown(work, len(chunk), "step")
+                step_ms = measured.get(system, {}).get("seconds_per_step", 0) * 1e3
+                if step_ms:
+                    profile["device_busy_share_of_timed_step"] = round(
+                        profile["device_busy_milliseconds_per_unit"] / step_ms, 3)
+            else:
+                profile = operation_breakdown(work, len(chunk), "step")
+        except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
+            profile = {"error": f"{type(error).__name__}: {str(error)[:2000]}"}
+        profiles[system] = profile
+        print(f"{system}: profiled {len(chunk)} steps", flush=True)
+    return profiles
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, required=True)
@@ -321,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also the baseline changed by each VARIANT, measured as baseline_<parts>: one or more "
                              f"of {', '.join(VARIANT_PARTS)} joined by '+' (e.g. whole_model+cuda_graphs; all but "
                              "eager_attention need --compile)")
+    parser.add_argument("--profile_steps", type=int, default=0,
+                        help="after the timed rounds, profile this many steps of each system (default 0: none)")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -336,6 +372,8 @@ def main(argv: list[str] | None = None) -> None:
         ("--baseline_variants " + " ".join(compiled_variants), bool(compiled_variants)),
         ("--compile_mode", args.compile_mode is not None),
         ("--compile_backend", args.compile_backend != "inductor")) if given]
+    if args.profile_steps < 0:
+        parser.error(f"--profile_steps must be at least 0, got {args.profile_steps}")
     if args.pad_to_multiple_of is not None and args.pad_to_multiple_of < 1:
         parser.error(f"--pad_to_multiple_of must be at least 1, got {args.pad_to_multiple_of}")
     if needs_compile and not args.compile:
@@ -374,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
                      "distinct_batch_shapes": len({(tuple(batch["input_ids"].shape), tuple(batch["labels"].shape))
                                                    for batch in batches}),
                      "warmup": warmup, "steps": args.steps, "rounds": args.rounds,
+                     "profiled_steps": args.profile_steps,
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
@@ -422,6 +461,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{summary['useful_tflops_per_second']:6.1f} useful TFLOP/s "
                   f"({summary.get('useful_fraction_of_peak', 0):.1%} of peak)", flush=True)
         result["systems"][size] = measured
+        write_json_atomically(args.output, result)
+        if args.profile_steps:
+            result.setdefault("profiles", {})[size] = profile_systems(trainees, batches, args.profile_steps,
+                                                                      measured)
         if cuda:
             result.setdefault("peak_memory_gib_all_systems_of_a_size", {})[size] = round(
                 torch.cuda.max_memory_allocated() / 2**30, 2)

@@ -138,8 +138,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
         "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
         "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
-        "--rounds", "2", "--tokenizer", str(tokenizer_folder), "--source_conllu", str(parses), "--data_dir",
-        str(multi30k_dir), "--output", str(output)])
+        "--rounds", "2", "--profile_steps", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
+        str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
 
     result = written[-1]
     assert result["errors"] == {"benchmark": {}}
@@ -159,12 +159,19 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
         assert 0 < summary["padding_share"] < 0.5
         assert summary["steps"] == 2
-    # the file is rewritten after each system's warm-up and after each round: a run stopped early keeps what it
-    # measured
+    # the file is rewritten after each system's warm-up, after each round and before the profiles: a run stopped
+    # early keeps what it measured
     snapshots = [snapshot["systems"]["benchmark"] for snapshot in written if "benchmark" in snapshot["systems"]]
     assert [len(snapshot) for snapshot in snapshots[:len(systems)]] == list(range(1, len(systems) + 1))
-    assert [snapshot["baseline"].get("steps") for snapshot in snapshots] == [None] * len(systems) + [1, 2, 2]
+    assert [snapshot["baseline"].get("steps") for snapshot in snapshots] == [None] * len(systems) + [1, 2, 2, 2]
     assert all(snapshot["baseline"]["warmup_seconds"] > 0 for snapshot in snapshots)
+    # after the rounds, one more step of each system is profiled (on the CPU: its operations' times)
+    profiles = result["profiles"]["benchmark"]
+    assert set(profiles) == set(systems)
+    for profile in profiles.values():
+        assert profile["unit"] == "step" and profile["milliseconds_per_unit_in_operations"] > 0
+        assert any(operation["name"] == "mkldnn._linear_pointwise" or operation["name"].startswith("aten.")
+                   for operation in profile["operations"])
 
 
 def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple(feature_tokenizer,
@@ -490,3 +497,35 @@ def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_p
                                         "--output", str(tmp_path / "packing.json")])
     assert "--groups 5: each must be at least 1 and divide --sentences 24" in capsys.readouterr().err
     assert not (tmp_path / "packing.json").exists()
+
+
+def test_the_gpu_time_breakdown_sorts_kernels_by_kind_and_counts_launches_and_synchronisations():
+    from collections import Counter
+
+    from benchmarks.gpu_time_breakdown import summarize
+
+    # Kernel names as torch.profiler reported them for a compiled training step on an H200
+    device_work = [
+        ("nvjet_sm90_tst_128x200_64x5_2x1_v_bz_coopA_bias_TNT", 300.0),
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 300.0),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", 200.0),
+        ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)", 50.0),
+        ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", 50.0),
+        ("triton_per_fused__to_copy_add_native_dropout_backward_native_layer_norm_4", 150.0),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", 100.0),
+        ("Memcpy HtoD (Pinned -> Device)", 20.0),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<float, float>", 30.0),
+    ]
+    host_calls = Counter({"cuLaunchKernel": 6, "cudaLaunchKernel": 2, "cudaMemcpyAsync": 1,
+                          "cudaStreamSynchronize": 3, "cudaFree": 5})
+    summary = summarize(device_work, host_calls, wall_seconds=0.004, units=2, unit="step")
+
+    kinds = {entry["kind"]: entry["milliseconds_per_unit"] for entry in summary["by_kind"]}
+    assert kinds == {"matrix product": 0.3, "attention": 0.15, "fused element-wise (inductor)": 0.075,
+                     "optimizer": 0.05, "element-wise or reduction (ATen)": 0.015, "copy or fill": 0.01}
+    assert summary["device_busy_milliseconds_per_unit"] == 0.6
+    assert summary["device_busy_share_of_wall"] == 0.3  # 1.2 ms of device work in 4 ms
+    assert summary["launches_per_unit"] == 4.5  # kernel launches and the asynchronous copy, not cudaFree
+    assert summary["host_synchronizations_per_unit"] == 1.5
+    assert summary["kernels"][0]["share"] == 0.25
+    assert sum(entry["share"] for entry in summary["by_kind"]) == pytest.approx(1)
