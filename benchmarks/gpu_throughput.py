@@ -122,10 +122,16 @@ def build(system: str, size: str, tokenizer):
     return train.build_model(arguments, tokenizer, seed=1)
 
 
-def raise_recompile_limits() -> None:
-    """The layers of every system measured share one compiled function (GradientCheckpointingLayer's call), a few
-    entries per system: above the default recompile limit, the later systems would silently run eagerly. A system
-    that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed."""
+def configure_dynamo() -> None:
+    """Recompile limits: the layers of every system measured share one compiled function (GradientCheckpointingLayer's
+    call), a few entries per system: above the default recompile limit, the later systems would silently run eagerly.
+    A system that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed.
+    Sizes: each its own symbol. By default dynamo gives sizes that are equal when it first traces one symbol
+    ("duck sizing"): a first batch whose sources and targets are equally long then yields a graph for that case
+    alone, and the next batch compiles the whole graph again (minutes for the whole model on a GPU)."""
+    import torch.fx.experimental._config as fx_config
+
+    fx_config.use_duck_shape = False
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
@@ -136,7 +142,7 @@ def compile_layers(model: nn.Module, mode: str | None = None, backend: str = "in
     """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode` and
     `backend` as torch.compile takes them, e.g. mode "reduce-overhead" for CUDA graphs). Layers of one class share
     the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
-    raise_recompile_limits()
+    configure_dynamo()
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
@@ -188,7 +194,7 @@ class Trainee:
         self.model, self.device = model.to(device).train(), device
         self.forward = model
         if whole_model:
-            raise_recompile_limits()
+            configure_dynamo()
             self.forward = torch.compile(model, dynamic=True, backend=backend, mode=inductor_mode(mode, backend))
         self.compiled = compilation(model, self.forward, backend, mode)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
@@ -419,6 +425,7 @@ def main(argv: list[str] | None = None) -> None:
                      "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
                                  f"mode={args.compile_mode!r}, backend={args.compile_backend!r})"
                                  if args.compile else False,
+                     "dynamic_sizes": "a symbol for each size (no duck sizing)" if args.compile else None,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",

@@ -529,3 +529,33 @@ def test_the_gpu_time_breakdown_sorts_kernels_by_kind_and_counts_launches_and_sy
     assert summary["host_synchronizations_per_unit"] == 1.5
     assert summary["kernels"][0]["share"] == 0.25
     assert sum(entry["share"] for entry in summary["by_kind"]) == pytest.approx(1)
+
+
+def test_the_whole_model_compiles_once_although_its_first_batch_has_equally_long_sources_and_targets(
+        feature_tokenizer, train_annotations, train_pairs, monkeypatch):
+    import torch._dynamo
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.utils import counters
+
+    from benchmarks import gpu_throughput
+
+    monkeypatch.setattr(fx_config, "use_duck_shape", fx_config.use_duck_shape)  # restored after the test
+    encodings = feature_tokenizer(annotations=train_annotations[:200], text_target=list(train_pairs["target"][:200]),
+                                  truncation=True, max_length=128)
+    rows = [{name: encodings[name][index] for name in encodings} for index in range(200)]
+    batches = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1)
+    equal = [batch for batch in batches if batch["input_ids"].shape[1] == batch["labels"].shape[1]]
+    unequal = [batch for batch in batches if batch["input_ids"].shape[1] != batch["labels"].shape[1]]
+    assert equal and len(unequal) >= 2
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        trainee = gpu_throughput.Trainee(gpu_throughput.build("baseline", "benchmark", feature_tokenizer), "cpu",
+                                         whole_model=True, backend="eager")
+        for batch in [equal[0], *unequal[:2]]:
+            trainee.step(batch)
+        # one graph with a symbol per size serves every batch (duck sizing would trace the first batch's sizes as
+        # one symbol and compile the whole model again for the next)
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        torch._dynamo.reset()
