@@ -25,9 +25,9 @@ stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's res
 compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
 of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
 rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
-`--profile_steps N` then runs N more steps of each system under `torch.profiler`: the device's busy time against the
-step's, by kind of kernel and by kernel, and the launches and host synchronisations a step
-(`benchmarks/gpu_time_breakdown.py`; with `--device cpu`, the operations' times, `benchmarks/op_timing.py`).
+`--profile_steps N` then runs N more steps of each system twice, unprofiled and under `torch.profiler`: the device's
+busy time against the unprofiled step's, by kind of kernel and by kernel, and the launches and host synchronisations
+a step (`benchmarks/gpu_time_breakdown.py`; with `--device cpu`, the operations' times, `benchmarks/op_timing.py`).
 Each system's matrix-multiplication FLOP/s are counted with the baseline's formula over the real tokens
 (`batching_efficiency.training_flops`: what is useful; methods' extra work not counted) and over the padded
 shapes, as fractions of the bf16 matmul peak measured in the same run (an 8192^3 product, median of CUDA-event
@@ -305,11 +305,11 @@ def measure_interleaved(trainees: dict[str, Trainee], batches: list[dict], warmu
     return measured()
 
 
-def profile_systems(trainees: dict[str, Trainee], batches: list[dict], steps: int,
-                    measured: dict[str, dict]) -> dict[str, dict]:
-    """Each system's time breakdown over `steps` steps (from the first batch on): on a GPU, what the device ran
-    (`gpu_time_breakdown`, with its busy time as a share of the timed rounds' step where `measured` has them), on
-    the CPU the operations' times (`operation_breakdown`). A system whose profile fails gets its error instead."""
+def profile_systems(trainees: dict[str, Trainee], batches: list[dict], steps: int) -> dict[str, dict]:
+    """Each system's time breakdown over `steps` steps (from the first batch on). On a GPU: the same steps timed
+    without the profiler, then what the device ran under it (`gpu_time_breakdown`), its busy time also as a share of
+    the unprofiled step (the profiler slows the host). On the CPU the operations' times (`operation_breakdown`,
+    which runs the steps twice: untimed, then timed). A system whose profile fails gets its error instead."""
     chunk = [batches[index % len(batches)] for index in range(steps)]
     profiles = {}
     for system, trainee in trainees.items():
@@ -320,11 +320,13 @@ def profile_systems(trainees: dict[str, Trainee], batches: list[dict], steps: in
 
         try:
             if trainee.device.startswith("cuda"):
+                start = time.perf_counter()
+                work()
+                unprofiled_ms = (time.perf_counter() - start) * 1e3 / len(chunk)
                 profile = gpu_time_breakdown(work, len(chunk), "step")
-                step_ms = measured.get(system, {}).get("seconds_per_step", 0) * 1e3
-                if step_ms:
-                    profile["device_busy_share_of_timed_step"] = round(
-                        profile["device_busy_milliseconds_per_unit"] / step_ms, 3)
+                profile["wall_milliseconds_per_unit_unprofiled"] = round(unprofiled_ms, 3)
+                profile["device_busy_share_of_unprofiled_step"] = round(
+                    profile["device_busy_milliseconds_per_unit"] / unprofiled_ms, 3)
             else:
                 profile = operation_breakdown(work, len(chunk), "step")
         except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
@@ -362,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
                              f"of {', '.join(VARIANT_PARTS)} joined by '+' (e.g. whole_model+cuda_graphs; all but "
                              "eager_attention need --compile)")
     parser.add_argument("--profile_steps", type=int, default=0,
-                        help="after the timed rounds, profile this many steps of each system (default 0: none)")
+                        help="after the timed rounds, profile this many steps of each system (default 0: none; "
+                             "each runs them twice: once unprofiled)")
     parser.add_argument("--no_cudnn_attention", action="store_true",
                         help="SDPA without its cuDNN kernel (PyTorch then picks memory-efficient attention for masks)")
     parser.add_argument("--tokenizer", help="trained tokenizer folder (default: train one on the pairs)")
@@ -470,8 +473,7 @@ def main(argv: list[str] | None = None) -> None:
         result["systems"][size] = measured
         write_json_atomically(args.output, result)
         if args.profile_steps:
-            result.setdefault("profiles", {})[size] = profile_systems(trainees, batches, args.profile_steps,
-                                                                      measured)
+            result.setdefault("profiles", {})[size] = profile_systems(trainees, batches, args.profile_steps)
         if cuda:
             result.setdefault("peak_memory_gib_all_systems_of_a_size", {})[size] = round(
                 torch.cuda.max_memory_allocated() / 2**30, 2)

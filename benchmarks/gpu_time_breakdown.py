@@ -18,12 +18,16 @@ from collections.abc import Callable, Iterable
 import torch
 
 #: Kinds of device work, tried in order on a kernel's name (lower-cased); the first that matches names its kind.
+#: Inductor's kernels first: their names list the operations they fuse (e.g. the padding of an attention mask), not
+#: what the kernel is; its templates (`triton_tem_`) are matrix products or FlexAttention, which the name does not
+#: tell apart.
 KERNEL_KINDS = (
+    ("fused element-wise (inductor)", re.compile(r"^triton_(poi|red|per|for)_")),
+    ("template: matrix product or FlexAttention (inductor)", re.compile(r"^triton_tem_")),
     ("attention", re.compile(r"attention|fmha|flash|sdpa|flex|cudnn::fusion")),
     ("optimizer", re.compile(r"adam|multi_tensor|foreach")),
-    ("matrix product", re.compile(r"gemm|cutlass|cublas|matmul|_mm_|sm\d+_xmma|nvjet|wgmma|triton_tem")),
-    ("copy or fill", re.compile(r"^memcpy|^memset|copy_kernel|fill_kernel")),
-    ("fused element-wise (inductor)", re.compile(r"^triton_(poi|red|per)")),
+    ("matrix product", re.compile(r"gemm|cutlass|cublas|matmul|sm\d+_xmma|nvjet|wgmma")),
+    ("copy or fill", re.compile(r"^memcpy|^memset|copy_kernel|fill_kernel|fillfunctor|catarray")),
     ("element-wise or reduction (ATen)", re.compile(r"elementwise|reduce_kernel|softmax|norm|dropout|embedding|"
                                                     r"index|scatter|gather|cross_entropy|nll_loss")),
 )
@@ -48,7 +52,7 @@ def summarize(device_work: Iterable[tuple[str, float]], host_calls: Counter[str]
     for name, duration in device_work:
         microseconds[name] += duration
         calls[name] += 1
-    busy = sum(microseconds.values())
+    busy = sum(microseconds.values()) or 1e-9  # no device work: every share 0, not a division by zero
     by_kind: defaultdict[str, float] = defaultdict(float)
     for name, duration in microseconds.items():
         by_kind[kernel_kind(name)] += duration
@@ -76,27 +80,38 @@ def summarize(device_work: Iterable[tuple[str, float]], host_calls: Counter[str]
     }
 
 
+def device_work_and_host_calls(events: Iterable) -> tuple[list[tuple[str, float]], Counter[str]]:
+    """From `torch.profiler`'s events: (name, microseconds) of each kernel, copy and fill the device ran, and the
+    count of each launching or synchronising CUDA runtime call. Annotations shown on the device's timeline (e.g. the
+    optimiser's `Optimizer.step#AdamW.step` span, which covers kernels counted already) and the profiler's own buffer
+    requests are not device work."""
+    from torch.autograd import DeviceType
+
+    device_work: list[tuple[str, float]] = []
+    host_calls: Counter[str] = Counter()
+    for event in events:
+        if event.device_type == DeviceType.CUDA:
+            if not getattr(event, "is_user_annotation", False) and not event.name.startswith("Activity Buffer"):
+                device_work.append((event.name, event.time_range.elapsed_us()))
+        elif event.name in SYNCHRONIZING_CALLS or event.name in LAUNCHING_CALLS:
+            host_calls[event.name] += 1
+    return device_work, host_calls
+
+
 def gpu_time_breakdown(work: Callable[[], object], units: float, unit: str, top: int = 20) -> dict:
     """Run `work` (which must synchronise the device before it returns) once under `torch.profiler` with the CUDA
     activity and summarise what the device and the host did (`summarize`), per `unit` of which `work` does `units`.
     """
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
         start = time.perf_counter()
         work()
         wall = time.perf_counter() - start
-    device_work: list[tuple[str, float]] = []
-    host_calls: Counter[str] = Counter()
-    for event in profiler.events():
-        if event.device_type == DeviceType.CUDA:
-            device_work.append((event.name, event.time_range.elapsed_us()))
-        elif event.name in SYNCHRONIZING_CALLS or event.name in LAUNCHING_CALLS:
-            host_calls[event.name] += 1
+    device_work, host_calls = device_work_and_host_calls(profiler.events())
     if not device_work and torch.cuda.is_available():
         raise RuntimeError("the profiler recorded no device work: is `work` running on the GPU?")
     return summarize(device_work, host_calls, wall, units, unit, top)
 
 
-__all__ = ["KERNEL_KINDS", "gpu_time_breakdown", "kernel_kind", "summarize"]
+__all__ = ["KERNEL_KINDS", "device_work_and_host_calls", "gpu_time_breakdown", "kernel_kind", "summarize"]

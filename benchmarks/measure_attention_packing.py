@@ -97,7 +97,8 @@ def relative_errors(batch: TokenBatch, attention: Attention, backward: bool) -> 
         reference = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in references),
                                                    attn_mask=batch.mask.float())
     real = batch.real[:, None, :, None]
-    errors = [float(((output.detach().float() - reference.detach()) * real).norm() / (reference.detach() * real).norm())]
+    exact = reference.detach()
+    errors = [float(((output.detach().float() - exact) * real).norm() / (exact * real).norm())]
     if backward:
         output.backward(batch.output_gradient)
         reference.backward(batch.output_gradient.float())

@@ -124,8 +124,24 @@ def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stan
     assert "does not hold the parses of test_2016_flickr's first 3 sources" in capsys.readouterr().err
 
 
+@pytest.fixture
+def compiler_settings_kept():
+    """The process-wide compiler settings `gpu_throughput` changes, restored after the test (with plain `setattr`:
+    monkeypatch's undo trips over the config modules' attribute handling)."""
+    import torch._dynamo
+    import torch.fx.experimental._config as fx_config
+
+    settings = [(fx_config, "use_duck_shape")] + [
+        (torch._dynamo.config, name) for name in ("recompile_limit", "accumulated_recompile_limit",
+                                                  "fail_on_recompile_limit_hit") if hasattr(torch._dynamo.config, name)]
+    saved = [(module, name, getattr(module, name)) for module, name in settings]
+    yield
+    for module, name, value in saved:
+        setattr(module, name, value)
+
+
 def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
-        feature_tokenizer, train_annotations, multi30k_dir, tmp_path, monkeypatch):
+        feature_tokenizer, train_annotations, multi30k_dir, tmp_path, monkeypatch, compiler_settings_kept):
     from benchmarks import gpu_throughput
 
     tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
@@ -499,47 +515,74 @@ def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_p
     assert not (tmp_path / "packing.json").exists()
 
 
-def test_the_gpu_time_breakdown_sorts_kernels_by_kind_and_counts_launches_and_synchronisations():
+def test_the_gpu_time_breakdown_files_kernels_under_kinds_and_counts_launches_and_synchronisations():
     from collections import Counter
 
     from benchmarks.gpu_time_breakdown import summarize
 
-    # Kernel names as torch.profiler reported them for a compiled training step on an H200
+    # Kernel names of the kinds torch.profiler reports for a compiled training step on an H100/H200 (shortened)
     device_work = [
         ("nvjet_sm90_tst_128x200_64x5_2x1_v_bz_coopA_bias_TNT", 300.0),
-        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 300.0),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 300.0),
         ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", 200.0),
         ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)", 50.0),
         ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", 50.0),
-        ("triton_per_fused__to_copy_add_native_dropout_backward_native_layer_norm_4", 150.0),
+        # inductor names its kernels by what they fuse: this one pads the attention mask, it is no attention
+        ("triton_poi_fused__scaled_dot_product_efficient_attention_constant_pad_nd_1", 100.0),
+        ("triton_per_fused__to_copy_add_native_dropout_backward_native_layer_norm_4", 50.0),
+        ("triton_tem_fused_mm_0", 40.0),
         ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", 100.0),
-        ("Memcpy HtoD (Pinned -> Device)", 20.0),
+        ("Memcpy HtoD (Pinned -> Device)", 10.0),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 10.0),
         ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<float, float>", 30.0),
+        ("void some_library::unknown_kernel<float>", 10.0),
     ]
     host_calls = Counter({"cuLaunchKernel": 6, "cudaLaunchKernel": 2, "cudaMemcpyAsync": 1,
                           "cudaStreamSynchronize": 3, "cudaFree": 5})
-    summary = summarize(device_work, host_calls, wall_seconds=0.004, units=2, unit="step")
+    summary = summarize(device_work, host_calls, wall_seconds=0.005, units=2, unit="step")
 
-    kinds = {entry["kind"]: entry["milliseconds_per_unit"] for entry in summary["by_kind"]}
-    assert kinds == {"matrix product": 0.3, "attention": 0.15, "fused element-wise (inductor)": 0.075,
-                     "optimizer": 0.05, "element-wise or reduction (ATen)": 0.015, "copy or fill": 0.01}
-    assert summary["device_busy_milliseconds_per_unit"] == 0.6
-    assert summary["device_busy_share_of_wall"] == 0.3  # 1.2 ms of device work in 4 ms
+    assert [(entry["kind"], entry["milliseconds_per_unit"]) for entry in summary["by_kind"]] == [
+        ("matrix product", 0.3), ("attention", 0.15), ("fused element-wise (inductor)", 0.075),
+        ("optimizer", 0.05), ("template: matrix product or FlexAttention (inductor)", 0.02),
+        ("element-wise or reduction (ATen)", 0.015), ("copy or fill", 0.01), ("other", 0.005)]  # longest first
+    assert summary["device_busy_milliseconds_per_unit"] == 0.625
+    assert summary["device_busy_share_of_wall"] == 0.25  # 1.25 ms of device work in 5 ms
     assert summary["launches_per_unit"] == 4.5  # kernel launches and the asynchronous copy, not cudaFree
     assert summary["host_synchronizations_per_unit"] == 1.5
-    assert summary["kernels"][0]["share"] == 0.25
+    assert summary["kernels"][0]["share"] == 0.24
     assert sum(entry["share"] for entry in summary["by_kind"]) == pytest.approx(1)
 
 
+def test_the_gpu_time_breakdown_counts_device_work_once_leaving_out_annotations_on_the_device_timeline():
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from benchmarks.gpu_time_breakdown import device_work_and_host_calls
+
+    def event(name, device_type, microseconds=0.0, annotation=False):
+        return SimpleNamespace(name=name, device_type=device_type, is_user_annotation=annotation,
+                               time_range=SimpleNamespace(elapsed_us=lambda: microseconds))
+
+    events = [event("aten::mm", DeviceType.CPU), event("cudaLaunchKernel", DeviceType.CPU),
+              event("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", DeviceType.CUDA, 30.0),
+              event("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", DeviceType.CUDA, 20.0),
+              # the optimiser's span on the device's timeline covers its kernel above
+              event("Optimizer.step#AdamW.step", DeviceType.CUDA, 25.0, annotation=True),
+              event("Activity Buffer Request", DeviceType.CUDA, 7.0), event("cudaStreamSynchronize", DeviceType.CPU)]
+    device_work, host_calls = device_work_and_host_calls(events)
+    assert device_work == [("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 30.0),
+                           ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", 20.0)]
+    assert host_calls == {"cudaLaunchKernel": 1, "cudaStreamSynchronize": 1}
+
+
 def test_the_whole_model_compiles_once_although_its_first_batch_has_equally_long_sources_and_targets(
-        feature_tokenizer, train_annotations, train_pairs, monkeypatch):
+        feature_tokenizer, train_annotations, train_pairs, compiler_settings_kept):
     import torch._dynamo
-    import torch.fx.experimental._config as fx_config
     from torch._dynamo.utils import counters
 
     from benchmarks import gpu_throughput
 
-    monkeypatch.setattr(fx_config, "use_duck_shape", fx_config.use_duck_shape)  # restored after the test
     encodings = feature_tokenizer(annotations=train_annotations[:200], text_target=list(train_pairs["target"][:200]),
                                   truncation=True, max_length=128)
     rows = [{name: encodings[name][index] for name in encodings} for index in range(200)]
@@ -552,10 +595,11 @@ def test_the_whole_model_compiles_once_although_its_first_batch_has_equally_long
     try:
         trainee = gpu_throughput.Trainee(gpu_throughput.build("baseline", "benchmark", feature_tokenizer), "cpu",
                                          whole_model=True, backend="eager")
-        for batch in [equal[0], *unequal[:2]]:
-            trainee.step(batch)
         # one graph with a symbol per size serves every batch (duck sizing would trace the first batch's sizes as
         # one symbol and compile the whole model again for the next)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for batch in [equal[0], *unequal[:2]]:
+                trainee.step(batch)
         assert counters["stats"]["unique_graphs"] == 1
     finally:
         torch._dynamo.reset()
