@@ -16,7 +16,8 @@ GPU's name, the software versions and the code version.
 
 `--compile` puts every encoder and decoder layer under `torch.compile` (regional compilation: one compiled graph
 serves all layers of a stack, dynamic shapes so that every batch shape reuses it; score modifications run as
-FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once.
+FlexAttention kernels inside it), compiled during the warm-up, which then steps through every batch at least once;
+with `--whole_model`, each system's whole forward with its loss as one graph instead (minutes of compilation each).
 `--baseline_variants` adds the baseline changed in named ways, each measured beside the others as
 `baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
 fuses when compiled), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded graphs) and
@@ -348,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds in which the systems take turns")
     parser.add_argument("--compile", action="store_true",
                         help="every encoder and decoder layer under torch.compile (compiled in the warm-up)")
+    parser.add_argument("--whole_model", action="store_true",
+                        help="with --compile: each system's whole forward with its loss as one compiled graph instead "
+                             "of each layer")
     parser.add_argument("--compile_mode", default=None, choices=["default", "reduce-overhead", "max-autotune"],
                         help="torch.compile's mode for --compile (default: its default)")
     parser.add_argument("--pad_to_multiple_of", type=int, default=None,
@@ -379,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     cuda_graphs_variant = any("cuda_graphs" in parts for parts in variants)
     needs_compile = [option for option, given in (
         ("--baseline_variants " + " ".join(compiled_variants), bool(compiled_variants)),
-        ("--compile_mode", args.compile_mode is not None),
+        ("--compile_mode", args.compile_mode is not None), ("--whole_model", args.whole_model),
         ("--compile_backend", args.compile_backend != "inductor")) if given]
     if args.profile_steps < 0:
         parser.error(f"--profile_steps must be at least 0, got {args.profile_steps}")
@@ -389,6 +393,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
         parser.error(f"--compile_mode is inductor's; --compile_backend {args.compile_backend} takes none")
+    if args.whole_model and any("whole_model" in parts for parts in variants):
+        parser.error("--whole_model already compiles every system whole; a whole_model variant would repeat the "
+                     "baseline")
     if args.compile_mode == "reduce-overhead" and cuda_graphs_variant:
         parser.error("a cuda_graphs variant adds a CUDA-graph system beside the run's own; with --compile_mode "
                      "reduce-overhead every compiled system already runs under CUDA graphs")
@@ -425,9 +432,9 @@ def main(argv: list[str] | None = None) -> None:
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
-                     "compiled": "each encoder and decoder layer, torch.compile(dynamic=True, "
-                                 f"mode={args.compile_mode!r}, backend={args.compile_backend!r})"
-                                 if args.compile else False,
+                     "compiled": ("the whole forward with the loss" if args.whole_model else "each encoder and "
+                                  "decoder layer") + f", torch.compile(dynamic=True, mode={args.compile_mode!r}, "
+                                 f"backend={args.compile_backend!r})" if args.compile else False,
                      "dynamic_sizes": "a symbol for each size (no duck sizing)" if args.compile else None,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
@@ -447,9 +454,10 @@ def main(argv: list[str] | None = None) -> None:
                 if "eager_attention" in parts:
                     model.set_attn_implementation("eager")
                 mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode
-                if args.compile and "whole_model" not in parts and "eager" not in parts:
+                whole = "whole_model" in parts or (args.whole_model and "eager" not in parts)
+                if args.compile and not whole and "eager" not in parts:
                     compile_layers(model, mode, args.compile_backend)
-                trainees[name] = Trainee(model, args.device, "whole_model" in parts, mode, args.compile_backend)
+                trainees[name] = Trainee(model, args.device, whole, mode, args.compile_backend)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:

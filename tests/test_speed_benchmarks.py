@@ -221,6 +221,9 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
     (["--compile", "--baseline_variants", "whole_model+cuda_graph"], "'whole_model+cuda_graph': a variant is one or "
                                                                      "more of whole_model, cuda_graphs"),
     (["--compile", "--baseline_variants", "eager+whole_model"], "'eager' (not compiled) excludes whole_model"),
+    (["--whole_model"], "--whole_model only apply with --compile"),
+    (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
+     "--whole_model already compiles every system whole"),
 ])
 def test_the_gpu_benchmark_refuses_options_that_would_not_apply(arguments, named, tmp_path, capsys):
     from benchmarks import gpu_throughput
@@ -603,3 +606,25 @@ def test_the_whole_model_compiles_once_although_its_first_batch_has_equally_long
         assert counters["stats"]["unique_graphs"] == 1
     finally:
         torch._dynamo.reset()
+
+
+def test_the_gpu_benchmark_compiles_every_system_whole_with_whole_model(
+        feature_tokenizer, train_annotations, multi30k_dir, tmp_path, compiler_settings_kept):
+    from benchmarks import gpu_throughput
+
+    tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
+    feature_tokenizer.save_pretrained(tokenizer_folder)
+    write_conllu(train_annotations[:120], parses)
+    gpu_throughput.main([
+        "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "deps_san", "--compile", "--whole_model",
+        "--baseline_variants", "eager", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024",
+        "--warmup", "1", "--steps", "1", "--rounds", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
+        str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
+
+    result = json.loads(output.read_text())
+    assert result["errors"] == {"benchmark": {}}
+    assert result["settings"]["compiled"].startswith("the whole forward with the loss")
+    systems = result["systems"]["benchmark"]
+    whole = "whole forward with the loss, backend eager, mode none"
+    assert {name: summary["compiled"] for name, summary in systems.items()} == {
+        "baseline": whole, "deps_san": whole, "baseline_eager": "eager"}
