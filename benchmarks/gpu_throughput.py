@@ -417,6 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     cuda_graphs = args.compile_mode == "reduce-overhead" or cuda_graphs_variant
     passes = 2 if cuda_graphs else 1
     warmup = max(args.warmup, passes * len(batches)) if args.compile else args.warmup
+    compiled_unit = "the whole forward with the loss" if args.whole_model else "each encoder and decoder layer"
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
         "cuda": torch.version.cuda, "transformers": __import__("transformers").__version__,
@@ -432,8 +433,7 @@ def main(argv: list[str] | None = None) -> None:
                      "design": "interleaved: the systems of a size take turns each round",
                      "precision": "autocast bfloat16, float32 weights, fused AdamW", "batching": "token budget",
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
-                     "compiled": ("the whole forward with the loss" if args.whole_model else "each encoder and "
-                                  "decoder layer") + f", torch.compile(dynamic=True, mode={args.compile_mode!r}, "
+                     "compiled": f"{compiled_unit}, torch.compile(dynamic=True, mode={args.compile_mode!r}, "
                                  f"backend={args.compile_backend!r})" if args.compile else False,
                      "dynamic_sizes": "a symbol for each size (no duck sizing)" if args.compile else None,
                      "pinned_batches": bool(args.pin_memory and cuda),
@@ -479,8 +479,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{summary['useful_tflops_per_second']:6.1f} useful TFLOP/s "
                   f"({summary.get('useful_fraction_of_peak', 0):.1%} of peak)", flush=True)
         result["systems"][size] = measured
-        write_json_atomically(args.output, result)
         if args.profile_steps:
+            write_json_atomically(args.output, result)  # a crash while profiling keeps the rounds
             result.setdefault("profiles", {})[size] = profile_systems(trainees, batches, args.profile_steps)
         if cuda:
             result.setdefault("peak_memory_gib_all_systems_of_a_size", {})[size] = round(

@@ -124,6 +124,21 @@ def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stan
     assert "does not hold the parses of test_2016_flickr's first 3 sources" in capsys.readouterr().err
 
 
+def encoded_rows(feature_tokenizer, train_annotations, train_pairs, count: int) -> list[dict]:
+    """The first `count` training pairs encoded, one dict of features per pair (as the benchmarks batch them)."""
+    encodings = feature_tokenizer(annotations=train_annotations[:count],
+                                  text_target=list(train_pairs["target"][:count]), truncation=True, max_length=128)
+    return [{name: encodings[name][index] for name in encodings} for index in range(count)]
+
+
+def saved_benchmark_inputs(feature_tokenizer, annotations, folder) -> tuple:
+    """The tokenizer folder and the sources' CoNLL-U file a benchmark command reads, written under `folder`."""
+    tokenizer_folder, parses = folder / "tokenizer", folder / "train.en.conllu"
+    feature_tokenizer.save_pretrained(tokenizer_folder)
+    write_conllu(annotations, parses)
+    return tokenizer_folder, parses
+
+
 @pytest.fixture
 def compiler_settings_kept():
     """The process-wide compiler settings `gpu_throughput` changes, restored after the test (with plain `setattr`:
@@ -144,9 +159,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
         feature_tokenizer, train_annotations, multi30k_dir, tmp_path, monkeypatch, compiler_settings_kept):
     from benchmarks import gpu_throughput
 
-    tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
-    feature_tokenizer.save_pretrained(tokenizer_folder)
-    write_conllu(train_annotations[:120], parses)
+    tokenizer_folder, parses = saved_benchmark_inputs(feature_tokenizer, train_annotations[:120], tmp_path)
+    output = tmp_path / "gpu.json"
     written = []
     monkeypatch.setattr(gpu_throughput, "write_json_atomically",
                         lambda path, result: written.append(json.loads(json.dumps(result))))
@@ -194,9 +208,7 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
                                                                                   train_annotations, train_pairs):
     from benchmarks import gpu_throughput
 
-    encodings = feature_tokenizer(annotations=train_annotations[:200], text_target=list(train_pairs["target"][:200]),
-                                  truncation=True, max_length=128)
-    rows = [{name: encodings[name][index] for name in encodings} for index in range(200)]
+    rows = encoded_rows(feature_tokenizer, train_annotations, train_pairs, 200)
     plain = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1)
     padded = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1, pad_to_multiple_of=8)
     assert len(plain) == len(padded) > 3
@@ -586,9 +598,7 @@ def test_the_whole_model_compiles_once_although_its_first_batch_has_equally_long
 
     from benchmarks import gpu_throughput
 
-    encodings = feature_tokenizer(annotations=train_annotations[:200], text_target=list(train_pairs["target"][:200]),
-                                  truncation=True, max_length=128)
-    rows = [{name: encodings[name][index] for name in encodings} for index in range(200)]
+    rows = encoded_rows(feature_tokenizer, train_annotations, train_pairs, 200)
     batches = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1)
     equal = [batch for batch in batches if batch["input_ids"].shape[1] == batch["labels"].shape[1]]
     unequal = [batch for batch in batches if batch["input_ids"].shape[1] != batch["labels"].shape[1]]
@@ -612,9 +622,8 @@ def test_the_gpu_benchmark_compiles_every_system_whole_with_whole_model(
         feature_tokenizer, train_annotations, multi30k_dir, tmp_path, compiler_settings_kept):
     from benchmarks import gpu_throughput
 
-    tokenizer_folder, parses, output = tmp_path / "tokenizer", tmp_path / "train.en.conllu", tmp_path / "gpu.json"
-    feature_tokenizer.save_pretrained(tokenizer_folder)
-    write_conllu(train_annotations[:120], parses)
+    tokenizer_folder, parses = saved_benchmark_inputs(feature_tokenizer, train_annotations[:120], tmp_path)
+    output = tmp_path / "gpu.json"
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "deps_san", "--compile", "--whole_model",
         "--baseline_variants", "eager", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024",
