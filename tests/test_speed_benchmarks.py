@@ -234,6 +234,7 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
                                                                      "more of whole_model, cuda_graphs"),
     (["--compile", "--baseline_variants", "eager+whole_model"], "'eager' (not compiled) excludes whole_model"),
     (["--whole_model"], "--whole_model only apply with --compile"),
+    (["--profile_steps", "-1"], "--profile_steps must be at least 0, got -1"),
     (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
      "--whole_model already compiles every system whole"),
 ])
