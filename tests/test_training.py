@@ -187,6 +187,25 @@ def test_a_composed_model_gets_the_tokenizers_vocabulary_sizes_for_its_component
 
 
 @pytest.mark.slow
+def test_torch_compile_traces_the_model_once_for_every_token_batch_shape(multi30k_dir, tmp_path):
+    """`--torch_compile` over token batches whose lengths change every step: one compiled training graph, dynamic
+    from the first batch (dynamo's defaults compile a second graph at the second batch); dynamo's settings are back
+    to what they were afterwards."""
+    import torch
+    import torch.fx.experimental._config as fx_config
+
+    torch._dynamo.reset()
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "200",
+                                 "--max_steps", "6", "--max_tokens_per_batch", "400", "--logging_steps", "3",
+                                 "--torch_compile", "--torch_compile_backend", "eager", "--data_dir", str(multi30k_dir)])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    assert torch._dynamo.config.assume_static_by_default and fx_config.use_duck_shape
+
+
+@pytest.mark.slow
 def test_train_script_stores_trees_in_o_of_s_and_trains_deps_san_from_them(multi30k_dir, tmp_path):
     """The tokenized training set keeps each sentence's heads, not its [S, S] distance matrix; the collator builds
     the matrix per batch, and Deps-SAN (which reads it) trains."""

@@ -46,6 +46,7 @@ from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
+from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
@@ -768,6 +769,14 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
+    with one_graph_for_all_batch_shapes(enabled=training_args.torch_compile):
+        return run(model_args, data_args, training_args)
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """Checks the arguments, prepares the data, tokenizer and model, then trains, evaluates and tests as asked; returns
+    (and, training, writes to the output folder's results.json) what it measured."""
+    assert training_args.output_dir is not None, "TrainingArguments gives a default output folder"
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
     check_label_smoothing(training_args)
