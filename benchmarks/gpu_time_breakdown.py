@@ -44,7 +44,7 @@ def kernel_kind(name: str) -> str:
 
 
 def summarize(device_work: Iterable[tuple[str, float]], host_calls: Counter[str], wall_seconds: float,
-              units: float, unit: str, top: int = 20) -> dict:
+              units: float, unit: str, top: int = 40) -> dict:
     """The breakdown of `device_work` ((kernel or copy name, microseconds) as the device ran them) and `host_calls`
     (CUDA runtime call name -> count) over `wall_seconds` of work covering `units` `unit`s, all per unit."""
     microseconds: defaultdict[str, float] = defaultdict(float)
@@ -98,7 +98,7 @@ def device_work_and_host_calls(events: Iterable) -> tuple[list[tuple[str, float]
     return device_work, host_calls
 
 
-def gpu_time_breakdown(work: Callable[[], object], units: float, unit: str, top: int = 20) -> dict:
+def gpu_time_breakdown(work: Callable[[], object], units: float, unit: str, top: int = 40) -> dict:
     """Run `work` (which must synchronise the device before it returns) once under `torch.profiler` with the CUDA
     activity and summarise what the device and the host did (`summarize`), per `unit` of which `work` does `units`.
     """
