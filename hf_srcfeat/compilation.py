@@ -12,13 +12,16 @@ import torch.fx.experimental._config as fx_config
 @contextlib.contextmanager
 def one_graph_for_all_batch_shapes(enabled: bool = True) -> Iterator[None]:
     """Within it, a model compiled without an explicit `dynamic` (as the Trainer's `--torch_compile` compiles it) is
-    traced with dynamic sizes from its first batch, each size its own symbol, so one graph serves every batch shape.
+    traced with dynamic sizes from its first batch, each size its own symbol: one trace for every batch shape.
 
-    By default dynamo specialises the first graph to the first batch's sizes and compiles again at the next batch;
-    and it gives sizes that are equal when it first traces them one symbol ("duck sizing"), so a first batch whose
-    sources and targets are equally long is followed by a third compilation. Each compilation of a whole model's
-    forward and backward takes minutes at Transformer-base size. `dynamic=False` given to `torch.compile` (or
-    `ACCELERATE_DYNAMO_USE_DYNAMIC=0` to the Trainer) still wins."""
+    By default dynamo specialises the first graph to the first batch's sizes, traces again at the next batch with
+    the sizes that changed made dynamic, and again whenever a size that had not changed by then does (the batch
+    size, say). Tracing dynamically from the first batch needs each size its own symbol too: otherwise sizes that
+    are equal in the first batch (sources and targets of one length) become one symbol, and the next batch traces
+    again. Each trace of a whole model's forward and backward compiles for minutes at Transformer-base size on a
+    GPU. The compiler may still add guards of its own (inductor on a GPU: a length divisible by 8 or not).
+    `dynamic=False` given to `torch.compile` (for the Trainer, `ACCELERATE_DYNAMO_USE_DYNAMIC=0`) still wins; the
+    settings also apply to anything else compiled within (FlexAttention's kernels)."""
     if not enabled:
         yield
         return

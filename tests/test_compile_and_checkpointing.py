@@ -76,3 +76,16 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(variant, featu
     assert checkpointed_gradients.keys() == plain_gradients.keys()
     for name, gradient in plain_gradients.items():
         torch.testing.assert_close(checkpointed_gradients[name], gradient, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_one_graph_for_all_batch_shapes_changes_dynamos_settings_only_when_enabled_and_only_within():
+    import torch.fx.experimental._config as fx_config
+
+    from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
+
+    defaults = (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape)
+    with one_graph_for_all_batch_shapes(enabled=False):
+        assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == defaults
+    with one_graph_for_all_batch_shapes():
+        assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == (False, False)
+    assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == defaults

@@ -776,7 +776,7 @@ def main(argv: list[str] | None = None) -> dict:
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> dict:
     """Checks the arguments, prepares the data, tokenizer and model, then trains, evaluates and tests as asked; returns
     (and, training, writes to the output folder's results.json) what it measured."""
-    assert training_args.output_dir is not None, "TrainingArguments gives a default output folder"
+    assert training_args.output_dir is not None  # TrainingArguments sets a default output folder
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
     check_label_smoothing(training_args)
