@@ -129,10 +129,13 @@ def configure_dynamo() -> None:
     A system that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed.
     Sizes: each its own symbol. By default dynamo gives sizes that are equal when it first traces one symbol
     ("duck sizing"): a first batch whose sources and targets are equally long then yields a graph for that case
-    alone, and the next batch compiles the whole graph again (minutes for the whole model on a GPU)."""
+    alone, and the next batch compiles the whole graph again (minutes for the whole model on a GPU). Floats (dropout
+    rates, label smoothing) stay constants: made symbols, the loss's label smoothing makes dynamo start the whole
+    model's trace over (`hf_srcfeat.compilation`, which sets the same for training)."""
     import torch.fx.experimental._config as fx_config
 
     fx_config.use_duck_shape = False
+    torch._dynamo.config.specialize_float = True
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
@@ -435,7 +438,7 @@ def main(argv: list[str] | None = None) -> None:
                      "sdpa_cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled(),
                      "compiled": f"{compiled_unit}, torch.compile(dynamic=True, mode={args.compile_mode!r}, "
                                  f"backend={args.compile_backend!r})" if args.compile else False,
-                     "dynamic_sizes": "a symbol for each size (no duck sizing)" if args.compile else None,
+                     "dynamic_sizes": "a symbol for each size (no duck sizing), floats constant" if args.compile else None,
                      "pinned_batches": bool(args.pin_memory and cuda),
                      "flops": "matmul FLOPs by the baseline's formula (forward + backward = 3 x forward) over real "
                               "tokens (useful) and padded shapes (computed)",

@@ -88,4 +88,27 @@ def test_one_graph_for_all_batch_shapes_changes_dynamos_settings_only_when_enabl
         assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == defaults
     with one_graph_for_all_batch_shapes():
         assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == (False, False)
+        assert torch._dynamo.config.specialize_float
     assert (torch._dynamo.config.assume_static_by_default, fx_config.use_duck_shape) == defaults
+
+
+def test_one_graph_for_all_batch_shapes_traces_the_models_floats_as_constants(feature_tokenizer, test_sentences):
+    """Dropout rates and label smoothing enter the traced graph as constants: with sizes dynamic from the first
+    batch dynamo would otherwise trace each as a symbol (and start the trace over for the loss's label smoothing)."""
+    from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
+
+    config = variant_config("baseline", feature_tokenizer)
+    assert config.dropout > 0 and config.label_smoothing > 0
+    model = MODEL_CLASSES_BY_TYPE[config.model_type](config).train()
+    symbolic_floats: list[str] = []
+
+    def recording_backend(graph, example_inputs):
+        symbolic_floats.extend(node.name for node in graph.graph.nodes
+                               if isinstance(node.meta.get("example_value"), torch.SymFloat))
+        return graph.forward
+
+    torch._dynamo.reset()
+    with one_graph_for_all_batch_shapes():
+        compiled = torch.compile(model, backend=recording_backend)
+        compiled(**training_batch(feature_tokenizer, test_sentences)).loss.backward()
+    assert symbolic_floats == []
