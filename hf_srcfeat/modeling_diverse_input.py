@@ -27,6 +27,64 @@ RECURRENT_CELL_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}
 WEIGHT_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
+def recurrence(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool) -> torch.Tensor:
+    """The states [B, S, hidden] of a one-layer, one-direction `cell` RNN run left to right over `inputs`
+    [B, S, width], from zero states: the operator `nn.GRU.forward` calls. `weights`: weight_ih, weight_hh, bias_ih,
+    bias_hh, taken in the inputs' dtype (as autocast would)."""
+    weights = [weight.to(inputs.dtype) for weight in weights]
+    initial = inputs.new_zeros(1, inputs.shape[0], weights[1].shape[1])
+    # (input, hx, weights, has_biases, num_layers, dropout, train, bidirectional, batch_first), as nn.GRU calls
+    if cell == "lstm":
+        return torch._VF.lstm(inputs, (initial, initial), weights, True, 1, 0.0, train, False, True)[0]
+    operator = torch._VF.gru if cell == "gru" else torch._VF.rnn_tanh
+    return operator(inputs, initial, weights, True, 1, 0.0, train, False, True)[0]
+
+
+# Compiled, the RNN operator runs as an operator of its own, which the compiler does not look into: traced, it
+# unrolls over the time steps, fixing the graph to one sentence length (every batch length compiled again) and
+# tracing for long. Its backward recomputes the forward states, as the operator keeps its gate activations to itself.
+@torch.library.custom_op("hf_srcfeat::recurrence", mutates_args=())
+def compiled_recurrence(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool) -> torch.Tensor:
+    return recurrence(inputs, weights, cell, train)
+
+
+@compiled_recurrence.register_fake
+def _(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool) -> torch.Tensor:
+    return inputs.new_empty(inputs.shape[0], inputs.shape[1], weights[1].shape[1])
+
+
+@torch.library.custom_op("hf_srcfeat::recurrence_backward", mutates_args=())
+def recurrence_backward(gradient: torch.Tensor, inputs: torch.Tensor, weights: list[torch.Tensor], cell: str,
+                        train: bool) -> list[torch.Tensor]:
+    """The gradients of `recurrence`'s states (given `gradient`) for its inputs and each weight."""
+    # torch.func: an operator's own code runs below autograd, where a tensor does not record its history.
+    def states_of(states_inputs: torch.Tensor, *weights_: torch.Tensor) -> torch.Tensor:
+        return recurrence(states_inputs, list(weights_), cell, train)
+
+    gradients_of = torch.func.vjp(states_of, inputs, *weights)[1]
+    return list(gradients_of(gradient))
+
+
+@recurrence_backward.register_fake
+def _(gradient: torch.Tensor, inputs: torch.Tensor, weights: list[torch.Tensor], cell: str,
+      train: bool) -> list[torch.Tensor]:
+    return [torch.empty_like(tensor) for tensor in (inputs, *weights)]
+
+
+def _keep_recurrence_inputs(ctx, inputs: tuple, output: torch.Tensor) -> None:
+    states_inputs, weights, ctx.cell, ctx.train = inputs
+    ctx.save_for_backward(states_inputs, *weights)
+
+
+def _recurrence_gradients(ctx, gradient: torch.Tensor) -> tuple:
+    states_inputs, *weights = ctx.saved_tensors
+    gradients = recurrence_backward(gradient, states_inputs, weights, ctx.cell, ctx.train)
+    return gradients[0], gradients[1:], None, None
+
+
+compiled_recurrence.register_autograd(_recurrence_gradients, setup_context=_keep_recurrence_inputs)
+
+
 class BidirectionalRecurrentWeights(nn.Module):
     """The weights of a one-layer bidirectional `nn.GRU`/`nn.LSTM`/`nn.RNN` (same names, shapes and
     initialisation, so checkpoints load either way), run one direction at a time by `run`.
@@ -46,12 +104,9 @@ class BidirectionalRecurrentWeights(nn.Module):
     def run(self, inputs: torch.Tensor, reverse: bool) -> torch.Tensor:
         """The states [B, S, width] of one direction run left to right over `inputs` [B, S, width]."""
         weights = [getattr(self, f"{name}_l0{'_reverse' if reverse else ''}") for name in WEIGHT_NAMES]
-        initial = inputs.new_zeros(1, inputs.shape[0], self.hidden_size)
-        # (input, hx, weights, has_biases, num_layers, dropout, train, bidirectional, batch_first), as nn.GRU calls
-        if self.cell == "lstm":
-            return torch._VF.lstm(inputs, (initial, initial), weights, True, 1, 0.0, self.training, False, True)[0]
-        operator = torch._VF.gru if self.cell == "gru" else torch._VF.rnn_tanh
-        return operator(inputs, initial, weights, True, 1, 0.0, self.training, False, True)[0]
+        if torch.compiler.is_compiling():
+            return compiled_recurrence(inputs, weights, self.cell, self.training)
+        return recurrence(inputs, weights, self.cell, self.training)
 
 
 class RecurrenceFeatures(nn.Module):

@@ -16,6 +16,10 @@ from .test_half_precision import VARIANTS, variant_config
 ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_joint", "phrase_rep", "phrase_parse",
              "composed"]
 
+#: Models with parts whose computation follows the batch's lengths: diverse input's RNN over the time steps, phrase
+#: layouts, dependency distances biasing attention (every variant passes, in about 30 s each).
+LENGTH_DEPENDENT = ["fusing_diverse", "phrase_rep", "deps_san"]
+
 
 def training_batch(feature_tokenizer, test_sentences):
     return dict(feature_tokenizer(test_sentences[:4], text_target=test_sentences[4:8], padding=True,
@@ -62,6 +66,30 @@ def test_a_compiled_training_step_gives_the_eager_loss_and_gradients(variant, fe
     torch.testing.assert_close(compiled_loss, eager_loss)
     for name, gradient in eager_gradients.items():
         torch.testing.assert_close(compiled_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", LENGTH_DEPENDENT)
+def test_compiled_with_dynamic_sizes_one_graph_trains_on_batches_of_every_length(variant, feature_tokenizer,
+                                                                                  test_sentences):
+    """No part of a model fixes the traced graph to a batch's lengths (diverse input's RNN, traced, would unroll over
+    the time steps): batches of other lengths reuse the graph and give eager's loss and gradients."""
+    pairs = [((0, 1), (2, 3)), ((4, 5, 6), (1, 2, 3))]  # (a batch of one sentence would be traced apart)
+    batches = [dict(feature_tokenizer([test_sentences[i] for i in sources], text_target=[test_sentences[i] for i in
+                                                                                          targets],
+                                      padding=True, return_tensors="pt")) for sources, targets in pairs]
+    assert batches[0]["input_ids"].shape[1] != batches[1]["input_ids"].shape[1]
+    model = model_of(variant, feature_tokenizer)
+    torch._dynamo.reset()
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled = torch.compile(model, backend="aot_eager", dynamic=True)
+    for batch in batches:
+        eager_loss, eager_gradients = loss_and_gradients(model, batch)
+        compiled_loss, compiled_gradients = loss_and_gradients(model, batch, run=compiled)
+        torch.testing.assert_close(compiled_loss, eager_loss)
+        for name, gradient in eager_gradients.items():
+            torch.testing.assert_close(compiled_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
