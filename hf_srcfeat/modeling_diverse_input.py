@@ -9,6 +9,8 @@ representation alone and in a padded batch (left or right padding).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -30,8 +32,7 @@ WEIGHT_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 def recurrence(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool) -> torch.Tensor:
     """The states [B, S, hidden] of a one-layer, one-direction `cell` RNN run left to right over `inputs`
     [B, S, width], from zero states: the operator `nn.GRU.forward` calls. `weights`: weight_ih, weight_hh, bias_ih,
-    bias_hh, taken in the inputs' dtype (as autocast would)."""
-    weights = [weight.to(inputs.dtype) for weight in weights]
+    bias_hh."""
     initial = inputs.new_zeros(1, inputs.shape[0], weights[1].shape[1])
     # (input, hx, weights, has_biases, num_layers, dropout, train, bidirectional, batch_first), as nn.GRU calls
     if cell == "lstm":
@@ -43,9 +44,18 @@ def recurrence(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, tra
 # Compiled, the RNN operator runs as an operator of its own, which the compiler does not look into: traced, it
 # unrolls over the time steps, fixing the graph to one sentence length (every batch length compiled again) and
 # tracing for long. Its backward recomputes the forward states, as the operator keeps its gate activations to itself.
+# A compiled graph runs without autocast, so the weights are taken in the inputs' dtype here (autocast's own cast
+# would happen outside). The results are contiguous and unshared, as the compiler assumes of an operator's outputs
+# (the RNN operator returns a transposed view, and cuDNN's weight gradients share one buffer).
+def _recurrence_in_inputs_dtype(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str,
+                                train: bool) -> torch.Tensor:
+    return recurrence(inputs, [weight.to(inputs.dtype) for weight in weights], cell, train)
+
+
 @torch.library.custom_op("hf_srcfeat::recurrence", mutates_args=())
 def compiled_recurrence(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool) -> torch.Tensor:
-    return recurrence(inputs, weights, cell, train)
+    """`recurrence` for a compiled graph (weights in the inputs' dtype, a contiguous result)."""
+    return _recurrence_in_inputs_dtype(inputs, weights, cell, train).contiguous()
 
 
 @compiled_recurrence.register_fake
@@ -56,27 +66,33 @@ def _(inputs: torch.Tensor, weights: list[torch.Tensor], cell: str, train: bool)
 @torch.library.custom_op("hf_srcfeat::recurrence_backward", mutates_args=())
 def recurrence_backward(gradient: torch.Tensor, inputs: torch.Tensor, weights: list[torch.Tensor], cell: str,
                         train: bool) -> list[torch.Tensor]:
-    """The gradients of `recurrence`'s states (given `gradient`) for its inputs and each weight."""
-    # torch.func: an operator's own code runs below autograd, where a tensor does not record its history.
-    def states_of(states_inputs: torch.Tensor, *weights_: torch.Tensor) -> torch.Tensor:
-        return recurrence(states_inputs, list(weights_), cell, train)
-
-    gradients_of = torch.func.vjp(states_of, inputs, *weights)[1]
-    return list(gradients_of(gradient))
+    """The gradients of `compiled_recurrence`'s states (given `gradient`) for its inputs and each weight."""
+    # An operator's own code runs with autograd's dispatch keys excluded, so a tensor would not record its history:
+    # they are let back in for the recomputation (torch.func.vjp would too, but fails on oneDNN's LSTM kernel).
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    dispatch_keys = torch._C.DispatchKey
+    for key in (dispatch_keys.AutogradCPU, dispatch_keys.AutogradCUDA, dispatch_keys.ADInplaceOrView):
+        excluded = excluded.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded), torch.enable_grad():
+        leaves = [tensor.detach().requires_grad_() for tensor in (inputs, *weights)]
+        states = _recurrence_in_inputs_dtype(leaves[0], leaves[1:], cell, train)
+        gradients = torch.autograd.grad(states, leaves, gradient)
+    return [gradient_.clone(memory_format=torch.contiguous_format) for gradient_ in gradients]
 
 
 @recurrence_backward.register_fake
 def _(gradient: torch.Tensor, inputs: torch.Tensor, weights: list[torch.Tensor], cell: str,
       train: bool) -> list[torch.Tensor]:
-    return [torch.empty_like(tensor) for tensor in (inputs, *weights)]
+    return [torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) for tensor in (inputs, *weights)]
 
 
-def _keep_recurrence_inputs(ctx, inputs: tuple, output: torch.Tensor) -> None:
+# ctx: the context object register_autograd passes, which takes attributes freely.
+def _keep_recurrence_inputs(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
     states_inputs, weights, ctx.cell, ctx.train = inputs
     ctx.save_for_backward(states_inputs, *weights)
 
 
-def _recurrence_gradients(ctx, gradient: torch.Tensor) -> tuple:
+def _recurrence_gradients(ctx: Any, gradient: torch.Tensor) -> tuple:
     states_inputs, *weights = ctx.saved_tensors
     gradients = recurrence_backward(gradient, states_inputs, weights, ctx.cell, ctx.train)
     return gradients[0], gradients[1:], None, None

@@ -17,7 +17,7 @@ ONE_GRAPH = ["baseline", "deps_san", "relevance_concat", "fusing_diverse", "lfe_
              "composed"]
 
 #: Models with parts whose computation follows the batch's lengths: diverse input's RNN over the time steps, phrase
-#: layouts, dependency distances biasing attention (every variant passes, in about 30 s each).
+#: layouts, dependency distances biasing attention (the test takes 20-45 s a model, too long for all of them).
 LENGTH_DEPENDENT = ["fusing_diverse", "phrase_rep", "deps_san"]
 
 

@@ -273,3 +273,51 @@ def test_every_recurrent_cell_gives_the_packed_bidirectional_nn_modules_states(c
     states, _ = pad_packed_sequence(reference(packed)[0], batch_first=True, total_length=7)
     expected = recurrence.projection(states) * mask[..., None]
     torch.testing.assert_close(recurrence(group, mask), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_the_compiled_recurrence_operator_gives_the_rnn_operators_states_and_gradients(cell):
+    """Compiled, the recurrence group's RNN runs as an operator of its own: the RNN operator's states and gradients,
+    as contiguous results that share no memory (checked at every call), of the shapes and strides its fake
+    implementation gives the compiler."""
+    from hf_srcfeat.modeling_diverse_input import (
+        WEIGHT_NAMES,
+        BidirectionalRecurrentWeights,
+        compiled_recurrence,
+        recurrence,
+    )
+
+    torch.manual_seed(0)
+    rnn = BidirectionalRecurrentWeights(8, cell)
+    weights = [getattr(rnn, f"{name}_l0") for name in WEIGHT_NAMES]
+    inputs = torch.randn(3, 5, 8, requires_grad=True)
+    expected = recurrence(inputs, weights, cell, True)
+    states = compiled_recurrence(inputs, weights, cell, True)
+    torch.testing.assert_close(states, expected)
+    gradient = torch.randn_like(expected)
+    expected_gradients = torch.autograd.grad(expected, [inputs, *weights], gradient)
+    for got, wanted in zip(torch.autograd.grad(states, [inputs, *weights], gradient), expected_gradients, strict=True):
+        torch.testing.assert_close(got, wanted)
+    torch.library.opcheck(compiled_recurrence, (inputs.detach(), [weight.detach() for weight in weights], cell, True),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_the_recurrence_group_compiled_by_inductor_serves_every_sentence_length():
+    from hf_srcfeat.modeling_diverse_input import RecurrenceFeatures
+
+    torch.manual_seed(0)
+    group = RecurrenceFeatures(8, "gru")
+    compiled = torch.compile(group, backend="inductor", dynamic=True)
+    torch._dynamo.reset()
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for length in (5, 7):
+        vectors = torch.randn(2, length, 8, requires_grad=True)
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, -2:] = 0
+        expected = group(vectors, mask)
+        (expected_gradient,) = torch.autograd.grad(expected.sum(), vectors)
+        states = compiled(vectors, mask)
+        (gradient,) = torch.autograd.grad(states.sum(), vectors)
+        torch.testing.assert_close(states, expected)
+        torch.testing.assert_close(gradient, expected_gradient)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
