@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .closed_gates import ClosedGates
@@ -178,8 +179,24 @@ class LocalFeatures(nn.Module):
     def forward(self, group: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if attention_mask is not None:
             group = group * attention_mask[..., None].to(group.dtype)
-        convolved = self.convolution(group.transpose(1, 2)).transpose(1, 2)
+        if torch.compiler.is_compiling():
+            convolved = self.shifted_sum(group)
+        else:
+            convolved = self.convolution(group.transpose(1, 2)).transpose(1, 2)
         return torch.relu(convolved) + group
+
+    def shifted_sum(self, group: torch.Tensor) -> torch.Tensor:
+        """The convolution as a sum of the kernel's taps over shifted copies of `group` [B, S, width]: compiled,
+        inductor's lowering of the convolution's backward fixes the graph to one sentence length (every batch
+        length would compile the whole model again); element-wise, the taps fuse and the length stays a symbol."""
+        taps = self.convolution.kernel_size[0]
+        padded = F.pad(group, (0, 0, taps // 2, taps // 2))  # zeros before and after each sentence, as the conv pads
+        weight = self.convolution.weight[:, 0, :]  # [width, taps]: one filter per channel
+        length = group.shape[1]
+        convolved = padded[:, :length] * weight[:, 0]
+        for tap in range(1, taps):
+            convolved = convolved + padded[:, tap:tap + length] * weight[:, tap]
+        return convolved if self.convolution.bias is None else convolved + self.convolution.bias
 
 
 class DiverseInputEmbedding(SrcFeatSourceEmbedding):

@@ -321,3 +321,27 @@ def test_the_recurrence_group_compiled_by_inductor_serves_every_sentence_length(
         torch.testing.assert_close(states, expected)
         torch.testing.assert_close(gradient, expected_gradient)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
+
+
+def test_the_local_group_compiled_by_inductor_serves_every_sentence_length():
+    """Compiled, the local group's convolution runs as a sum of shifted copies (inductor's convolution backward
+    fixes the graph to one length): one graph for two sentence lengths, the convolution's states and gradients."""
+    from hf_srcfeat.modeling_diverse_input import LocalFeatures
+
+    torch.manual_seed(0)
+    group = LocalFeatures(8, 5)
+    compiled = torch.compile(group, backend="inductor", dynamic=True)
+    torch._dynamo.reset()
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for length in (6, 9):
+        vectors = torch.randn(2, length, 8, requires_grad=True)
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, -2:] = 0
+        expected = group(vectors, mask)
+        expected_gradients = torch.autograd.grad(expected.sum(), [vectors, *group.parameters()])
+        states = compiled(vectors, mask)
+        gradients = torch.autograd.grad(states.sum(), [vectors, *group.parameters()])
+        torch.testing.assert_close(states, expected)
+        for got, wanted in zip(gradients, expected_gradients, strict=True):
+            torch.testing.assert_close(got, wanted)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
