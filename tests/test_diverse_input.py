@@ -302,38 +302,13 @@ def test_the_compiled_recurrence_operator_gives_the_rnn_operators_states_and_gra
                           test_utils=("test_schema", "test_faketensor"))
 
 
-def test_the_recurrence_group_compiled_by_inductor_serves_every_sentence_length():
-    from hf_srcfeat.modeling_diverse_input import RecurrenceFeatures
-
-    torch.manual_seed(0)
-    group = RecurrenceFeatures(8, "gru")
+def assert_one_inductor_graph_gives_eager_results(group: torch.nn.Module, lengths: tuple[int, ...]) -> None:
+    """`group` compiled by inductor with dynamic sizes, on sentences of each of `lengths` (the second one padded):
+    eager's states and gradients (inputs and parameters), and one compiled graph for all lengths."""
     compiled = torch.compile(group, backend="inductor", dynamic=True)
     torch._dynamo.reset()
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for length in (5, 7):
-        vectors = torch.randn(2, length, 8, requires_grad=True)
-        mask = torch.ones(2, length, dtype=torch.long)
-        mask[1, -2:] = 0
-        expected = group(vectors, mask)
-        (expected_gradient,) = torch.autograd.grad(expected.sum(), vectors)
-        states = compiled(vectors, mask)
-        (gradient,) = torch.autograd.grad(states.sum(), vectors)
-        torch.testing.assert_close(states, expected)
-        torch.testing.assert_close(gradient, expected_gradient)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
-
-
-def test_the_local_group_compiled_by_inductor_serves_every_sentence_length():
-    """Compiled, the local group's convolution runs as a sum of shifted copies (inductor's convolution backward
-    fixes the graph to one length): one graph for two sentence lengths, the convolution's states and gradients."""
-    from hf_srcfeat.modeling_diverse_input import LocalFeatures
-
-    torch.manual_seed(0)
-    group = LocalFeatures(8, 5)
-    compiled = torch.compile(group, backend="inductor", dynamic=True)
-    torch._dynamo.reset()
-    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for length in (6, 9):
+    for length in lengths:
         vectors = torch.randn(2, length, 8, requires_grad=True)
         mask = torch.ones(2, length, dtype=torch.long)
         mask[1, -2:] = 0
@@ -345,3 +320,19 @@ def test_the_local_group_compiled_by_inductor_serves_every_sentence_length():
         for got, wanted in zip(gradients, expected_gradients, strict=True):
             torch.testing.assert_close(got, wanted)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
+
+
+def test_the_recurrence_group_compiled_by_inductor_serves_every_sentence_length():
+    from hf_srcfeat.modeling_diverse_input import RecurrenceFeatures
+
+    torch.manual_seed(0)
+    assert_one_inductor_graph_gives_eager_results(RecurrenceFeatures(8, "gru"), lengths=(5, 7))
+
+
+def test_the_local_group_compiled_by_inductor_serves_every_sentence_length():
+    """Compiled, the local group's convolution runs as a sum of shifted copies (inductor's convolution backward
+    fixes the graph to one length): one graph for two sentence lengths, the convolution's states and gradients."""
+    from hf_srcfeat.modeling_diverse_input import LocalFeatures
+
+    torch.manual_seed(0)
+    assert_one_inductor_graph_gives_eager_results(LocalFeatures(8, 5), lengths=(6, 9))
