@@ -52,6 +52,7 @@ from benchmarks.batching_efficiency import batch_lengths, source_annotations, tr
 from benchmarks.gpu_time_breakdown import gpu_time_breakdown
 from benchmarks.op_timing import operation_breakdown
 from hf_srcfeat.commands import train
+from hf_srcfeat.compilation import ONE_GRAPH_SETTINGS
 from hf_srcfeat.safe_writing import write_json_atomically
 
 #: Model sizes: the CPU benchmark's, and Transformer-base (Vaswani et al. 2017) as the papers use it.
@@ -127,15 +128,11 @@ def configure_dynamo() -> None:
     """Recompile limits: the layers of every system measured share one compiled function (GradientCheckpointingLayer's
     call), a few entries per system: above the default recompile limit, the later systems would silently run eagerly.
     A system that still reaches the limit fails (and is recorded) rather than running eagerly unnoticed.
-    Sizes: each its own symbol. By default dynamo gives sizes that are equal when it first traces one symbol
-    ("duck sizing"): a first batch whose sources and targets are equally long then yields a graph for that case
-    alone, and the next batch compiles the whole graph again (minutes for the whole model on a GPU). Floats (dropout
-    rates, label smoothing) stay constants: made symbols, the loss's label smoothing makes dynamo start the whole
-    model's trace over (`hf_srcfeat.compilation`, which sets the same for training)."""
-    import torch.fx.experimental._config as fx_config
-
-    fx_config.use_duck_shape = False
-    torch._dynamo.config.specialize_float = True
+    Sizes each their own symbol and floats constant, as in compiled training (`hf_srcfeat.compilation`), for the
+    rest of the process."""
+    for config, values in ONE_GRAPH_SETTINGS:
+        for name, value in values.items():
+            setattr(config, name, value)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):

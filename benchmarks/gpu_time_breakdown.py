@@ -17,6 +17,10 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+#: How many of the longest kernels a breakdown lists (a whole compiled step's element-wise time spreads over more
+#: than 20).
+LONGEST_KERNELS = 40
+
 #: Kinds of device work, tried in order on a kernel's name (lower-cased); the first that matches names its kind.
 #: Inductor's kernels first: their names list the operations they fuse (e.g. the padding of an attention mask), not
 #: what the kernel is; its templates (`triton_tem_`) are matrix products or FlexAttention, which the name does not
@@ -44,7 +48,7 @@ def kernel_kind(name: str) -> str:
 
 
 def summarize(device_work: Iterable[tuple[str, float]], host_calls: Counter[str], wall_seconds: float,
-              units: float, unit: str, top: int = 40) -> dict:
+              units: float, unit: str, top: int = LONGEST_KERNELS) -> dict:
     """The breakdown of `device_work` ((kernel or copy name, microseconds) as the device ran them) and `host_calls`
     (CUDA runtime call name -> count) over `wall_seconds` of work covering `units` `unit`s, all per unit."""
     microseconds: defaultdict[str, float] = defaultdict(float)
@@ -98,7 +102,8 @@ def device_work_and_host_calls(events: Iterable) -> tuple[list[tuple[str, float]
     return device_work, host_calls
 
 
-def gpu_time_breakdown(work: Callable[[], object], units: float, unit: str, top: int = 40) -> dict:
+def gpu_time_breakdown(work: Callable[[], object], units: float, unit: str,
+                       top: int = LONGEST_KERNELS) -> dict:
     """Run `work` (which must synchronise the device before it returns) once under `torch.profiler` with the CUDA
     activity and summarise what the device and the host did (`summarize`), per `unit` of which `work` does `units`.
     """

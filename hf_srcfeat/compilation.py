@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.fx.experimental._config as fx_config
+
+#: The compiler settings, per config module, under which one trace serves every batch shape
+#: (`one_graph_for_all_batch_shapes` says why each); a benchmark process may set them for good.
+ONE_GRAPH_SETTINGS: tuple[tuple[Any, dict[str, bool]], ...] = (
+    (torch._dynamo.config, {"assume_static_by_default": False, "specialize_float": True}),
+    (fx_config, {"use_duck_shape": False}),
+)
 
 
 @contextlib.contextmanager
@@ -26,10 +34,8 @@ def one_graph_for_all_batch_shapes(enabled: bool = True) -> Iterator[None]:
     Transformer-base size). `dynamic=False` given to `torch.compile` (for the Trainer,
     `ACCELERATE_DYNAMO_USE_DYNAMIC=0`) still wins; the settings also apply to anything else compiled within
     (FlexAttention's kernels)."""
-    if not enabled:
-        yield
-        return
-    # torch gives its config modules `patch` when it installs them, which the type checker cannot see.
-    no_duck_sizing = fx_config.patch(use_duck_shape=False)  # type: ignore[attr-defined]
-    with torch._dynamo.config.patch(assume_static_by_default=False, specialize_float=True), no_duck_sizing:
+    with contextlib.ExitStack() as settings:
+        if enabled:
+            for config, values in ONE_GRAPH_SETTINGS:
+                settings.enter_context(config.patch(**values))
         yield

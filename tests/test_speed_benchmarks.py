@@ -144,9 +144,10 @@ def compiler_settings_kept():
     """The process-wide compiler settings `gpu_throughput` changes, restored after the test (with plain `setattr`:
     monkeypatch's undo trips over the config modules' attribute handling)."""
     import torch._dynamo
-    import torch.fx.experimental._config as fx_config
 
-    settings = [(fx_config, "use_duck_shape")] + [
+    from hf_srcfeat.compilation import ONE_GRAPH_SETTINGS
+
+    settings = [(config, name) for config, values in ONE_GRAPH_SETTINGS for name in values] + [
         (torch._dynamo.config, name) for name in ("recompile_limit", "accumulated_recompile_limit",
                                                   "fail_on_recompile_limit_hit") if hasattr(torch._dynamo.config, name)]
     saved = [(module, name, getattr(module, name)) for module, name in settings]
