@@ -1,6 +1,7 @@
 """Source phrase representations (Xu et al., ACL 2020). What this adds to the baseline:
 
-* a segmentation of each source sentence into phrases (n-gram or parse), batched as a `PhraseLayout`;
+* a segmentation of each source sentence into phrases (n-gram or parse), batched as a `PhraseLayout`
+  (each token's phrase: pooling is a per-token computation scattered into phrase slots);
 * attentive phrase pooling (Eq. 2-5) of every encoder layer's input, and of the encoder output;
 * an attentive combination sublayer (Eq. 7-8) that attends to phrase vectors: first in every encoder layer
   (phrases -> self-attention -> FFN), and between self- and cross-attention in every decoder layer;
@@ -59,62 +60,49 @@ def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class PhraseLayout:
-    """Where each phrase's tokens are: phrase p of sentence b holds tokens `token_index[b, p, :]` where
-    `token_mask[b, p, :]`; `phrase_mask[b, p]` tells real phrases from padding."""
+    """Which phrase each token belongs to. The phrases partition a sentence's real tokens, so pooling is a
+    per-token computation followed by a scatter into phrase slots: linear in the number of tokens, with no
+    [phrases, tokens-per-phrase] padding. Phrase p of sentence b is slot `p` of `num_phrases`."""
 
-    token_index: torch.Tensor  # [B, P, T]
-    token_mask: torch.Tensor  # [B, P, T]
-    phrase_mask: torch.Tensor  # [B, P]
-
-    @classmethod
-    def from_phrase_index(cls, phrase_index: torch.Tensor) -> PhraseLayout:
-        """`phrase_index[b, s]`: the phrase of token s (0, 1, ...), or -1 for a token in no phrase."""
-        batch_size = phrase_index.shape[0]
-        in_phrase = phrase_index >= 0
-        num_phrases = max(int(phrase_index.max()) + 1, 1)
-        membership = nn.functional.one_hot(phrase_index.clamp(min=0), num_phrases) * in_phrase[..., None]
-        offset_in_phrase = (membership.cumsum(1) * membership).sum(-1) - 1  # rank of the token in its phrase
-        max_tokens = max(int(membership.sum(1).max()), 1)
-        batch, token = in_phrase.nonzero(as_tuple=True)
-        phrase, offset = phrase_index[batch, token], offset_in_phrase[batch, token]
-        token_index = phrase_index.new_zeros(batch_size, num_phrases, max_tokens)
-        token_mask = torch.zeros(batch_size, num_phrases, max_tokens, dtype=torch.bool, device=phrase_index.device)
-        token_index[batch, phrase, offset] = token
-        token_mask[batch, phrase, offset] = True
-        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+    token_slot: torch.Tensor  # [B, S]: the token's phrase, or `num_phrases` (a slot dropped after pooling)
+    token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
+    phrase_mask: torch.Tensor  # [B, P]: the slot holds a phrase
 
     @classmethod
-    def ngram(cls, attention_mask: torch.Tensor) -> PhraseLayout:
-        """The n-gram phrases of `ngram_phrase_index`, laid out from tensor shapes alone: ceil(S / 3) phrase slots
-        of 8 token slots (ntok is 3 to 8), the unused ones masked. No value is read back to the host, so a compiled
-        model keeps one graph; `from_phrase_index` would size the layout by the batch's phrase count."""
-        batch_size, seq_len = attention_mask.shape
-        real = attention_mask.bool()
-        length = real.sum(-1)
-        first = real.to(torch.int8).argmax(-1)  # real tokens are contiguous (padding on one side)
-        phrase_length = ((length - 1) // 6).clamp(min=3, max=8)  # footnote 2, seq without </s>
-        slots = torch.arange(-(-seq_len // 3), device=attention_mask.device)[:, None] * phrase_length[:, None, None]
-        offset = slots + torch.arange(8, device=attention_mask.device)  # [B, P, T]: position among real tokens
-        token_mask = (offset < length[:, None, None]) & (torch.arange(8, device=attention_mask.device)
-                                                          < phrase_length[:, None, None])
-        token_index = ((first[:, None, None] + offset) * token_mask).clamp(max=seq_len - 1)
-        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+    def from_phrase_index(cls, phrase_index: torch.Tensor, num_phrases: int | None = None) -> PhraseLayout:
+        """`phrase_index[b, s]`: the phrase of token s (0, 1, ...), or -1 for a token in no phrase. `num_phrases`:
+        the slots; by default as many as the batch's phrases (a read back to the host), while a compiled model
+        passes a bound from the shapes alone (S for parse phrases, ceil(S / 3) for n-grams) to keep one graph."""
+        if num_phrases is None:
+            num_phrases = max(int(phrase_index.max()) + 1, 1)
+        token_mask = phrase_index >= 0
+        token_slot = torch.where(token_mask, phrase_index, num_phrases)
+        members = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
+        members.scatter_add_(1, token_slot, token_mask.long())
+        return cls(token_slot=token_slot, token_mask=token_mask, phrase_mask=members[:, :num_phrases] > 0)
 
-    @classmethod
-    def dense(cls, phrase_index: torch.Tensor) -> PhraseLayout:
-        """`from_phrase_index`'s phrases laid out from tensor shapes alone, for a compiled model: S phrase slots (a
-        sentence has at most one phrase per token) of all S tokens, each slot masking in its phrase's members. The
-        same phrases in the same places (slot p = phrase p); more slots to pool over, so eager keeps the compact one."""
-        batch_size, seq_len = phrase_index.shape
-        slots = torch.arange(seq_len, device=phrase_index.device)
-        token_mask = phrase_index[:, None, :] == slots[None, :, None]  # [B, P = S, T = S]
-        token_index = slots.expand(batch_size, seq_len, seq_len)
-        return cls(token_index=token_index, token_mask=token_mask, phrase_mask=token_mask.any(-1))
+    @property
+    def num_phrases(self) -> int:
+        return self.phrase_mask.shape[1]
 
-    def gather(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """[B, S, D] token vectors -> [B, P, T, D] phrase members (padding slots hold arbitrary tokens)."""
-        batch = torch.arange(hidden_states.shape[0], device=hidden_states.device)[:, None, None]
-        return hidden_states[batch, self.token_index]
+    def _slots(self, values: torch.Tensor) -> torch.Tensor:
+        return self.token_slot.view(*self.token_slot.shape, *(1,) * (values.dim() - 2)).expand_as(values)
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """[B, S, ...] per token -> [B, P, ...] summed over each phrase's tokens (0 for an empty slot)."""
+        slots = values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
+        return slots.scatter_add(1, self._slots(values), values)[:, :self.num_phrases]
+
+    def max(self, values: torch.Tensor) -> torch.Tensor:
+        """[B, S, ...] per token -> [B, P, ...] maximum over each phrase's tokens (0 for an empty slot)."""
+        slots = values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
+        return slots.scatter_reduce(1, self._slots(values), values, "amax", include_self=False)[:, :self.num_phrases]
+
+    def spread(self, phrase_values: torch.Tensor) -> torch.Tensor:
+        """[B, P, ...] per phrase -> [B, S, ...]: each token gets its phrase's value (arbitrary outside phrases)."""
+        slots = self.token_slot.clamp(max=self.num_phrases - 1)
+        slots = slots.view(*slots.shape, *(1,) * (phrase_values.dim() - 2))
+        return phrase_values.gather(1, slots.expand(*slots.shape[:2], *phrase_values.shape[2:]))
 
 
 class AttentivePhrasePooling(nn.Module):
@@ -130,21 +118,24 @@ class AttentivePhrasePooling(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, layout: PhraseLayout
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Phrase vectors [B, P, D] and the token weights p_i [B, P, T] (None without "+Attn")."""
-        members = layout.gather(hidden_states)
-        mask = layout.token_mask[..., None]
+        """Phrase vectors [B, P, D] and each token's weight p_i in its phrase [B, S] (0 outside phrases; None
+        without "+Attn")."""
         if self.glance == "mean":  # Eq. (2), element-wise mean over the phrase's real tokens
-            summary = (members * mask).sum(2) / mask.sum(2).clamp(min=1)
+            counts = layout.sum(layout.token_mask.to(hidden_states.dtype))
+            summary = layout.sum(hidden_states) / counts.clamp(min=1)[..., None]
         else:  # Eq. (2), max-over-time pooling over the phrase's real tokens
-            summary = members.masked_fill(~mask, torch.finfo(members.dtype).min).amax(2)
-            summary = summary * layout.phrase_mask[..., None]  # empty (padding) phrases: 0, not -inf
+            summary = layout.max(hidden_states)
         if not self.attentive:
             return summary, None
-        context = summary[:, :, None].expand_as(members)
-        scores = self.score(torch.sigmoid(self.hidden(torch.cat([members, context], -1)))).squeeze(-1)  # Eq. (3)
-        scores = scores.masked_fill(~layout.token_mask, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(-1) * layout.token_mask  # Eq. (4); a padding phrase gets all-zero weights
-        return (weights[..., None] * members).sum(2), weights  # Eq. (5)
+        context = layout.spread(summary)
+        scores = self.score(torch.sigmoid(self.hidden(torch.cat([hidden_states, context], -1))))  # Eq. (3)
+        scores = scores.squeeze(-1).float()
+        # Eq. (4), a softmax within each phrase; the shift by the phrase's maximum only keeps exp finite
+        shift = layout.spread(layout.max(scores.detach()))
+        exponentials = torch.exp(scores - shift) * layout.token_mask
+        weights = exponentials / layout.spread(layout.sum(exponentials)).clamp(min=torch.finfo(scores.dtype).tiny)
+        weights = weights.to(hidden_states.dtype)
+        return layout.sum(weights[..., None] * hidden_states), weights  # Eq. (5)
 
 
 class AttentiveCombination(nn.Module):
@@ -232,17 +223,14 @@ class PhraseRepEncoder(SrcFeatEncoder):
         return ngram_phrase_index(attention_mask)
 
     def layer_contexts(self, input_ids, embeddings, features, attention_mask) -> list[PhraseEncoderLayerContext]:
+        phrase_index = self.phrase_index(features, attention_mask, embeddings)
+        num_phrases = None
         if torch.compiler.is_compiling():
-            # Static slots keep one graph; eager mode takes the compact layout (the same phrases, fewer slots to pool
-            # over: up to 2.5x for n-grams, S / phrase count for parse phrases).
-            if self.config.phrase_segmentation == "parse":
-                layout = PhraseLayout.dense(self.phrase_index(features, attention_mask, embeddings))
-            else:
-                if attention_mask is None:
-                    attention_mask = torch.ones(embeddings.shape[:2], dtype=torch.long, device=embeddings.device)
-                layout = PhraseLayout.ngram(attention_mask)
-        else:
-            layout = PhraseLayout.from_phrase_index(self.phrase_index(features, attention_mask, embeddings))
+            # Slots bounded by the shapes alone keep one graph (a sentence has at most one parse phrase per token,
+            # and n-gram phrases hold at least 3 tokens); eager mode sizes them by the batch's phrases.
+            seq_len = phrase_index.shape[1]
+            num_phrases = seq_len if self.config.phrase_segmentation == "parse" else -(-seq_len // 3)
+        layout = PhraseLayout.from_phrase_index(phrase_index, num_phrases)
         contexts = cast(list[PhraseEncoderLayerContext],  # built from this encoder's context_class
                         super().layer_contexts(input_ids, embeddings, features, attention_mask))
         for context in contexts:

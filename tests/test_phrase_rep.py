@@ -47,29 +47,37 @@ def test_ngram_phrases_have_max_min_8_seq_over_6_3_tokens_and_a_shorter_last_phr
     assert ngram_phrase_index(mask).tolist() == [[-1, -1, 0, 0, 0, 1], [0, 0, 0, 1, -1, -1]]
 
 
-def test_the_ngram_layout_from_shapes_holds_the_phrases_of_the_phrase_index_layout():
+def test_the_layout_scatters_each_token_into_its_phrase_s_slot_and_leaves_the_rest_out():
+    phrase_index = torch.tensor([[0, 0, 1, 1, 1, -1], [0, 1, 1, 2, -1, -1]])
+    layout = PhraseLayout.from_phrase_index(phrase_index)
+    assert layout.phrase_mask.tolist() == [[True, True, False], [True, True, True]]
+    values = torch.tensor([[1., 2., 3., 4., 5., 100.], [6., 7., 8., 9., 100., 100.]])
+    assert layout.sum(values).tolist() == [[3., 12., 0.], [6., 15., 9.]]
+    assert layout.max(values).tolist() == [[2., 5., 0.], [6., 8., 9.]]
+    assert layout.sum(values[..., None].expand(2, 6, 4)).shape == (2, 3, 4)
+    spread = layout.spread(torch.tensor([[10., 20., 30.], [40., 50., 60.]]))
+    assert spread[layout.token_mask].tolist() == [10., 10., 20., 20., 20., 40., 50., 50., 60.]
+
+
+def test_a_layout_with_slots_bounded_by_the_shapes_holds_the_same_phrases_and_empty_extra_slots():
+    # What a compiled model uses (no read-back of the phrase count): S slots for parse phrases, ceil(S / 3) for
+    # n-grams (at least 3 tokens each).
     torch.manual_seed(0)
-    for trial in range(60):
+    for trial in range(30):
         seq_len = int(torch.randint(2, 70, ()))
         lengths = torch.randint(1, seq_len + 1, (3,))
         positions = torch.arange(seq_len)
         mask = (positions < lengths[:, None]) if trial % 2 else (positions >= seq_len - lengths[:, None])
-        expected = PhraseLayout.from_phrase_index(ngram_phrase_index(mask.long()))
-        layout = PhraseLayout.ngram(mask.long())
-        phrases, tokens = expected.token_mask.shape[1:]
-        assert torch.equal(layout.token_mask[:, :phrases, :tokens], expected.token_mask)
-        assert not layout.token_mask[:, phrases:].any() and not layout.token_mask[:, :, tokens:].any()
-        kept = expected.token_mask
-        assert torch.equal(layout.token_index[:, :phrases, :tokens][kept], expected.token_index[kept])
-
-
-def test_the_layout_holds_each_phrase_s_tokens_in_order_and_masks_the_rest():
-    phrase_index = torch.tensor([[0, 0, 1, 1, 1, -1], [0, 1, 1, 2, -1, -1]])
-    layout = PhraseLayout.from_phrase_index(phrase_index)
-    assert layout.phrase_mask.tolist() == [[True, True, False], [True, True, True]]
-    assert layout.token_mask.tolist()[0] == [[True, True, False], [True, True, True], [False, False, False]]
-    assert (layout.token_index * layout.token_mask).tolist()[0] == [[0, 1, 0], [2, 3, 4], [0, 0, 0]]
-    assert (layout.token_index * layout.token_mask).tolist()[1] == [[0, 0, 0], [1, 2, 0], [3, 0, 0]]
+        index = ngram_phrase_index(mask.long())
+        compact = PhraseLayout.from_phrase_index(index)
+        values = torch.randn(3, seq_len, 5)
+        for bound in (seq_len, -(-seq_len // 3)):
+            bounded = PhraseLayout.from_phrase_index(index, num_phrases=bound)
+            phrases = compact.num_phrases
+            assert torch.equal(bounded.phrase_mask[:, :phrases], compact.phrase_mask)
+            assert not bounded.phrase_mask[:, phrases:].any()
+            assert torch.equal(bounded.max(values)[:, :phrases], compact.max(values))
+            torch.testing.assert_close(bounded.sum(values)[:, :phrases], compact.sum(values))
 
 
 def test_parse_phrases_come_from_the_tokenizer_and_leave_special_tokens_out(phrase_config, parsed_batch):
@@ -114,7 +122,7 @@ def test_attentive_pooling_weights_tokens_by_eq_3_and_sums_them_by_eq_5(phrase_c
     index = ngram_phrase_index(parsed_batch["attention_mask"])
     layout = PhraseLayout.from_phrase_index(index)
     phrases, weights = pooling(vectors, layout)
-    real_weights = weights.sum(-1)[layout.phrase_mask]
+    real_weights = layout.sum(weights)[layout.phrase_mask]
     torch.testing.assert_close(real_weights, torch.ones_like(real_weights))  # Eq. (4) within each phrase
     assert (weights[~layout.token_mask] == 0).all()
     for sentence in range(3):
@@ -124,7 +132,7 @@ def test_attentive_pooling_weights_tokens_by_eq_3_and_sums_them_by_eq_5(phrase_c
             hidden = torch.sigmoid(torch.cat([members, summary], -1) @ pooling.hidden.weight.T + pooling.hidden.bias)
             scores = (hidden @ pooling.score.weight.T + pooling.score.bias).squeeze(-1)  # Eq. (3)
             probabilities = scores.softmax(0)  # Eq. (4)
-            torch.testing.assert_close(weights[sentence, phrase, :len(members)], probabilities)
+            torch.testing.assert_close(weights[sentence, index[sentence] == phrase], probabilities)
             torch.testing.assert_close(phrases[sentence, phrase], probabilities @ members)  # Eq. (5)
 
 
