@@ -639,3 +639,35 @@ def test_the_gpu_benchmark_compiles_every_system_whole_with_whole_model(
     whole = "whole forward with the loss, backend eager, mode none"
     assert {name: summary["compiled"] for name, summary in systems.items()} == {
         "baseline": whole, "deps_san": whole, "baseline_eager": "eager"}
+
+
+
+def test_method_flops_counts_the_baseline_s_products_and_states_each_method_relative_to_it(
+        feature_tokenizer, train_annotations, multi30k_dir, tmp_path):
+    from benchmarks import method_flops
+
+    tokenizer_folder, parses = saved_benchmark_inputs(feature_tokenizer, train_annotations[:60], tmp_path)
+    output = tmp_path / "flops.json"
+    result = method_flops.main([
+        "--size", "benchmark", "--systems", "baseline", "lfe_joint", "deps_san", "--pairs", "60", "--max_tokens",
+        "512", "--batches", "2", "--paper_vocabulary", "37000", "--tokenizer", str(tokenizer_folder),
+        "--source_conllu", str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
+    assert json.loads(output.read_text()) == json.loads(json.dumps(result))
+    systems = result["systems"]
+    # The baseline's products over the padded positions, 3 x the forward's (input and weight gradients): the
+    # projections, feed-forward and output layers; attention's own products run inside SDPA, uncounted on the CPU.
+    size = method_flops.gpu_throughput.SIZES["benchmark"]
+    d, ffn, layers = size["d_model"], size["ffn_dim"], size["encoder_layers"]
+    sources, targets, vocabulary = result["source_positions"], result["target_positions"], result["vocab_size"]
+    forward = (layers * (8 * sources * d * d + 4 * sources * d * ffn)
+               + layers * (12 * targets * d * d + 4 * sources * d * d + 4 * targets * d * ffn)
+               + 2 * targets * d * vocabulary)
+    assert systems["baseline"]["flops"] == 3 * forward
+    assert systems["baseline"]["relative_to_baseline"] == 1.0
+    assert systems["deps_san"]["relative_to_baseline"] == pytest.approx(1.0, abs=0.01)  # a mask: no products
+    # the latent feature encoder is a second encoder of the same size; at a larger vocabulary the output layer
+    # takes a larger share of the baseline's work, and the encoder a smaller one
+    encoder_share = 3 * layers * (8 * sources * d * d + 4 * sources * d * ffn) / (3 * forward)
+    assert systems["lfe_joint"]["relative_to_baseline"] == pytest.approx(1 + encoder_share, abs=0.01)
+    assert 1 < systems["lfe_joint"]["relative_to_baseline_at_paper_vocabulary"] < systems["lfe_joint"][
+        "relative_to_baseline"]
