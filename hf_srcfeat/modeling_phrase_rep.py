@@ -66,7 +66,7 @@ class PhraseLayout:
 
     token_slot: torch.Tensor  # [B, S]: the token's phrase, or `num_phrases` (a slot dropped after pooling)
     token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
-    phrase_mask: torch.Tensor  # [B, P]: the slot holds a phrase
+    phrase_sizes: torch.Tensor  # [B, P]: how many tokens each slot's phrase holds (0: no phrase)
 
     @classmethod
     def from_phrase_index(cls, phrase_index: torch.Tensor, num_phrases: int | None = None) -> PhraseLayout:
@@ -77,32 +77,43 @@ class PhraseLayout:
             num_phrases = max(int(phrase_index.max()) + 1, 1)
         token_mask = phrase_index >= 0
         token_slot = torch.where(token_mask, phrase_index, num_phrases)
-        members = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
-        members.scatter_add_(1, token_slot, token_mask.long())
-        return cls(token_slot=token_slot, token_mask=token_mask, phrase_mask=members[:, :num_phrases] > 0)
+        sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
+        sizes.scatter_add_(1, token_slot, token_mask.long())
+        return cls(token_slot=token_slot, token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases])
 
     @property
     def num_phrases(self) -> int:
-        return self.phrase_mask.shape[1]
+        return self.phrase_sizes.shape[1]
 
-    def _slots(self, values: torch.Tensor) -> torch.Tensor:
-        return self.token_slot.view(*self.token_slot.shape, *(1,) * (values.dim() - 2)).expand_as(values)
+    @property
+    def phrase_mask(self) -> torch.Tensor:
+        """[B, P]: the slot holds a phrase."""
+        return self.phrase_sizes > 0
+
+    @staticmethod
+    def _per_element(slots: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """[B, S] slot indices expanded over the trailing dimensions of `values` [B, *, ...]."""
+        slots = slots.view(*slots.shape, *(1,) * (values.dim() - 2))
+        return slots.expand(*slots.shape[:2], *values.shape[2:])
+
+    def _empty_slots(self, values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """[B, S, ...] per token -> [B, P, ...] summed over each phrase's tokens (0 for an empty slot)."""
-        slots = values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
-        return slots.scatter_add(1, self._slots(values), values)[:, :self.num_phrases]
+        slots = self._per_element(self.token_slot, values)
+        return self._empty_slots(values).scatter_add(1, slots, values)[:, :self.num_phrases]
 
     def max(self, values: torch.Tensor) -> torch.Tensor:
         """[B, S, ...] per token -> [B, P, ...] maximum over each phrase's tokens (0 for an empty slot)."""
-        slots = values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
-        return slots.scatter_reduce(1, self._slots(values), values, "amax", include_self=False)[:, :self.num_phrases]
+        slots = self._per_element(self.token_slot, values)
+        return self._empty_slots(values).scatter_reduce(1, slots, values, "amax", include_self=False)[
+            :, :self.num_phrases]
 
     def spread(self, phrase_values: torch.Tensor) -> torch.Tensor:
         """[B, P, ...] per phrase -> [B, S, ...]: each token gets its phrase's value (arbitrary outside phrases)."""
         slots = self.token_slot.clamp(max=self.num_phrases - 1)
-        slots = slots.view(*slots.shape, *(1,) * (phrase_values.dim() - 2))
-        return phrase_values.gather(1, slots.expand(*slots.shape[:2], *phrase_values.shape[2:]))
+        return phrase_values.gather(1, self._per_element(slots, phrase_values))
 
 
 class AttentivePhrasePooling(nn.Module):
@@ -121,8 +132,7 @@ class AttentivePhrasePooling(nn.Module):
         """Phrase vectors [B, P, D] and each token's weight p_i in its phrase [B, S] (0 outside phrases; None
         without "+Attn")."""
         if self.glance == "mean":  # Eq. (2), element-wise mean over the phrase's real tokens
-            counts = layout.sum(layout.token_mask.to(hidden_states.dtype))
-            summary = layout.sum(hidden_states) / counts.clamp(min=1)[..., None]
+            summary = layout.sum(hidden_states) / layout.phrase_sizes.clamp(min=1)[..., None]
         else:  # Eq. (2), max-over-time pooling over the phrase's real tokens
             summary = layout.max(hidden_states)
         if not self.attentive:

@@ -641,7 +641,6 @@ def test_the_gpu_benchmark_compiles_every_system_whole_with_whole_model(
         "baseline": whole, "deps_san": whole, "baseline_eager": "eager"}
 
 
-
 def test_method_flops_counts_the_baseline_s_products_and_states_each_method_relative_to_it(
         feature_tokenizer, train_annotations, multi30k_dir, tmp_path):
     from benchmarks import method_flops
