@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if "baseline" not in args.systems:
         parser.error("--systems must include baseline: every ratio is to it")
+    for name in ("pairs", "max_tokens", "batches"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.paper_vocabulary < 0:
+        parser.error(f"--paper_vocabulary must be 0 (off) or a vocabulary size, got {args.paper_vocabulary}")
     torch.manual_seed(1)
     args.device = "cpu"
     tokenizer, rows, _ = gpu_throughput.encoded_pairs(args)

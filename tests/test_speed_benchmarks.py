@@ -670,3 +670,18 @@ def test_method_flops_counts_the_baseline_s_products_and_states_each_method_rela
     assert systems["lfe_joint"]["relative_to_baseline"] == pytest.approx(1 + encoder_share, abs=0.01)
     assert 1 < systems["lfe_joint"]["relative_to_baseline_at_paper_vocabulary"] < systems["lfe_joint"][
         "relative_to_baseline"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--systems", "lfe_joint"], "--systems must include baseline"),
+    (["--batches", "0"], "--batches must be at least 1, got 0"),
+    (["--paper_vocabulary", "-5"], "--paper_vocabulary must be 0"),
+])
+def test_method_flops_refuses_arguments_it_cannot_count_with_before_any_work(arguments, message, tmp_path, capsys):
+    from benchmarks import method_flops
+
+    output = tmp_path / "flops.json"
+    with pytest.raises(SystemExit):
+        method_flops.main(["--output", str(output), *arguments])
+    assert message in capsys.readouterr().err
+    assert not output.exists()
