@@ -16,7 +16,9 @@ too), which costs the weight's size again until the block ends. The copy is rema
 the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
 within the block, whose caller promises that the weights stay as they are. Layers that read the same input
 (an attention's query, key and value projections) can multiply it once with their weights stacked
-(`stacked_products`): one prepared copy of the stack then stands in for theirs.
+(`stacked_products`): one prepared copy of the stack then stands in for theirs. A layer over concatenated inputs
+can multiply each part by its own block of the weight (`products_of_concatenated_inputs`), so that a part shared by
+several rows (a phrase's summary beside each of its tokens) is multiplied once.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
 weights are `nn.Linear`'s.
@@ -118,6 +120,54 @@ def linear_gradients(grad_output: torch.Tensor, inputs: torch.Tensor, weight: to
     if has_bias and needs_input_grad[2]:
         grad_bias = grad_rows.sum(0)
     return grad_inputs, grad_weight, grad_bias
+
+
+def products_of_concatenated_inputs(layer: nn.Linear, parts: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """`layer(torch.cat(parts, -1))` stated block by block: `[part_i @ W_i.T]`, W_i the columns of `layer.weight`
+    that read part i, the bias added to the first. Parts may have different leading shapes (e.g. one row per token
+    and one per phrase): the caller broadcasts and sums the products, so a part shared by several rows is
+    multiplied once. None where the layer's call is more than its product (hooks, adapters, a quantized layer):
+    the caller then concatenates and calls the layer."""
+    weight = layer.weight
+    if not _is_plain_product(layer) or type(weight) not in (torch.Tensor, nn.Parameter):
+        return None
+    blocks = weight.split([part.shape[-1] for part in parts], dim=1)
+    biases = [layer.bias, *(None,) * (len(parts) - 1)]
+    if not all(onednn_applies(part, block) for part, block in zip(parts, blocks, strict=True)):
+        return [nn.functional.linear(part, block, bias) for part, block, bias in zip(parts, blocks, biases, strict=True)]
+    if torch.is_grad_enabled() and (weight.requires_grad or any(part.requires_grad for part in parts)
+                                    or (layer.bias is not None and layer.bias.requires_grad)):
+        return list(OneDNNBlockLinearFunction.apply(weight, layer.bias, *parts))
+    # oneDNN reads a column block in place only through its reference kernel (seconds, not milliseconds): copy it
+    return [onednn_product(part, block.contiguous(), bias) for part, block, bias in zip(parts, blocks, biases,
+                                                                                         strict=True)]
+
+
+class OneDNNBlockLinearFunction(torch.autograd.Function):
+    """`products_of_concatenated_inputs` in training: each block's products through oneDNN, and the weight's gradient
+    written once, block beside block (autograd through column slices would sum one zero-filled gradient per
+    block)."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, bias: torch.Tensor | None, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        blocks = [block.contiguous() for block in weight.split([part.shape[-1] for part in parts], dim=1)]
+        ctx.save_for_backward(*parts, *blocks)
+        ctx.has_bias = bias is not None
+        return tuple(onednn_product(part, block, bias if index == 0 else None)
+                     for index, (part, block) in enumerate(zip(parts, blocks, strict=True)))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grad_outputs: torch.Tensor):
+        saved = ctx.saved_tensors
+        parts, blocks = saved[:len(saved) // 2], saved[len(saved) // 2:]
+        needs_weight, needs_bias = ctx.needs_input_grad[:2]
+        gradients = [linear_gradients(grad_output, part, block, index == 0 and ctx.has_bias,
+                                      (ctx.needs_input_grad[2 + index], needs_weight, index == 0 and needs_bias))
+                     for index, (grad_output, part, block) in enumerate(zip(grad_outputs, parts, blocks, strict=True))]
+        grad_weight = (torch.cat([grad_block for _, grad_block, _ in gradients if grad_block is not None], dim=1)
+                       if needs_weight else None)
+        return grad_weight, gradients[0][2], *(grad_part for grad_part, _, _ in gradients)
 
 
 @dataclass
@@ -354,6 +404,7 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
     return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS", "inference_product",
-           "inference_stacked_products", "linear_gradients", "onednn_applies", "onednn_product",
-           "prepared_inference_weights", "prepared_stacked_products", "runs_more_than_forward", "stacked_products"]
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
+           "inference_product", "inference_stacked_products", "linear_gradients", "onednn_applies", "onednn_product",
+           "prepared_inference_weights", "prepared_stacked_products", "products_of_concatenated_inputs",
+           "runs_more_than_forward", "stacked_products"]

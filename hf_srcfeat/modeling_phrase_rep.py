@@ -16,6 +16,7 @@ cross-attention cache, in the slots after the decoder layers' own (`decoder_laye
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -29,7 +30,7 @@ from .attention import SrcFeatAttention
 from .closed_gates import ClosedGates
 from .configuration_phrase_rep import PhraseRepConfig
 from .decoder_step import LayerStep, layer_norm_function
-from .linear import Linear, inference_product
+from .linear import Linear, inference_product, products_of_concatenated_inputs
 from .modeling_srcfeat_transformer import (
     DecoderLayerContext,
     EncoderLayerContext,
@@ -44,6 +45,10 @@ from .modeling_srcfeat_transformer import (
     has_baseline_sublayers,
 )
 from .source_features import SourceFeatures
+
+# PyTorch marks `index_reduce` as beta, once per process; it is the row-wise maximum the layout needs (below), 3x
+# faster than `scatter_reduce` through an expanded index, and its results and gradients are pinned by the tests.
+warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta", category=UserWarning)
 
 
 def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -62,11 +67,15 @@ def ngram_phrase_index(attention_mask: torch.Tensor) -> torch.Tensor:
 class PhraseLayout:
     """Which phrase each token belongs to. The phrases partition a sentence's real tokens, so pooling is a
     per-token computation followed by a scatter into phrase slots: linear in the number of tokens, with no
-    [phrases, tokens-per-phrase] padding. Phrase p of sentence b is slot `p` of `num_phrases`."""
+    [phrases, tokens-per-phrase] padding. Phrase p of sentence b is slot `p` of `num_phrases`. Pooling and spreading
+    move whole rows of the flattened tensors (`index_add`, `index_reduce`, `index_select`): on the CPU 3-4x faster,
+    forward and backward, than scattering or gathering element by element through an expanded index."""
 
     token_slot: torch.Tensor  # [B, S]: the token's phrase, or `num_phrases` (a slot dropped after pooling)
     token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
     phrase_sizes: torch.Tensor  # [B, P]: how many tokens each slot's phrase holds (0: no phrase)
+    slot_rows: torch.Tensor  # [B * S]: the token's row among the B x (P + 1) slots, the last of each for no phrase
+    phrase_rows: torch.Tensor  # [B * S]: the row among the B x P phrases each token reads (an arbitrary one if none)
 
     @classmethod
     def from_phrase_index(cls, phrase_index: torch.Tensor, num_phrases: int | None = None) -> PhraseLayout:
@@ -79,7 +88,10 @@ class PhraseLayout:
         token_slot = torch.where(token_mask, phrase_index, num_phrases)
         sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
         sizes.scatter_add_(1, token_slot, token_mask.long())
-        return cls(token_slot=token_slot, token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases])
+        sentences = torch.arange(phrase_index.shape[0], device=phrase_index.device)[:, None]
+        return cls(token_slot=token_slot, token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases],
+                   slot_rows=(token_slot + sentences * (num_phrases + 1)).reshape(-1),
+                   phrase_rows=(token_slot.clamp(max=num_phrases - 1) + sentences * num_phrases).reshape(-1))
 
     @property
     def num_phrases(self) -> int:
@@ -90,30 +102,28 @@ class PhraseLayout:
         """[B, P]: the slot holds a phrase."""
         return self.phrase_sizes > 0
 
-    @staticmethod
-    def _per_element(slots: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """[B, S] slot indices expanded over the trailing dimensions of `values` [B, *, ...]."""
-        slots = slots.view(*slots.shape, *(1,) * (values.dim() - 2))
-        return slots.expand(*slots.shape[:2], *values.shape[2:])
+    def _slots(self, slot_rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """[B * (P + 1), ...] slot rows back to [B, P, ...], the no-phrase slot dropped."""
+        return slot_rows.view(values.shape[0], self.num_phrases + 1, *values.shape[2:])[:, :self.num_phrases]
 
-    def _empty_slots(self, values: torch.Tensor) -> torch.Tensor:
-        return values.new_zeros(values.shape[0], self.num_phrases + 1, *values.shape[2:])
+    def _empty_slot_rows(self, values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(values.shape[0] * (self.num_phrases + 1), *values.shape[2:])
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """[B, S, ...] per token -> [B, P, ...] summed over each phrase's tokens (0 for an empty slot)."""
-        slots = self._per_element(self.token_slot, values)
-        return self._empty_slots(values).scatter_add(1, slots, values)[:, :self.num_phrases]
+        rows = self._empty_slot_rows(values).index_add(0, self.slot_rows, values.flatten(0, 1))
+        return self._slots(rows, values)
 
     def max(self, values: torch.Tensor) -> torch.Tensor:
         """[B, S, ...] per token -> [B, P, ...] maximum over each phrase's tokens (0 for an empty slot)."""
-        slots = self._per_element(self.token_slot, values)
-        return self._empty_slots(values).scatter_reduce(1, slots, values, "amax", include_self=False)[
-            :, :self.num_phrases]
+        rows = self._empty_slot_rows(values).index_reduce(0, self.slot_rows, values.flatten(0, 1), "amax",
+                                                          include_self=False)
+        return self._slots(rows, values)
 
     def spread(self, phrase_values: torch.Tensor) -> torch.Tensor:
         """[B, P, ...] per phrase -> [B, S, ...]: each token gets its phrase's value (arbitrary outside phrases)."""
-        slots = self.token_slot.clamp(max=self.num_phrases - 1)
-        return phrase_values.gather(1, self._per_element(slots, phrase_values))
+        rows = phrase_values.flatten(0, 1).index_select(0, self.phrase_rows)
+        return rows.view(*self.token_slot.shape, *phrase_values.shape[2:])
 
 
 class AttentivePhrasePooling(nn.Module):
@@ -137,8 +147,7 @@ class AttentivePhrasePooling(nn.Module):
             summary = layout.max(hidden_states)
         if not self.attentive:
             return summary, None
-        context = layout.spread(summary)
-        scores = self.score(torch.sigmoid(self.hidden(torch.cat([hidden_states, context], -1))))  # Eq. (3)
+        scores = self.score(torch.sigmoid(self._glance_conditioned(hidden_states, summary, layout)))  # Eq. (3)
         scores = scores.squeeze(-1).float()
         # Eq. (4), a softmax within each phrase; the shift by the phrase's maximum only keeps exp finite
         shift = layout.spread(layout.max(scores.detach()))
@@ -146,6 +155,17 @@ class AttentivePhrasePooling(nn.Module):
         weights = exponentials / layout.spread(layout.sum(exponentials)).clamp(min=torch.finfo(scores.dtype).tiny)
         weights = weights.to(hidden_states.dtype)
         return layout.sum(weights[..., None] * hidden_states), weights  # Eq. (5)
+
+    def _glance_conditioned(self, hidden_states: torch.Tensor, summary: torch.Tensor, layout: PhraseLayout
+                            ) -> torch.Tensor:
+        """W_1 [R_ti | R_all] + b_1 of Eq. (3) for every token: W_1's columns over the glance R_all multiply it once
+        per phrase, and each token adds its phrase's product, rather than the glance spread to every token and
+        multiplied there (a third of the pooling's products for phrases of three tokens)."""
+        products = products_of_concatenated_inputs(self.hidden, [hidden_states, summary])
+        if products is None:  # the layer's call is more than its product: call it on the concatenation
+            return self.hidden(torch.cat([hidden_states, layout.spread(summary)], -1))
+        token_products, phrase_products = products
+        return token_products + layout.spread(phrase_products)
 
 
 class AttentiveCombination(nn.Module):

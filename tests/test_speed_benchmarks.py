@@ -672,6 +672,20 @@ def test_method_flops_counts_the_baseline_s_products_and_states_each_method_rela
         "relative_to_baseline"]
 
 
+def test_method_flops_counts_a_blockwise_product_by_its_blocks_rows_as_the_step_runs_it(monkeypatch):
+    """Phrase pooling multiplies a phrase's glance once per phrase, not once per token: the count follows what runs."""
+    from benchmarks import method_flops
+    from hf_srcfeat import linear
+
+    monkeypatch.setattr(linear, "ONEDNN_MIN_ROWS", 1 << 62)  # PyTorch's products, as training_step_flops counts
+    layer = linear.Linear(64 + 32, 48)
+    tokens, shared = torch.randn(10, 4, 64, requires_grad=True), torch.randn(10, 1, 32, requires_grad=True)
+    with method_flops.ProductCounter() as counter:
+        token_products, shared_products = linear.products_of_concatenated_inputs(layer, [tokens, shared])
+        (token_products + shared_products).sum().backward()
+    assert counter.flops == 3 * 2 * 48 * (40 * 64 + 10 * 32)  # forward, input and weight gradients
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--systems", "lfe_joint"], "--systems must include baseline"),
     (["--batches", "0"], "--batches must be at least 1, got 0"),

@@ -176,6 +176,41 @@ def test_a_frozen_weight_still_trains_its_bias(rows):
     assert layer.bias.grad is not None and torch.allclose(layer.bias.grad, torch.full((32,), float(rows)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [3, 40])
+def test_products_of_concatenated_inputs_are_the_layers_on_the_concatenation_with_its_gradients(rows, dtype):
+    """Block by block (oneDNN for float32 with enough rows, PyTorch's kernels otherwise), the products, summed where
+    one part is shared by several rows, are the layer's on the spread concatenation, as are all gradients."""
+    torch.manual_seed(0)
+    layer = linear.Linear(64 + 32, 48).to(dtype)
+    tokens = torch.randn(rows, 4, 64, dtype=dtype, requires_grad=True)
+    shared = torch.randn(rows, 1, 32, dtype=dtype, requires_grad=True)  # one vector for a row's 4 tokens
+    products = linear.products_of_concatenated_inputs(layer, [tokens, shared])
+    assert products is not None and [product.shape for product in products] == [(rows, 4, 48), (rows, 1, 48)]
+    through_onednn = type(products[0].grad_fn).__name__ == "OneDNNBlockLinearFunctionBackward"
+    # oneDNN where every part has enough rows: the shared part has the fewer
+    assert through_onednn == (dtype == torch.float32 and rows >= linear.ONEDNN_MIN_ROWS
+                              and torch.backends.mkldnn.is_available())
+    blockwise = products[0] + products[1]
+    output_gradient = torch.randn(rows, 4, 48, dtype=dtype)
+    gradients = torch.autograd.grad(blockwise, [tokens, shared, layer.weight, layer.bias], output_gradient)
+    concatenated = layer(torch.cat([tokens, shared.expand(rows, 4, 32)], -1))
+    expected = torch.autograd.grad(concatenated, [tokens, shared, layer.weight, layer.bias], output_gradient)
+    tolerance = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(blockwise, concatenated, **tolerance)
+    for gradient, reference in zip(gradients, expected, strict=True):
+        torch.testing.assert_close(gradient, reference, **tolerance)
+    with torch.no_grad():  # inference: the same products without the autograd function
+        torch.testing.assert_close(sum(linear.products_of_concatenated_inputs(layer, [tokens, shared])),
+                                   concatenated, **tolerance)
+
+
+def test_products_of_concatenated_inputs_are_left_to_a_layer_that_does_more_than_its_product():
+    layer = linear.Linear(96, 48)
+    layer.register_forward_hook(lambda module, inputs, output: output * 2)
+    assert linear.products_of_concatenated_inputs(layer, [torch.randn(40, 64), torch.randn(40, 32)]) is None
+
+
 def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, subword_tokenizer, monkeypatch):
     model = copy.deepcopy(trained_baseline[0])
     products = []
