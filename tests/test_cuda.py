@@ -134,3 +134,26 @@ def test_deps_san_runs_its_score_scale_as_a_fused_flex_attention_kernel_matching
         eager = model.get_encoder()(**batch).last_hidden_state
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(flex[real], eager[real], atol=2e-5, rtol=1e-4)
+
+
+def test_phrase_pooling_on_cuda_pools_as_on_the_cpu_under_deterministic_algorithms():
+    from hf_srcfeat.modeling_phrase_rep import PhraseLayout
+
+    torch.manual_seed(0)
+    phrase_index = torch.tensor([[0, 0, 1, 1, 1, 2, -1], [0, 1, 1, 2, 2, 3, 3]])
+    values = torch.randn(2, 7, 5, requires_grad=True)
+    layout = PhraseLayout.from_phrase_index(phrase_index)
+    on_cpu = [layout.max(values), layout.sum(values), layout.spread(layout.max(values))]
+    gradients = torch.autograd.grad(sum(result.sum() for result in on_cpu), values)
+    cuda_values = values.detach().cuda().requires_grad_()
+    cuda_layout = PhraseLayout.from_phrase_index(phrase_index.cuda())
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        on_cuda = [cuda_layout.max(cuda_values), cuda_layout.sum(cuda_values),
+                   cuda_layout.spread(cuda_layout.max(cuda_values))]
+        cuda_gradients = torch.autograd.grad(sum(result.sum() for result in on_cuda), cuda_values)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    for expected, result in zip([*on_cpu, *gradients], [*on_cuda, *cuda_gradients], strict=True):
+        torch.testing.assert_close(result.cpu(), expected.detach())
