@@ -30,10 +30,11 @@ from hf_srcfeat.safe_writing import write_json_atomically
 
 
 class ProductCounter(TorchDispatchMode):
-    """Counts the FLOPs of the matrix products that run, by `FlopCounterMode`'s per-operator formulas. Not
-    `FlopCounterMode` itself: its module tracker installs global module hooks, and under those the model's layers
-    leave what they restate (stacked projections, blockwise products of concatenated inputs) to each layer's own
-    call, so it would count arithmetic the training step does not do."""
+    """Counts the FLOPs of the matrix products that run: each dispatched operator that
+    `torch.utils.flop_counter.flop_registry` has a formula for (no decompositions or higher-order operators, such
+    as FlexAttention, are looked into). Not `FlopCounterMode` itself: its module tracker installs global module
+    hooks, and under those the model's layers leave what they restate (stacked projections, blockwise products of
+    concatenated inputs) to each layer's own call, so it would count arithmetic the training step does not do."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -20,8 +20,8 @@ within the block, whose caller promises that the weights stay as they are. Layer
 can multiply each part by its own block of the weight (`products_of_concatenated_inputs`), so that a part shared by
 several rows (a phrase's summary beside each of its tokens) is multiplied once.
 
-Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path; the parameters and saved
-weights are `nn.Linear`'s.
+Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path (`F.linear` on the weight's
+column blocks for `products_of_concatenated_inputs`); the parameters and saved weights are `nn.Linear`'s.
 """
 
 from __future__ import annotations
@@ -126,10 +126,13 @@ def products_of_concatenated_inputs(layer: nn.Linear, parts: Sequence[torch.Tens
     """`layer(torch.cat(parts, -1))` stated block by block: `[part_i @ W_i.T]`, W_i the columns of `layer.weight`
     that read part i, the bias added to the first. Parts may have different leading shapes (e.g. one row per token
     and one per phrase): the caller broadcasts and sums the products, so a part shared by several rows is
-    multiplied once. None where the layer's call is more than its product (hooks, adapters, a quantized layer):
-    the caller then concatenates and calls the layer."""
+    multiplied once. None where the layer's own call serves: it is more than its product (hooks, adapters, a
+    quantized layer), or reads its prepared copy of the whole weight (`prepared_inference_weights`, faster than
+    copying the blocks at every call); the caller then concatenates and calls the layer."""
     weight = layer.weight
     if not _is_plain_product(layer) or type(weight) not in (torch.Tensor, nn.Parameter):
+        return None
+    if layer in _PREPARED_WEIGHTS and _prepared_inference_applies(parts[0], layer):
         return None
     blocks = weight.split([part.shape[-1] for part in parts], dim=1)
     biases = [layer.bias, *(None,) * (len(parts) - 1)]
@@ -144,9 +147,9 @@ def products_of_concatenated_inputs(layer: nn.Linear, parts: Sequence[torch.Tens
 
 
 class OneDNNBlockLinearFunction(torch.autograd.Function):
-    """`products_of_concatenated_inputs` in training: each block's products through oneDNN, and the weight's gradient
-    written once, block beside block (autograd through column slices would sum one zero-filled gradient per
-    block)."""
+    """`products_of_concatenated_inputs` in CPU float32 training: each block's three products through oneDNN, from
+    contiguous copies of the weight's column blocks (kept for the backward pass), the weight's gradient written
+    block beside block."""
 
     @staticmethod
     def forward(ctx, weight: torch.Tensor, bias: torch.Tensor | None, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:

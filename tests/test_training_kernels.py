@@ -211,6 +211,16 @@ def test_products_of_concatenated_inputs_are_left_to_a_layer_that_does_more_than
     assert linear.products_of_concatenated_inputs(layer, [torch.randn(40, 64), torch.randn(40, 32)]) is None
 
 
+def test_products_of_concatenated_inputs_are_left_to_the_layers_prepared_copy_in_inference():
+    """Within `prepared_inference_weights` the layer's prepared copy of its whole weight serves the concatenation."""
+    layer = linear.Linear(96, 48)
+    parts = [torch.randn(40, 64), torch.randn(40, 32)]
+    with torch.no_grad():
+        assert linear.products_of_concatenated_inputs(layer, parts) is not None
+        with linear.prepared_inference_weights(layer):
+            assert linear.products_of_concatenated_inputs(layer, parts) is None
+
+
 def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, subword_tokenizer, monkeypatch):
     model = copy.deepcopy(trained_baseline[0])
     products = []
