@@ -138,8 +138,7 @@ def products_of_concatenated_inputs(layer: nn.Linear, parts: Sequence[torch.Tens
     biases = [layer.bias, *(None,) * (len(parts) - 1)]
     if not all(onednn_applies(part, block) for part, block in zip(parts, blocks, strict=True)):
         return [nn.functional.linear(part, block, bias) for part, block, bias in zip(parts, blocks, biases, strict=True)]
-    if torch.is_grad_enabled() and (weight.requires_grad or any(part.requires_grad for part in parts)
-                                    or (layer.bias is not None and layer.bias.requires_grad)):
+    if any(_needs_gradient(part, layer) for part in parts):
         return list(OneDNNBlockLinearFunction.apply(weight, layer.bias, *parts))
     # oneDNN reads a column block in place only through its reference kernel (seconds, not milliseconds): copy it
     return [onednn_product(part, block.contiguous(), bias) for part, block, bias in zip(parts, blocks, biases,

@@ -71,7 +71,6 @@ class PhraseLayout:
     move whole rows of the flattened tensors (`index_add`, `index_select`, and on the CPU `index_reduce`): there 3-4x
     faster, forward and backward, than scattering or gathering element by element through an expanded index."""
 
-    token_slot: torch.Tensor  # [B, S]: the token's phrase, or `num_phrases` (a slot dropped after pooling)
     token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
     phrase_sizes: torch.Tensor  # [B, P]: how many tokens each slot's phrase holds (0: no phrase)
     slot_rows: torch.Tensor  # [B * S]: the token's row among the B x (P + 1) slots, the last of each for no phrase
@@ -89,7 +88,7 @@ class PhraseLayout:
         sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
         sizes.scatter_add_(1, token_slot, token_mask.long())
         sentences = torch.arange(phrase_index.shape[0], device=phrase_index.device)[:, None]
-        return cls(token_slot=token_slot, token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases],
+        return cls(token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases],
                    slot_rows=(token_slot + sentences * (num_phrases + 1)).reshape(-1),
                    phrase_rows=(token_slot.clamp(max=num_phrases - 1) + sentences * num_phrases).reshape(-1))
 
@@ -102,9 +101,9 @@ class PhraseLayout:
         """[B, P]: the slot holds a phrase."""
         return self.phrase_sizes > 0
 
-    def _slots(self, slot_rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def _slots(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """[B * (P + 1), ...] slot rows back to [B, P, ...], the no-phrase slot dropped."""
-        return slot_rows.view(values.shape[0], self.num_phrases + 1, *values.shape[2:])[:, :self.num_phrases]
+        return rows.view(values.shape[0], self.num_phrases + 1, *values.shape[2:])[:, :self.num_phrases]
 
     def _empty_slot_rows(self, values: torch.Tensor) -> torch.Tensor:
         return values.new_zeros(values.shape[0] * (self.num_phrases + 1), *values.shape[2:])
@@ -127,7 +126,7 @@ class PhraseLayout:
     def spread(self, phrase_values: torch.Tensor) -> torch.Tensor:
         """[B, P, ...] per phrase -> [B, S, ...]: each token gets its phrase's value (arbitrary outside phrases)."""
         rows = phrase_values.flatten(0, 1).index_select(0, self.phrase_rows)
-        return rows.view(*self.token_slot.shape, *phrase_values.shape[2:])
+        return rows.view(*self.token_mask.shape, *phrase_values.shape[2:])
 
 
 class AttentivePhrasePooling(nn.Module):
