@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_srcfeat import PhraseRepConfig, PhraseRepForConditionalGeneration
 from hf_srcfeat.modeling_phrase_rep import PhraseLayout, ngram_phrase_index
@@ -57,6 +58,35 @@ def test_the_layout_scatters_each_token_into_its_phrase_s_slot_and_leaves_the_re
     assert layout.sum(values[..., None].expand(2, 6, 4)).shape == (2, 3, 4)
     spread = layout.spread(torch.tensor([[10., 20., 30.], [40., 50., 60.]]))
     assert spread[layout.token_mask].tolist() == [10., 10., 20., 20., 20., 40., 50., 50., 60.]
+
+
+def test_the_layout_sums_half_precision_rows_in_float32_forward_and_backward():
+    # Every row addition (the sum, and the spread's backward) runs in float32: no rounding between a phrase's tokens,
+    # and a kind of index_add torch.compile fuses instead of leaving to ATen's slow half-precision CUDA kernel.
+    torch.manual_seed(0)
+    index = ngram_phrase_index(torch.ones(2, 40, dtype=torch.long))
+    layout = PhraseLayout.from_phrase_index(index)
+    values = (torch.randn(2, 40, 8) * 100).bfloat16().requires_grad_()
+    phrase_values = torch.randn(2, layout.num_phrases, 8).bfloat16().requires_grad_()
+    with _RecordedIndexAdds() as recorded:
+        summed = layout.sum(values)
+        spread = layout.spread(phrase_values)
+        torch.autograd.backward([summed, spread], [torch.ones_like(summed), torch.randn_like(spread)])
+    assert recorded.dtypes == [torch.float32, torch.float32]
+    assert summed.dtype == spread.dtype == phrase_values.grad.dtype == torch.bfloat16
+    expected = layout.sum(values.detach().float()).bfloat16()  # the float32 sum, rounded once
+    assert torch.equal(summed, expected)
+
+
+class _RecordedIndexAdds(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.dtypes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.index_add, torch.ops.aten.index_add_):
+            self.dtypes.append(args[0].dtype)
+        return func(*args, **(kwargs or {}))
 
 
 def test_a_layout_with_slots_bounded_by_the_shapes_holds_the_same_phrases_and_empty_extra_slots():
