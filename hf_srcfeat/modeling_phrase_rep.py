@@ -82,7 +82,7 @@ class PhraseLayout:
 
     token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
     phrase_sizes: torch.Tensor  # [B, P]: how many tokens each slot's phrase holds (0: no phrase)
-    slot_rows: torch.Tensor  # [B * S]: the token's row among the B x (P + 1) slots, the last of each for no phrase
+    slot_rows: torch.Tensor  # [B * S]: the token's row among the B x P phrase rows, or row B x P if in no phrase
     phrase_rows: torch.Tensor  # [B * S]: the row among the B x P phrases each token reads (an arbitrary one if none)
 
     @classmethod
@@ -97,8 +97,9 @@ class PhraseLayout:
         sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
         sizes.scatter_add_(1, token_slot, token_mask.long())
         sentences = torch.arange(phrase_index.shape[0], device=phrase_index.device)[:, None]
+        no_phrase_row = phrase_index.shape[0] * num_phrases
         return cls(token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases],
-                   slot_rows=(token_slot + sentences * (num_phrases + 1)).reshape(-1),
+                   slot_rows=torch.where(token_mask, token_slot + sentences * num_phrases, no_phrase_row).reshape(-1),
                    phrase_rows=(token_slot.clamp(max=num_phrases - 1) + sentences * num_phrases).reshape(-1))
 
     @property
@@ -111,11 +112,12 @@ class PhraseLayout:
         return self.phrase_sizes > 0
 
     def _slots(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """[B * (P + 1), ...] slot rows back to [B, P, ...], the no-phrase slot dropped."""
-        return rows.view(values.shape[0], self.num_phrases + 1, *values.shape[2:])[:, :self.num_phrases]
+        """[B * P + 1, ...] rows back to [B, P, ...], the no-phrase row dropped: a contiguous view, so the phrase
+        vectors flatten back into rows for free and products over them see aligned matrices."""
+        return rows[:-1].view(values.shape[0], self.num_phrases, *values.shape[2:])
 
     def _empty_slot_rows(self, values: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return values.new_zeros(values.shape[0] * (self.num_phrases + 1), *values.shape[2:], dtype=dtype)
+        return values.new_zeros(values.shape[0] * self.num_phrases + 1, *values.shape[2:], dtype=dtype)
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """[B, S, ...] per token -> [B, P, ...] summed over each phrase's tokens (0 for an empty slot)."""

@@ -56,6 +56,7 @@ def test_the_layout_scatters_each_token_into_its_phrase_s_slot_and_leaves_the_re
     assert layout.sum(values).tolist() == [[3., 12., 0.], [6., 15., 9.]]
     assert layout.max(values).tolist() == [[2., 5., 0.], [6., 8., 9.]]
     assert layout.sum(values[..., None].expand(2, 6, 4)).shape == (2, 3, 4)
+    assert layout.sum(values).is_contiguous() and layout.max(values).is_contiguous()  # phrase rows, no copy
     spread = layout.spread(torch.tensor([[10., 20., 30.], [40., 50., 60.]]))
     assert spread[layout.token_mask].tolist() == [10., 10., 20., 20., 20., 40., 50., 50., 60.]
 
