@@ -77,8 +77,8 @@ class PhraseLayout:
     faster, forward and backward, than scattering or gathering element by element through an expanded index.
     Half-precision rows are summed in float32, in `sum` and in `spread`'s backward: a phrase's tokens then add up
     without rounding at every step, and torch.compile lowers a float32 `index_add` into its own fused kernels, while
-    it leaves a bfloat16 one to ATen's CUDA kernel, whose atomic additions took 1.4 ms a call at Transformer-base
-    size (a tenth of a phrase-representation training step on an H200)."""
+    it leaves a bfloat16 one to ATen's CUDA kernel, whose atomic additions took a tenth of a phrase-representation
+    training step at Transformer-base size on an H200."""
 
     token_mask: torch.Tensor  # [B, S]: the token belongs to a phrase
     phrase_sizes: torch.Tensor  # [B, P]: how many tokens each slot's phrase holds (0: no phrase)
@@ -89,10 +89,11 @@ class PhraseLayout:
     def from_phrase_index(cls, phrase_index: torch.Tensor, num_phrases: int | None = None) -> PhraseLayout:
         """`phrase_index[b, s]`: the phrase of token s (0, 1, ...), or -1 for a token in no phrase. `num_phrases`:
         the slots; by default as many as the batch's phrases (a read back to the host), while a compiled model
-        passes a bound from the shapes alone (S for parse phrases, ceil(S / 3) for n-grams) to keep one graph."""
+        passes a bound from the shapes alone (S for parse phrases, ceil(S / 3) for n-grams) to keep one graph; a
+        token whose phrase is at or beyond that bound belongs to no phrase, never to a row of another sentence."""
         if num_phrases is None:
             num_phrases = max(int(phrase_index.max()) + 1, 1)
-        token_mask = phrase_index >= 0
+        token_mask = (phrase_index >= 0) & (phrase_index < num_phrases)
         token_slot = torch.where(token_mask, phrase_index, num_phrases)
         sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
         sizes.scatter_add_(1, token_slot, token_mask.long())
