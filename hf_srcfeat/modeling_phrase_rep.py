@@ -93,15 +93,14 @@ class PhraseLayout:
         token whose phrase is at or beyond that bound belongs to no phrase, never to a row of another sentence."""
         if num_phrases is None:
             num_phrases = max(int(phrase_index.max()) + 1, 1)
+        batch_size = phrase_index.shape[0]
         token_mask = (phrase_index >= 0) & (phrase_index < num_phrases)
-        token_slot = torch.where(token_mask, phrase_index, num_phrases)
-        sizes = torch.zeros(phrase_index.shape[0], num_phrases + 1, dtype=torch.long, device=phrase_index.device)
-        sizes.scatter_add_(1, token_slot, token_mask.long())
-        sentences = torch.arange(phrase_index.shape[0], device=phrase_index.device)[:, None]
-        no_phrase_row = phrase_index.shape[0] * num_phrases
-        return cls(token_mask=token_mask, phrase_sizes=sizes[:, :num_phrases],
-                   slot_rows=torch.where(token_mask, token_slot + sentences * num_phrases, no_phrase_row).reshape(-1),
-                   phrase_rows=(token_slot.clamp(max=num_phrases - 1) + sentences * num_phrases).reshape(-1))
+        first_rows = torch.arange(batch_size, device=phrase_index.device)[:, None] * num_phrases
+        slot_rows = torch.where(token_mask, phrase_index + first_rows, batch_size * num_phrases).reshape(-1)
+        sizes = torch.zeros(batch_size * num_phrases + 1, dtype=torch.long, device=phrase_index.device)
+        sizes.index_add_(0, slot_rows, token_mask.reshape(-1).long())
+        return cls(token_mask=token_mask, phrase_sizes=sizes[:-1].view(batch_size, num_phrases), slot_rows=slot_rows,
+                   phrase_rows=(torch.where(token_mask, phrase_index, num_phrases - 1) + first_rows).reshape(-1))
 
     @property
     def num_phrases(self) -> int:
@@ -114,7 +113,7 @@ class PhraseLayout:
 
     def _slots(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """[B * P + 1, ...] rows back to [B, P, ...], the no-phrase row dropped: a contiguous view, so the phrase
-        vectors flatten back into rows for free and products over them see aligned matrices."""
+        vectors flatten back into rows without a copy."""
         return rows[:-1].view(values.shape[0], self.num_phrases, *values.shape[2:])
 
     def _empty_slot_rows(self, values: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
