@@ -3,15 +3,22 @@
 
 - `log_softmax_loss`: the loss without the logits computes each chunk's loss from a log-softmax pass over its logits
   (and the mean of those log-probabilities), besides the softmax its gradient needs, instead of from that softmax.
+- `boolean_dropout_masks`: the CPU dropout's masks come from comparing the random lanes with the threshold (PyTorch's
+  boolean comparison), and values and gradients are multiplied by the boolean mask itself, instead of by its uint8
+  view. The masks are the same; only how they are made and applied differs.
+- `copied_loss_weight_gradient`: the loss without the logits copies the output weight's summed gradient into the
+  weight's layout and then scales it by the loss's gradient, two passes, instead of scaling it into that layout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
 
+from hf_srcfeat import dropout as dropout_module
 from hf_srcfeat import label_smoothed_cross_entropy as loss_module
 
 
@@ -20,8 +27,39 @@ def _log_softmax_row_losses(logits: torch.Tensor, probabilities: torch.Tensor, t
     return loss_module._row_losses(torch.log_softmax(logits, dim=-1), targets, smoothing)
 
 
-#: change -> (the object holding the shipped way, its attribute name, the earlier way put there while undone)
-EARLIER_WAYS = {"log_softmax_loss": (loss_module, "_row_losses_from_softmax", _log_softmax_row_losses)}
+def _compared_dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+    count = math.prod(shape)
+    words = torch.empty((count + 3) // 4, dtype=torch.int64, device="cpu")
+    words.random_(-(1 << 63), None, generator=generator)
+    lanes = words.view(torch.int16)[:count].view(shape)
+    return lanes >= round(p * dropout_module.LANE_VALUES) - dropout_module.LANE_VALUES // 2
+
+
+def _boolean_mask_product(values: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    return values.mul(mask).mul_(scale)
+
+
+@staticmethod
+@torch.autograd.function.once_differentiable
+def _copied_weight_gradient_backward(ctx, grad_loss: torch.Tensor):
+    counted, grad_inputs, grad_weight, grad_bias = ctx.saved_tensors
+    grad_hidden = None
+    if grad_inputs is not None:
+        grad_hidden = grad_inputs.new_zeros(ctx.hidden_shape)
+        grad_hidden.index_copy_(0, counted, grad_inputs * grad_loss)
+    return (grad_hidden, grad_weight.contiguous() * grad_loss if grad_weight is not None else None,
+            grad_bias * grad_loss if grad_bias is not None else None, None, None)
+
+
+#: change -> [(the object holding the shipped way, its attribute name, the earlier way put there while undone)]
+EARLIER_WAYS = {
+    "log_softmax_loss": [(loss_module, "_row_losses_from_softmax", _log_softmax_row_losses)],
+    "boolean_dropout_masks": [(dropout_module, "dropout_mask", _compared_dropout_mask),
+                              (dropout_module, "_apply_mask", _boolean_mask_product)],
+    "copied_loss_weight_gradient": [(loss_module.ProjectedLabelSmoothedCrossEntropy, "backward",
+                                     _copied_weight_gradient_backward)],
+}
 UNDONE_CHANGES = tuple(EARLIER_WAYS)
 
 
@@ -33,10 +71,11 @@ def undone(change: str | None) -> Iterator[None]:
         return
     if change not in EARLIER_WAYS:
         raise ValueError(f"unknown change {change!r}; known: {', '.join(UNDONE_CHANGES)}")
-    owner, name, earlier = EARLIER_WAYS[change]
-    shipped = vars(owner)[name]
-    setattr(owner, name, earlier)
+    shipped = [(owner, name, vars(owner)[name]) for owner, name, _ in EARLIER_WAYS[change]]
+    for owner, name, earlier in EARLIER_WAYS[change]:
+        setattr(owner, name, earlier)
     try:
         yield
     finally:
-        setattr(owner, name, shipped)
+        for owner, name, way in shipped:
+            setattr(owner, name, way)

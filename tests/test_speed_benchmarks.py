@@ -289,10 +289,10 @@ def test_training_efficiency_benchmark_times_every_arm_on_parsed_pairs(feature_t
     assert products and products[0]["calls_per_unit"] > 0
 
 
-def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradients(trained_baseline, multi30k_dir,
-                                                                                     subword_tokenizer):
-    from benchmarks.undone_changes import undone
-    from hf_srcfeat import label_smoothed_cross_entropy as loss_module
+@pytest.mark.parametrize("change", ["log_softmax_loss", "boolean_dropout_masks", "copied_loss_weight_gradient"])
+def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradients(change, trained_baseline,
+                                                                                     multi30k_dir, subword_tokenizer):
+    from benchmarks.undone_changes import EARLIER_WAYS, undone
     from hf_srcfeat.data.multi30k import load_multi30k
 
     model, _ = trained_baseline
@@ -301,14 +301,15 @@ def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradi
                               return_tensors="pt")
     batch["labels"] = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
 
-    shipped, replaced, results = loss_module._row_losses_from_softmax, [], []
+    shipped = {(owner, name): vars(owner)[name] for owner, name, _ in EARLIER_WAYS[change]}
+    replaced, results = [], []
     model.train()
     try:
-        for undo in (None, "log_softmax_loss"):
+        for undo in (None, change):
             model.zero_grad(set_to_none=True)
             torch.manual_seed(0)  # the same dropout masks
             with undone(undo):
-                replaced.append(loss_module._row_losses_from_softmax is not shipped)
+                replaced.append([vars(owner)[name] is not way for (owner, name), way in shipped.items()])
                 loss = model(**batch, skip_logits=True).loss
                 loss.backward()
             results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()
@@ -316,8 +317,9 @@ def test_an_undone_change_restores_the_earlier_step_with_the_same_loss_and_gradi
     finally:
         model.eval()
         model.zero_grad(set_to_none=True)
-    # The earlier way only within the block
-    assert replaced == [False, True] and loss_module._row_losses_from_softmax is shipped
+    # The earlier ways only within the block
+    assert replaced == [[False] * len(shipped), [True] * len(shipped)]
+    assert all(vars(owner)[name] is way for (owner, name), way in shipped.items())
     (loss, gradients), (earlier_loss, earlier_gradients) = results
     assert torch.allclose(loss, earlier_loss, rtol=1e-5)
     for gradient, earlier in zip(gradients, earlier_gradients, strict=True):

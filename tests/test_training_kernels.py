@@ -433,6 +433,7 @@ def test_the_loss_without_logits_is_the_loss_of_the_projected_logits_with_its_gr
     for mine, reference in zip(ours, theirs, strict=True):
         assert torch.allclose(mine.grad, reference.grad, rtol=1e-4, atol=1e-5 * reference.grad.abs().max())
     assert not ours[0].grad[labels == -100].any()  # positions left out of the loss get no gradient
+    assert weight.shape[0] > weight.shape[1] and ours[1].grad.stride() == weight.stride()  # kept in the weight's layout
     first = [tensor.grad.clone() for tensor in ours]
     for tensor in ours:
         tensor.grad = None
