@@ -20,9 +20,10 @@ FlexAttention kernels inside it), compiled during the warm-up, which then steps 
 with `--whole_model`, each system's whole forward with its loss as one graph instead (minutes of compilation each).
 `--baseline_variants` adds the baseline changed in named ways, each measured beside the others as
 `baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
-fuses when compiled), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded graphs) and
-`whole_model` (the whole forward with the loss as one compiled graph, and with it the backward; the optimiser step
-stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
+fuses when compiled), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward kernels,
+`benchmarks/opaque_kernels.py`), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded
+graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward; the
+optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
 compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
 of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
 rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
@@ -51,6 +52,7 @@ from benchmarks import benchmark
 from benchmarks.batching_efficiency import batch_lengths, source_annotations, training_flops
 from benchmarks.gpu_time_breakdown import gpu_time_breakdown
 from benchmarks.op_timing import operation_breakdown
+from benchmarks.opaque_kernels import use_opaque_layer_norm
 from hf_srcfeat.commands import train
 from hf_srcfeat.compilation import ONE_GRAPH_SETTINGS
 from hf_srcfeat.safe_writing import write_json_atomically
@@ -62,7 +64,7 @@ SIZES = {
 }
 SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
 #: What a baseline variant may change, in the order its system's name lists them.
-VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "eager")
+VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "opaque_layer_norm", "eager")
 
 
 def baseline_variant(text: str) -> tuple[str, ...]:
@@ -72,8 +74,9 @@ def baseline_variant(text: str) -> tuple[str, ...]:
     if unknown or len(set(parts)) != len(parts):
         raise argparse.ArgumentTypeError(
             f"{text!r}: a variant is one or more of {', '.join(VARIANT_PARTS)}, each once, joined by '+'")
-    if "eager" in parts and ("whole_model" in parts or "cuda_graphs" in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: 'eager' (not compiled) excludes whole_model and cuda_graphs")
+    if "eager" in parts and {"whole_model", "cuda_graphs", "opaque_layer_norm"} & set(parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs and opaque_layer_norm")
     return tuple(part for part in VARIANT_PARTS if part in parts)
 
 
@@ -453,6 +456,8 @@ def main(argv: list[str] | None = None) -> None:
                 model = build("baseline" if parts else name, size, tokenizer)
                 if "eager_attention" in parts:
                     model.set_attn_implementation("eager")
+                if "opaque_layer_norm" in parts:
+                    use_opaque_layer_norm(model)
                 mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode
                 whole = "whole_model" in parts or (args.whole_model and "eager" not in parts)
                 if args.compile and not whole and "eager" not in parts:

@@ -7,6 +7,12 @@ masks with its own random numbers. `use_opaque_kernels(model)` makes the model's
 when compiled, `onednn_linear` (forward and backward products by oneDNN, the gradients as the eager step computes
 them) and `lane_dropout_mask` (the eager step's 16-bit-lane masks), which inductor leaves opaque and fuses the
 element-wise work around. Eager calls are unchanged.
+
+`use_opaque_layer_norm(model)` does the same for LayerNorm on any device: compiled, each LayerNorm calls ATen's own
+forward and backward kernels (`layer_norm`, `layer_norm_backward`). On a GPU inductor fuses the backward of the
+residual add, dropout and LayerNorm into one kernel whose reduction of LayerNorm's weight and bias gradients over
+every position runs about three times as long as the same kernel without those gradients; ATen reduces them in a
+kernel of its own. The residual add and dropout stay compiled around the opaque call.
 """
 
 from __future__ import annotations
@@ -66,6 +72,68 @@ def lane_dropout_mask(inputs: torch.Tensor, p: float) -> torch.Tensor:
 @lane_dropout_mask.register_fake
 def _(inputs: torch.Tensor, p: float) -> torch.Tensor:
     return inputs.new_empty(inputs.shape, dtype=torch.bool)
+
+
+@torch.library.custom_op("hf_srcfeat_benchmarks::layer_norm", mutates_args=())
+def layer_norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ATen's LayerNorm over the last dimension: (output, mean, reciprocal standard deviation)."""
+    return torch.ops.aten.native_layer_norm(inputs, [inputs.shape[-1]], weight, bias, eps)
+
+
+@layer_norm.register_fake
+def _(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # ATen keeps the statistics in float32 for half-precision inputs.
+    half = inputs.dtype in (torch.float16, torch.bfloat16)
+    statistics = inputs.new_empty((*inputs.shape[:-1], 1), dtype=torch.float32 if half else inputs.dtype)
+    return torch.empty_like(inputs), statistics, torch.empty_like(statistics)
+
+
+@torch.library.custom_op("hf_srcfeat_benchmarks::layer_norm_backward", mutates_args=())
+def layer_norm_backward(grad_output: torch.Tensor, inputs: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                        weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ATen's LayerNorm backward: the gradients of the inputs, the weight and the bias."""
+    return torch.ops.aten.native_layer_norm_backward(grad_output.contiguous(), inputs, [inputs.shape[-1]], mean, rstd,
+                                                     weight, bias, [True, True, True])
+
+
+@layer_norm_backward.register_fake
+def _(grad_output: torch.Tensor, inputs: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor,
+      bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.empty_like(inputs), torch.empty_like(weight), torch.empty_like(bias)
+
+
+def _save_layer_norm_operands(ctx, inputs: tuple, output: tuple) -> None:
+    layer_inputs, weight, bias, _ = inputs
+    ctx.save_for_backward(layer_inputs, output[1], output[2], weight, bias)
+
+
+def _layer_norm_gradients(ctx, grad_output: torch.Tensor, _grad_mean: torch.Tensor, _grad_rstd: torch.Tensor):
+    layer_inputs, mean, rstd, weight, bias = ctx.saved_tensors
+    return (*layer_norm_backward(grad_output, layer_inputs, mean, rstd, weight, bias), None)
+
+
+layer_norm.register_autograd(_layer_norm_gradients, setup_context=_save_layer_norm_operands)
+
+
+class OpaqueLayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` (with weight and bias) that a compiled graph calls as ATen's kernels (`layer_norm`)."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling() and len(self.normalized_shape) == 1:
+            if torch.is_autocast_enabled(inputs.device.type):  # as autocast runs LayerNorm: in float32
+                inputs = inputs.float()
+            return layer_norm(inputs, self.weight, self.bias, self.eps)[0]
+        return super().forward(inputs)
+
+
+def use_opaque_layer_norm(model: nn.Module) -> nn.Module:
+    """`model` with each `nn.LayerNorm` that has a weight and a bias turned into `OpaqueLayerNorm` (in place)."""
+    for module in model.modules():
+        if type(module) is nn.LayerNorm and module.weight is not None and module.bias is not None:
+            module.__class__ = OpaqueLayerNorm
+    return model
 
 
 class OpaqueKernelLinear(linear.Linear):

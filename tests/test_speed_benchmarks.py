@@ -4,6 +4,7 @@ benchmark."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -168,7 +169,7 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
         "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
-        "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
+        "opaque_layer_norm+whole_model", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
         "--rounds", "2", "--profile_steps", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
         str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
 
@@ -179,12 +180,14 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     systems = result["systems"]["benchmark"]
     # a variant is named by its parts in one order, however they were given; given twice, it is measured once
     assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
-                            "baseline_whole_model_cuda_graphs", "baseline_whole_model_cuda_graphs_eager_attention"}
+                            "baseline_whole_model_cuda_graphs", "baseline_whole_model_cuda_graphs_eager_attention",
+                            "baseline_whole_model_opaque_layer_norm"}
     layers = 2 * gpu_throughput.SIZES["benchmark"]["encoder_layers"]  # as many decoder layers
     assert systems["baseline"]["compiled"] == systems["baseline_cuda_graphs"]["compiled"] == \
         f"{layers} layers, backend eager"
     assert systems["baseline_eager"]["compiled"] == "eager"
     assert systems["baseline_whole_model"]["compiled"] == systems["baseline_whole_model_cuda_graphs"]["compiled"] == \
+        systems["baseline_whole_model_opaque_layer_norm"]["compiled"] == \
         "whole forward with the loss, backend eager, mode none"
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
@@ -382,6 +385,41 @@ def test_compiled_dropout_with_opaque_kernels_draws_the_zoos_lane_masks(monkeypa
     kept = outputs != 0
     assert torch.allclose(outputs[kept], inputs[kept] * scale)
     assert abs((~kept).float().mean().item() - 0.25) < 0.02  # 81,920 elements
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_and_gradients(autocast):
+    # The GPU benchmark's opaque_layer_norm variant: compiled, the residual sublayer's LayerNorm is one call of ATen's
+    # forward and one of its backward; values and the three gradients are nn.LayerNorm's, in float32 under autocast
+    # as autocast runs LayerNorm.
+    from benchmarks.opaque_kernels import use_opaque_layer_norm
+
+    graphs = []
+
+    def recording_backend(graph_module, example_inputs):
+        graphs.append(str(graph_module.graph))
+        return graph_module.forward
+
+    torch.manual_seed(0)
+    reference = torch.nn.LayerNorm(48)
+    with torch.no_grad():
+        reference.weight.uniform_(0.5, 1.5)
+        reference.bias.uniform_(-0.5, 0.5)
+    opaque = use_opaque_layer_norm(torch.nn.Sequential(copy.deepcopy(reference)))[0]
+    residual, update = torch.randn(12, 9, 48), torch.randn(12, 9, 48)
+    results = []
+    for layer, run in ((reference, lambda function: function),
+                       (opaque, lambda function: torch.compile(function, backend=recording_backend, dynamic=True))):
+        inputs = [residual.clone().requires_grad_(), update.clone().requires_grad_()]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            output = run(lambda x, y: layer(x + 2 * y))(*inputs)
+        (output.float() * torch.linspace(-1, 1, 48)).sum().backward()
+        results.append((output, inputs[0].grad, inputs[1].grad, layer.weight.grad, layer.bias.grad))
+    assert any("hf_srcfeat_benchmarks.layer_norm" in graph for graph in graphs)
+    assert not any("native_layer_norm" in graph or "aten.layer_norm" in graph for graph in graphs)
+    assert results[1][0].dtype == results[0][0].dtype == torch.float32
+    for ours, expected in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(ours, expected)
 
 
 def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(test_sentences):
