@@ -20,7 +20,8 @@ FlexAttention kernels inside it), compiled during the warm-up, which then steps 
 with `--whole_model`, each system's whole forward with its loss as one graph instead (minutes of compilation each).
 `--baseline_variants` adds the baseline changed in named ways, each measured beside the others as
 `baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
-fuses when compiled), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward kernels,
+fuses when compiled), `packed_attention` (SDPA over two sentences packed into each row under a block-diagonal mask,
+`benchmarks/packed_attention.py`), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward kernels,
 `benchmarks/opaque_kernels.py`), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded
 graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward; the
 optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
@@ -53,6 +54,7 @@ from benchmarks.batching_efficiency import batch_lengths, source_annotations, tr
 from benchmarks.gpu_time_breakdown import gpu_time_breakdown
 from benchmarks.op_timing import operation_breakdown
 from benchmarks.opaque_kernels import use_opaque_layer_norm
+from benchmarks.packed_attention import use_packed_attention
 from hf_srcfeat.commands import train
 from hf_srcfeat.compilation import ONE_GRAPH_SETTINGS
 from hf_srcfeat.safe_writing import write_json_atomically
@@ -64,7 +66,7 @@ SIZES = {
 }
 SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
 #: What a baseline variant may change, in the order its system's name lists them.
-VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "opaque_layer_norm", "eager")
+VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "packed_attention", "opaque_layer_norm", "eager")
 
 
 def baseline_variant(text: str) -> tuple[str, ...]:
@@ -369,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline_variants", nargs="+", type=baseline_variant, default=[], metavar="VARIANT",
                         help="also the baseline changed by each VARIANT, measured as baseline_<parts>: one or more "
                              f"of {', '.join(VARIANT_PARTS)} joined by '+' (e.g. whole_model+cuda_graphs; all but "
-                             "eager_attention need --compile)")
+                             "eager_attention and packed_attention need --compile)")
     parser.add_argument("--profile_steps", type=int, default=0,
                         help="after the timed rounds, profile this many steps of each system (default 0: none; "
                              "each runs them twice: once unprofiled)")
@@ -382,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of the script")
     args = parser.parse_args(argv)
     variants = list(dict.fromkeys(args.baseline_variants))
-    compiled_variants = ["+".join(parts) for parts in variants if set(parts) - {"eager_attention"}]
+    compiled_variants = ["+".join(parts) for parts in variants
+                         if set(parts) - {"eager_attention", "packed_attention"}]
     cuda_graphs_variant = any("cuda_graphs" in parts for parts in variants)
     needs_compile = [option for option, given in (
         ("--baseline_variants " + " ".join(compiled_variants), bool(compiled_variants)),
@@ -456,6 +459,8 @@ def main(argv: list[str] | None = None) -> None:
                 model = build("baseline" if parts else name, size, tokenizer)
                 if "eager_attention" in parts:
                     model.set_attn_implementation("eager")
+                if "packed_attention" in parts:
+                    use_packed_attention(model)
                 if "opaque_layer_norm" in parts:
                     use_opaque_layer_norm(model)
                 mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """One attention call's forward and backward at a token batch's shape, by SDPA with the padding mask (what the
-compiled training step runs) and by FlexAttention over several sentences packed into each row, on a CUDA GPU.
+compiled training step runs), and by FlexAttention and by SDPA's memory-efficient kernel over several sentences
+packed into each row, on a CUDA GPU.
 
     python -m benchmarks.measure_attention_packing --output benchmarks/results/attention_packing.json
 
@@ -10,10 +11,12 @@ below the GPU's matrix rate. Packed, `--groups` G consecutive sentences share on
 view of the projections' [sentences, positions, heads, head_dim] layout (no copy), attended under a block-diagonal
 `mask_mod` (each position sees its own sentence's real positions; in the decoder's causal attention, only the
 earlier ones), so FlexAttention computes whole blocks of G x G sentences' scores instead of one tile per short
-problem. Every way is checked against float32 math on the unpacked batch (relative error of the real positions'
+problem; SDPA takes the same rows with the block-diagonal mask as an additive bias (`--sdpa_groups`), so its
+memory-efficient kernel runs one tile for G short problems. Every way is checked against float32 math on the unpacked batch (relative error of the real positions'
 outputs and of the three input gradients), then timed by CUDA events (median of `--repeats`). Sentence lengths are drawn uniformly from a
 quarter of `--length` to `--length`; the values are random (the cost does not depend on them). `--device cpu`
-checks the packing's outputs only (FlexAttention has no backward on the CPU) and times nothing. Writes JSON with
+checks the packing only (FlexAttention's outputs, as it has no backward on the CPU; SDPA's outputs and gradients, by
+its math kernel) and times nothing. Writes JSON with
 the device, the software versions and the code version.
 """
 
@@ -87,6 +90,29 @@ def packed_flex(batch: TokenBatch, groups: int, compiled: bool) -> Attention:
     return attention
 
 
+def packed_sdpa(batch: TokenBatch, groups: int, backend: SDPBackend) -> Attention:
+    """SDPA over `groups` consecutive sentences per row (the same view as `packed_flex`), under a block-diagonal
+    additive mask built once per batch, as a model would build it once for all its layers."""
+    sentences, length = batch.real.shape
+    rows, width = sentences // groups, groups * length
+    position = torch.arange(width, device=batch.real.device)
+    allowed = ((position[:, None] // length) == (position[None, :] // length))[None] & \
+        batch.real.reshape(rows, 1, width)
+    if batch.causal:
+        allowed = allowed & (position[:, None] >= position[None, :])
+    mask = torch.zeros(allowed.shape, device=allowed.device, dtype=batch.mask.dtype).masked_fill(
+        ~allowed, torch.finfo(batch.mask.dtype).min)[:, None]
+
+    def attention(queries, keys, values):
+        heads, head_dim = queries.shape[2:]
+        with sdpa_kernel([backend]):
+            output = F.scaled_dot_product_attention(
+                *(x.reshape(rows, width, heads, head_dim).transpose(1, 2) for x in (queries, keys, values)),
+                attn_mask=mask)
+        return output.transpose(1, 2).reshape(sentences, length, heads, head_dim).transpose(1, 2)
+    return attention
+
+
 def relative_errors(batch: TokenBatch, attention: Attention, backward: bool) -> list[float]:
     """Relative errors against float32 math on the unpacked batch: the real positions' outputs (a padded query
     position's output is read by nothing), then each input's gradient when `backward`."""
@@ -130,17 +156,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=32, help="positions each sentence is padded to (default 32)")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head_dim", type=int, default=64)
-    parser.add_argument("--groups", type=int, nargs="+", default=[4, 8], help="sentences per packed row")
+    parser.add_argument("--groups", type=int, nargs="+", default=[4, 8],
+                        help="sentences per packed row for FlexAttention")
+    parser.add_argument("--sdpa_groups", type=int, nargs="+", default=[2, 4],
+                        help="sentences per packed row for SDPA's memory-efficient kernel (on the CPU: its math)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu to check the packing's outputs")
     args = parser.parse_args(argv)
     for option in ("sentences", "length", "heads", "head_dim", "repeats"):
         if getattr(args, option) < 1:
             parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
-    uneven = [group for group in args.groups if group < 1 or args.sentences % group]
-    if uneven:
-        parser.error(f"--groups {' '.join(map(str, uneven))}: each must be at least 1 and divide --sentences "
-                     f"{args.sentences}")
+    for option in ("groups", "sdpa_groups"):
+        uneven = [group for group in getattr(args, option) if group < 1 or args.sentences % group]
+        if uneven:
+            parser.error(f"--{option} {' '.join(map(str, uneven))}: each must be at least 1 and divide --sentences "
+                         f"{args.sentences}")
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise SystemExit("measure_attention_packing times a CUDA GPU; this machine has none (--device cpu checks "
@@ -165,10 +195,14 @@ def main(argv: list[str] | None = None) -> None:
             ways |= {f"sdpa_{backend.name.lower()}": sdpa(batch, backend)
                      for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)}
         ways |= {f"flex_packed_{group}": packed_flex(batch, group, compiled=cuda) for group in args.groups}
+        packed_backend = SDPBackend.EFFICIENT_ATTENTION if cuda else SDPBackend.MATH
+        ways |= {f"sdpa_{packed_backend.name.lower()}_packed_{group}": packed_sdpa(batch, group, packed_backend)
+                 for group in args.sdpa_groups}
         for name, attention in ways.items():
             try:
                 measured: dict = {"relative_errors": [round(error, 7) for error in
-                                                      relative_errors(batch, attention, backward=cuda)]}
+                                                      relative_errors(batch, attention, backward=cuda or
+                                                                      not name.startswith("flex"))]}
                 if cuda:
                     measured["microseconds_forward_backward"] = round(microseconds(batch, attention, args.repeats))
             except Exception as error:  # noqa: BLE001 - recorded, the other ways go on

@@ -169,7 +169,7 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
         "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
-        "opaque_layer_norm+whole_model", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
+        "opaque_layer_norm+whole_model", "whole_model+packed_attention", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
         "--rounds", "2", "--profile_steps", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
         str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
 
@@ -181,13 +181,14 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     # a variant is named by its parts in one order, however they were given; given twice, it is measured once
     assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
                             "baseline_whole_model_cuda_graphs", "baseline_whole_model_cuda_graphs_eager_attention",
-                            "baseline_whole_model_opaque_layer_norm"}
+                            "baseline_whole_model_opaque_layer_norm", "baseline_whole_model_packed_attention"}
     layers = 2 * gpu_throughput.SIZES["benchmark"]["encoder_layers"]  # as many decoder layers
     assert systems["baseline"]["compiled"] == systems["baseline_cuda_graphs"]["compiled"] == \
         f"{layers} layers, backend eager"
     assert systems["baseline_eager"]["compiled"] == "eager"
     assert systems["baseline_whole_model"]["compiled"] == systems["baseline_whole_model_cuda_graphs"]["compiled"] == \
         systems["baseline_whole_model_opaque_layer_norm"]["compiled"] == \
+        systems["baseline_whole_model_packed_attention"]["compiled"] == \
         "whole forward with the loss, backend eager, mode none"
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
@@ -412,7 +413,7 @@ def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_a
                        (opaque, lambda function: torch.compile(function, backend=recording_backend, dynamic=True))):
         inputs = [residual.clone().requires_grad_(), update.clone().requires_grad_()]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            output = run(lambda x, y: layer(x + 2 * y))(*inputs)
+            output = run(lambda x, y, layer=layer: layer(x + 2 * y))(*inputs)
         (output.float() * torch.linspace(-1, 1, 48)).sum().backward()
         results.append((output, inputs[0].grad, inputs[1].grad, layer.weight.grad, layer.bias.grad))
     assert any("hf_srcfeat_benchmarks.layer_norm" in graph for graph in graphs)
@@ -549,17 +550,55 @@ def test_loss_benchmark_measures_both_ways_in_fresh_processes_with_the_same_loss
         assert result[way]["seconds"] > 0 and result[way]["peak_memory_growth_mb"] >= 0
 
 
-def test_sentences_packed_for_flex_attention_give_each_sentence_its_own_attention(tmp_path):
+def test_sentences_packed_into_rows_give_each_sentence_its_own_attention(tmp_path):
     from benchmarks import measure_attention_packing
 
     output = tmp_path / "packing.json"
     measure_attention_packing.main(["--device", "cpu", "--sentences", "24", "--length", "8", "--heads", "2",
-                                    "--head_dim", "16", "--groups", "2", "4", "--output", str(output)])
+                                    "--head_dim", "16", "--groups", "2", "4", "--sdpa_groups", "3", "4",
+                                    "--output", str(output)])
 
     ways = json.loads(output.read_text())["ways"]
-    assert set(ways) == {f"{kind}_flex_packed_{group}" for kind in ("bidirectional", "causal") for group in (2, 4)}
-    for measured in ways.values():  # the real positions' outputs against float32 math on the unpacked batch
-        assert measured["relative_errors"][0] < 1e-5
+    kinds = ("bidirectional", "causal")
+    assert set(ways) == {f"{kind}_flex_packed_{group}" for kind in kinds for group in (2, 4)} | {
+        f"{kind}_sdpa_math_packed_{group}" for kind in kinds for group in (3, 4)}
+    for name, measured in ways.items():
+        # the real positions' outputs against float32 math on the unpacked batch; for SDPA (a backward on the CPU)
+        # the three input gradients too
+        errors = measured["relative_errors"]
+        assert len(errors) == (1 if "flex" in name else 4) and max(errors) < 1e-5, name
+
+
+def test_a_model_attending_over_packed_rows_has_the_unpacked_models_loss_and_gradients(
+        trained_baseline, multi30k_dir, subword_tokenizer, monkeypatch):
+    # The GPU benchmark's packed_attention variant on real pairs: an odd batch, so one sentence is left unpacked.
+    from benchmarks import packed_attention
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    model, _ = trained_baseline
+    pairs = load_multi30k("val", data_dir=multi30k_dir, limit=15)
+    batch = subword_tokenizer(list(pairs["source"]), text_target=list(pairs["target"]), padding=True,
+                              return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == subword_tokenizer.pad_token_id, -100)
+    assert (batch["attention_mask"] == 0).any() and (batch["labels"] == -100).any()
+    packed_calls = []
+    block_diagonal_mask = packed_attention.block_diagonal_mask
+    monkeypatch.setattr(packed_attention, "block_diagonal_mask",
+                        lambda *arguments: packed_calls.append(arguments[1]) or block_diagonal_mask(*arguments))
+    packed = packed_attention.use_packed_attention(copy.deepcopy(model)).eval()
+    results = []
+    for trained in (model.eval(), packed):
+        trained.zero_grad(set_to_none=True)
+        loss = trained(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), {name: parameter.grad for name, parameter in trained.named_parameters()}))
+    model.zero_grad(set_to_none=True)
+    layers = model.config.encoder_layers + 2 * model.config.decoder_layers
+    assert len(packed_calls) == layers and packed_calls.count(True) == model.config.decoder_layers  # causal ones
+    (loss, gradients), (packed_loss, packed_gradients) = results
+    torch.testing.assert_close(packed_loss, loss)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(packed_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_path, capsys):
@@ -569,6 +608,10 @@ def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_p
         measure_attention_packing.main(["--device", "cpu", "--sentences", "24", "--groups", "4", "5",
                                         "--output", str(tmp_path / "packing.json")])
     assert "--groups 5: each must be at least 1 and divide --sentences 24" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        measure_attention_packing.main(["--device", "cpu", "--sentences", "24", "--sdpa_groups", "5",
+                                        "--output", str(tmp_path / "packing.json")])
+    assert "--sdpa_groups 5: each must be at least 1" in capsys.readouterr().err
     assert not (tmp_path / "packing.json").exists()
 
 

@@ -73,7 +73,7 @@ for change in ("boolean_dropout_masks", "copied_loss_weight_gradient"):
                                                  "min": round(min(values), 1)} for arm, values in times.items()}
 inputs, grad = torch.randn(1000, 256, requires_grad=True), torch.randn(1000, 256)
 dropout_times: dict[str, list[float]] = {"shipped": [], "boolean_dropout_masks": []}
-for round_index in range(10):
+for _ in range(10):
     for arm in dropout_times:
         with undone(arm if arm != "shipped" else None):
             dropout_times[arm] += milliseconds(lambda: dropout.DropoutFunction.apply(inputs, 0.1).backward(grad), 50)
