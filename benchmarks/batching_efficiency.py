@@ -22,7 +22,8 @@ machine load hit every arm alike:
 - `cost_ordered_token_batches_onednn`: the same on token batches of pairs sorted by their longer side alone, whose
   shorter sides pad more;
 - with `--undone CHANGE ...`, `token_batches_onednn_without_CHANGE`: the shipped step with one of its changes undone
-  (`benchmarks/undone_changes.py`: `log_softmax_loss`), on the same batches;
+  (`benchmarks/undone_changes.py`: `log_softmax_loss`, `boolean_dropout_masks`, `copied_loss_weight_gradient`),
+  on the same batches;
 - with `--compiled`, `token_batches_compiled`: the shipped step with the model's forward under `torch.compile`
   (inductor, dynamic shapes), where the layers take PyTorch's own path (products by inductor, `nn.Dropout`'s
   masks), and `token_batches_compiled_onednn`: the same with the zoo's products and dropout masks as operators the

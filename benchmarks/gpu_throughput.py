@@ -21,12 +21,12 @@ with `--whole_model`, each system's whole forward with its loss as one graph ins
 `--baseline_variants` adds the baseline changed in named ways, each measured beside the others as
 `baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
 fuses when compiled), `packed_attention` (SDPA over two sentences packed into each row under a block-diagonal mask,
-`benchmarks/packed_attention.py`), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward kernels,
-`benchmarks/opaque_kernels.py`), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as recorded
-graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward; the
-optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what of it ran
-compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to multiples
-of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
+`benchmarks/packed_attention.py`), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward
+kernels, `benchmarks/opaque_kernels.py`), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as
+recorded graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
+the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what
+of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to
+multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
 rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
 `--profile_steps N` then runs N more steps of each system twice, unprofiled and under `torch.profiler`: the device's
 busy time against the unprofiled step's, by kind of kernel and by kernel, and the launches and host synchronisations
@@ -76,6 +76,8 @@ def baseline_variant(text: str) -> tuple[str, ...]:
     if unknown or len(set(parts)) != len(parts):
         raise argparse.ArgumentTypeError(
             f"{text!r}: a variant is one or more of {', '.join(VARIANT_PARTS)}, each once, joined by '+'")
+    if "eager_attention" in parts and "packed_attention" in parts:
+        raise argparse.ArgumentTypeError(f"{text!r}: eager_attention and packed_attention each set the attention")
     if "eager" in parts and {"whole_model", "cuda_graphs", "opaque_layer_norm"} & set(parts):
         raise argparse.ArgumentTypeError(
             f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs and opaque_layer_norm")

@@ -11,13 +11,14 @@ below the GPU's matrix rate. Packed, `--groups` G consecutive sentences share on
 view of the projections' [sentences, positions, heads, head_dim] layout (no copy), attended under a block-diagonal
 `mask_mod` (each position sees its own sentence's real positions; in the decoder's causal attention, only the
 earlier ones), so FlexAttention computes whole blocks of G x G sentences' scores instead of one tile per short
-problem; SDPA takes the same rows with the block-diagonal mask as an additive bias (`--sdpa_groups`), so its
-memory-efficient kernel runs one tile for G short problems. Every way is checked against float32 math on the unpacked batch (relative error of the real positions'
-outputs and of the three input gradients), then timed by CUDA events (median of `--repeats`). Sentence lengths are drawn uniformly from a
-quarter of `--length` to `--length`; the values are random (the cost does not depend on them). `--device cpu`
-checks the packing only (FlexAttention's outputs, as it has no backward on the CPU; SDPA's outputs and gradients, by
-its math kernel) and times nothing. Writes JSON with
-the device, the software versions and the code version.
+problem; SDPA takes the same rows with the block-diagonal mask as an additive bias (`--sdpa_groups`): its
+memory-efficient kernel then covers two 32-position problems with one 64 x 64 tile instead of two tiles each mostly
+padding (four problems take a 128 x 128 block, as many tiles as unpacked, half of them masked). Every way is checked
+against float32 math on the unpacked batch (relative error of the real positions' outputs and of the three input
+gradients), then timed by CUDA events (median of `--repeats`). Sentence lengths are drawn uniformly from a quarter
+of `--length` to `--length`; the values are random (the cost does not depend on them). `--device cpu` checks the
+packing only (FlexAttention's outputs, as it has no backward on the CPU; SDPA's outputs and gradients, by its math
+kernel) and times nothing. Writes JSON with the device, the software versions and the code version.
 """
 
 from __future__ import annotations

@@ -84,10 +84,12 @@ def layer_norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, e
 @layer_norm.register_fake
 def _(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # ATen keeps the statistics in float32 for half-precision inputs.
+    # ATen keeps the statistics of half-precision inputs in float32 on CUDA, and on the CPU where the weight is
+    # float32; its output is contiguous.
     half = inputs.dtype in (torch.float16, torch.bfloat16)
-    statistics = inputs.new_empty((*inputs.shape[:-1], 1), dtype=torch.float32 if half else inputs.dtype)
-    return torch.empty_like(inputs), statistics, torch.empty_like(statistics)
+    float32_statistics = half and (inputs.device.type != "cpu" or weight.dtype == torch.float32)
+    statistics = inputs.new_empty((*inputs.shape[:-1], 1), dtype=torch.float32 if float32_statistics else inputs.dtype)
+    return inputs.new_empty(inputs.shape), statistics, torch.empty_like(statistics)
 
 
 @torch.library.custom_op("hf_srcfeat_benchmarks::layer_norm_backward", mutates_args=())
@@ -122,7 +124,8 @@ class OpaqueLayerNorm(nn.LayerNorm):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() and len(self.normalized_shape) == 1:
-            if torch.is_autocast_enabled(inputs.device.type):  # as autocast runs LayerNorm: in float32
+            # As autocast runs LayerNorm: in float32 on CUDA (the CPU's autocast leaves it to the inputs' dtype).
+            if inputs.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
                 inputs = inputs.float()
             return layer_norm(inputs, self.weight, self.bias, self.eps)[0]
         return super().forward(inputs)

@@ -37,13 +37,14 @@ def _packed(states: torch.Tensor, rows: int, sentences: int) -> torch.Tensor:
 def block_diagonal_mask(attention_mask: torch.Tensor | None, causal: bool, rows: int, sentences: int,
                         query_length: int, key_length: int, device: torch.device) -> torch.Tensor:
     """The boolean mask (True: may attend) [rows, 1, sentences x queries, sentences x keys] of packed rows: each
-    sentence's own [queries, keys] mask (`attention_mask`, boolean or additive, [batch, 1, queries, keys]; causal
-    where `causal`) on the diagonal, nothing across sentences."""
+    sentence's own [queries, keys] mask (`attention_mask`, boolean or additive, [batch or 1, 1, queries or 1, keys];
+    causal where `causal`) on the diagonal, nothing across sentences. Each attention call builds it anew."""
     own = torch.eye(sentences, dtype=torch.bool, device=device)[None, :, None, :, None]
     if attention_mask is not None:
         allowed = attention_mask if attention_mask.dtype == torch.bool else \
             attention_mask > torch.finfo(attention_mask.dtype).min / 2
-        allowed = allowed[:rows * sentences].expand(-1, 1, query_length, key_length)
+        allowed = allowed.expand(rows * sentences if allowed.shape[0] == 1 else -1, 1, query_length,
+                                 key_length)[:rows * sentences]
         own = own & allowed.reshape(rows, sentences, query_length, 1, key_length)
     if causal:
         own = own & torch.ones(query_length, key_length, dtype=torch.bool, device=device).tril()[:, None, :]
@@ -64,7 +65,9 @@ def packed_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     # As Transformers' SDPA decides it: causal self-attention over more than one query without a mask.
-    causal = query_length > 1 and attention_mask is None and getattr(module, "is_causal", True)
+    is_causal = kwargs.get("is_causal")
+    causal = query_length > 1 and attention_mask is None and (
+        is_causal if is_causal is not None else getattr(module, "is_causal", True))
     mask = block_diagonal_mask(attention_mask, causal, rows, sentences, query_length, key_length, query.device)
     output = torch.nn.functional.scaled_dot_product_attention(
         _packed(query, rows, sentences), _packed(key, rows, sentences), _packed(value, rows, sentences),

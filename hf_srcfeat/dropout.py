@@ -34,15 +34,18 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
     words.random_(-(1 << 63), None, generator=generator)
     lanes = words.view(torch.int16)[:count].view(shape)  # each uniform over [-32768, 32767]
     threshold = round(p * LANE_VALUES) - LANE_VALUES // 2  # kept: lanes >= threshold
+    if not -LANE_VALUES // 2 < threshold < LANE_VALUES // 2:  # a rate that rounds to 0 or 1: beyond 16 bits
+        return torch.full(shape, threshold <= -LANE_VALUES // 2, dtype=torch.bool)
     # `lanes >= threshold` stated as a clamp to {threshold - 1, threshold} shifted to {0, 1}: PyTorch's comparisons
-    # write booleans element by element, 2-3x slower on the CPU than these vectorised integer passes.
+    # write booleans element by element, slower on the CPU than these vectorised integer passes
+    # (`benchmarks/results/cpu_step_changes/` times a dropout's forward and backward both ways).
     kept = lanes.clamp(threshold - 1, threshold).sub_(threshold - 1).to(torch.uint8)
     return kept.view(torch.bool)
 
 
 def _apply_mask(values: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     """`values * mask * scale`, out of place. The mask multiplies as bytes: PyTorch multiplies by a boolean tensor
-    element by element, 3-4x slower on the CPU than by its vectorised uint8 view (the same 0s and 1s)."""
+    element by element, slower on the CPU than by its vectorised uint8 view (the same 0s and 1s)."""
     return values.mul(mask.view(torch.uint8)).mul_(scale)
 
 

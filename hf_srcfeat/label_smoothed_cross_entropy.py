@@ -150,7 +150,7 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         scaled_grad_weight = None
         if grad_weight is not None:
             # Scaled into the weight's own layout, as its `.grad` is kept (autograd would copy a gradient in another
-            # layout again): one pass that reads the transposed sum, faster than a copy of it and then a product.
+            # layout again): one pass over the transposed sum instead of a copy of it and then a product.
             scaled_grad_weight = torch.mul(grad_weight, grad_loss, out=grad_weight.new_empty(grad_weight.shape))
         return (grad_hidden, scaled_grad_weight, grad_bias * grad_loss if grad_bias is not None else None, None, None)
 

@@ -22,6 +22,13 @@ def test_every_lane_of_the_random_words_drops_at_the_asked_rate(p):
     assert dropped_share(p) == round(p * 65536) / 65536
 
 
+@pytest.mark.parametrize("p, kept", [(0.0, True), (1e-6, True), (-0.5, True), (1.0, False), (1 - 1e-6, False)])
+def test_a_mask_at_a_rate_that_rounds_to_0_or_1_keeps_every_element_or_none(p, kept):
+    torch.manual_seed(0)
+    mask = dropout_mask((3, 500), p)
+    assert mask.dtype == torch.bool and mask.shape == (3, 500) and bool(mask.all() if kept else not mask.any())
+
+
 def test_kept_values_are_scaled_so_that_the_expectation_is_unchanged_and_the_gradient_follows_the_mask():
     dropout = Dropout(0.1).train()
     inputs = torch.randn(64, 33, requires_grad=True)

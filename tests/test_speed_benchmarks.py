@@ -169,7 +169,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
         "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
-        "opaque_layer_norm+whole_model", "whole_model+packed_attention", "--compile_backend", "eager", "--pairs", "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
+        "opaque_layer_norm+whole_model", "whole_model+packed_attention", "--compile_backend", "eager", "--pairs",
+        "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
         "--rounds", "2", "--profile_steps", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
         str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
 
@@ -238,6 +239,7 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
     (["--compile", "--baseline_variants", "whole_model+cuda_graph"], "'whole_model+cuda_graph': a variant is one or "
                                                                      "more of whole_model, cuda_graphs"),
     (["--compile", "--baseline_variants", "eager+whole_model"], "'eager' (not compiled) excludes whole_model"),
+    (["--baseline_variants", "eager_attention+packed_attention"], "eager_attention and packed_attention each set"),
     (["--whole_model"], "--whole_model only apply with --compile"),
     (["--profile_steps", "-1"], "--profile_steps must be at least 0, got -1"),
     (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
@@ -391,8 +393,8 @@ def test_compiled_dropout_with_opaque_kernels_draws_the_zoos_lane_masks(monkeypa
 @pytest.mark.parametrize("autocast", [False, True])
 def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_and_gradients(autocast):
     # The GPU benchmark's opaque_layer_norm variant: compiled, the residual sublayer's LayerNorm is one call of ATen's
-    # forward and one of its backward; values and the three gradients are nn.LayerNorm's, in float32 under autocast
-    # as autocast runs LayerNorm.
+    # forward and one of its backward; values and the three gradients are nn.LayerNorm's, in the dtype autocast
+    # gives LayerNorm on the CPU (the inputs').
     from benchmarks.opaque_kernels import use_opaque_layer_norm
 
     graphs = []
@@ -413,12 +415,14 @@ def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_a
                        (opaque, lambda function: torch.compile(function, backend=recording_backend, dynamic=True))):
         inputs = [residual.clone().requires_grad_(), update.clone().requires_grad_()]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            output = run(lambda x, y, layer=layer: layer(x + 2 * y))(*inputs)
+            # Half-precision inputs under autocast, which runs LayerNorm in float32
+            output = run(lambda x, y, layer=layer: layer((x + 2 * y).to(
+                torch.bfloat16 if autocast else torch.float32)))(*inputs)
         (output.float() * torch.linspace(-1, 1, 48)).sum().backward()
         results.append((output, inputs[0].grad, inputs[1].grad, layer.weight.grad, layer.bias.grad))
     assert any("hf_srcfeat_benchmarks.layer_norm" in graph for graph in graphs)
     assert not any("native_layer_norm" in graph or "aten.layer_norm" in graph for graph in graphs)
-    assert results[1][0].dtype == results[0][0].dtype == torch.float32
+    assert results[1][0].dtype == results[0][0].dtype == (torch.bfloat16 if autocast else torch.float32)
     for ours, expected in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(ours, expected)
 
@@ -599,6 +603,26 @@ def test_a_model_attending_over_packed_rows_has_the_unpacked_models_loss_and_gra
     torch.testing.assert_close(packed_loss, loss)
     for name, gradient in gradients.items():
         torch.testing.assert_close(packed_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_packed_rows_mask_puts_each_sentences_own_mask_on_the_diagonal(causal):
+    from benchmarks.packed_attention import block_diagonal_mask
+
+    real = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    own = real[:, None, None, :].expand(5, 1, 3, 3)
+    if causal:
+        own = own & torch.ones(3, 3, dtype=torch.bool).tril()
+    expected = torch.zeros(2, 1, 6, 6, dtype=torch.bool)
+    for row in range(2):  # the fifth sentence is left over
+        for sentence in range(2):
+            expected[row, 0, 3 * sentence:3 * sentence + 3, 3 * sentence:3 * sentence + 3] = own[2 * row + sentence, 0]
+    additive = torch.zeros(5, 1, 1, 3).masked_fill(~real[:, None, None, :], torch.finfo(torch.float32).min)
+    for mask in (real[:, None, None, :], own if causal else real[:, None, None, :].expand(5, 1, 3, 3), additive):
+        assert torch.equal(block_diagonal_mask(mask, causal, 2, 2, 3, 3, torch.device("cpu")), expected)
+    # one mask for the whole batch ([1, 1, queries, keys]), and none (causal only, or everything allowed)
+    shared = block_diagonal_mask(real[1:2, None, None, :], causal, 2, 2, 3, 3, torch.device("cpu"))
+    assert torch.equal(shared, block_diagonal_mask(None, causal, 2, 2, 3, 3, torch.device("cpu")))
 
 
 def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_path, capsys):

@@ -2,7 +2,9 @@
 undone (`benchmarks/undone_changes.py`), and one dropout call's forward and backward with either kind of mask.
 Prints JSON. Run from the repository root, one thread, the allocator thresholds set:
 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=8589934592 MALLOC_TOP_PAD_=268435456 OMP_NUM_THREADS=1 \
-  python benchmarks/results/cpu_step_changes/alternating_step.py runs/quickstart .gpu/parses/train.en.conllu.gz"""
+  PYTHONPATH=. python benchmarks/results/cpu_step_changes/alternating_step.py runs/quickstart \
+  .gpu/parses/train.en.conllu.gz
+(the output kept beside it came from that command with the repository on PYTHONPATH by an absolute path)."""
 import json
 import statistics
 import sys
@@ -57,7 +59,8 @@ def milliseconds(work, repeats: int) -> list[float]:
 
 
 result = {"code_version": train.code_version(), "torch": torch.__version__, "threads": 1,
-          "command": "python benchmarks/results/cpu_step_changes/alternating_step.py " + " ".join(sys.argv[1:]),
+          "command": "PYTHONPATH=. python benchmarks/results/cpu_step_changes/alternating_step.py "
+                     + " ".join(sys.argv[1:]),
           "data": "Multi30k train, first 3,000 pairs, the fourth token batch of 1,024 tokens (TokenBudgetBatchSampler "
                   "seed 1)", "batch": {"sentences": len(batch["labels"]), "source_length": batch["input_ids"].shape[1],
                     "target_length": batch["labels"].shape[1]}, "step_milliseconds": {}}
