@@ -40,16 +40,8 @@ def _boolean_mask_product(values: torch.Tensor, mask: torch.Tensor, scale: float
     return values.mul(mask).mul_(scale)
 
 
-@staticmethod
-@torch.autograd.function.once_differentiable
-def _copied_weight_gradient_backward(ctx, grad_loss: torch.Tensor):
-    counted, grad_inputs, grad_weight, grad_bias = ctx.saved_tensors
-    grad_hidden = None
-    if grad_inputs is not None:
-        grad_hidden = grad_inputs.new_zeros(ctx.hidden_shape)
-        grad_hidden.index_copy_(0, counted, grad_inputs * grad_loss)
-    return (grad_hidden, grad_weight.contiguous() * grad_loss if grad_weight is not None else None,
-            grad_bias * grad_loss if grad_bias is not None else None, None, None)
+def _copied_then_scaled_weight_gradient(grad_weight: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    return grad_weight.contiguous() * grad_loss
 
 
 #: change -> [(the object holding the shipped way, its attribute name, the earlier way put there while undone)]
@@ -57,8 +49,7 @@ EARLIER_WAYS = {
     "log_softmax_loss": [(loss_module, "_row_losses_from_softmax", _log_softmax_row_losses)],
     "boolean_dropout_masks": [(dropout_module, "dropout_mask", _compared_dropout_mask),
                               (dropout_module, "_apply_mask", _boolean_mask_product)],
-    "copied_loss_weight_gradient": [(loss_module.ProjectedLabelSmoothedCrossEntropy, "backward",
-                                     _copied_weight_gradient_backward)],
+    "copied_loss_weight_gradient": [(loss_module, "_scaled_weight_gradient", _copied_then_scaled_weight_gradient)],
 }
 UNDONE_CHANGES = tuple(EARLIER_WAYS)
 

@@ -92,6 +92,12 @@ class LabelSmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+def _scaled_weight_gradient(grad_weight: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    """`grad_weight * grad_loss` in the weight's own layout, as its `.grad` is kept (autograd would copy a gradient in
+    another layout again): one pass over the summed gradient, transposed or not, instead of a copy and a product."""
+    return torch.mul(grad_weight, grad_loss, out=grad_weight.new_empty(grad_weight.shape))
+
+
 class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy of the logits `hidden @ weight.T + bias` (`hidden` `[tokens, d_model]`,
     `weight` `[vocabulary, d_model]`) against `labels` `[tokens]`, for CPU float32 (oneDNN's products). The forward
@@ -147,12 +153,8 @@ class ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         if grad_inputs is not None:
             grad_hidden = grad_inputs.new_zeros(ctx.hidden_shape)
             grad_hidden.index_copy_(0, counted, grad_inputs * grad_loss)
-        scaled_grad_weight = None
-        if grad_weight is not None:
-            # Scaled into the weight's own layout, as its `.grad` is kept (autograd would copy a gradient in another
-            # layout again): one pass over the transposed sum instead of a copy of it and then a product.
-            scaled_grad_weight = torch.mul(grad_weight, grad_loss, out=grad_weight.new_empty(grad_weight.shape))
-        return (grad_hidden, scaled_grad_weight, grad_bias * grad_loss if grad_bias is not None else None, None, None)
+        return (grad_hidden, _scaled_weight_gradient(grad_weight, grad_loss) if grad_weight is not None else None,
+                grad_bias * grad_loss if grad_bias is not None else None, None, None)
 
 
 def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> torch.Tensor:
