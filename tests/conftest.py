@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,15 +24,19 @@ os.environ["HF_SRCFEAT_MULTI30K_DIR"] = str(MULTI30K)
 STANZA_DIR = Path(os.environ.get("HF_SRCFEAT_STANZA_DIR", SHARED / "stanza_resources"))
 os.environ["HF_SRCFEAT_STANZA_DIR"] = str(STANZA_DIR)
 EWT = SHARED / "data" / "ud_english_ewt"
+# The session's caches and data slices live in one folder, removed when the session's process ends (the processes
+# the tests start have ended by then).
+SESSION_FOLDER = Path(tempfile.mkdtemp(prefix="hf_srcfeat_test_session_"))
+atexit.register(shutil.rmtree, SESSION_FOLDER, ignore_errors=True)
 # Parses are cached per test session (and shared with the processes the tests start), never in ~/.cache.
-os.environ["HF_SRCFEAT_ANNOTATION_CACHE"] = str(Path(tempfile.mkdtemp(prefix="hf_srcfeat_test_")) / "a.sqlite")
+os.environ["HF_SRCFEAT_ANNOTATION_CACHE"] = str(Path(tempfile.mkdtemp(dir=SESSION_FOLDER)) / "a.sqlite")
 BLIND_SOURCE_LINES = 4
 
 
 def blind_source_slices() -> Path:
     """The first lines of each real blind test source (sources only: their references are not in this project), so
     that every benchmark run in the tests translates the blind sets in seconds."""
-    folder = Path(tempfile.mkdtemp(prefix="hf_srcfeat_blind_"))
+    folder = Path(tempfile.mkdtemp(prefix="blind_", dir=SESSION_FOLDER))
     for source in sorted((SHARED / "data" / "multi30k_blind").glob("*.en.gz")):
         with gzip.open(source, "rt", encoding="utf-8") as handle, \
                 gzip.open(folder / source.name, "wt", encoding="utf-8") as target:
@@ -40,7 +46,7 @@ def blind_source_slices() -> Path:
 
 os.environ["HF_SRCFEAT_MULTI30K_BLIND_DIR"] = str(blind_source_slices())
 # datasets' Arrow and map caches per test session too, never in ~/.cache/huggingface.
-os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hf_srcfeat_datasets_")
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="datasets_", dir=SESSION_FOLDER)
 torch.set_num_threads(1)
 
 
