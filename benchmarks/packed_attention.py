@@ -20,6 +20,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from hf_srcfeat.attention import _is_masked_out
+
 #: The name the implementation is registered under (`AttentionInterface`).
 IMPLEMENTATION = "packed_sdpa"
 #: Sentences per packed row.
@@ -41,8 +43,7 @@ def block_diagonal_mask(attention_mask: torch.Tensor | None, causal: bool, rows:
     causal where `causal`) on the diagonal, nothing across sentences. Each attention call builds it anew."""
     own = torch.eye(sentences, dtype=torch.bool, device=device)[None, :, None, :, None]
     if attention_mask is not None:
-        allowed = attention_mask if attention_mask.dtype == torch.bool else \
-            attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        allowed = ~_is_masked_out(attention_mask)
         allowed = allowed.expand(rows * sentences if allowed.shape[0] == 1 else -1, 1, query_length,
                                  key_length)[:rows * sentences]
         own = own & allowed.reshape(rows, sentences, query_length, 1, key_length)

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 
 import torch
@@ -27,13 +26,8 @@ def _log_softmax_row_losses(logits: torch.Tensor, probabilities: torch.Tensor, t
     return loss_module._row_losses(torch.log_softmax(logits, dim=-1), targets, smoothing)
 
 
-def _compared_dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
-    count = math.prod(shape)
-    words = torch.empty((count + 3) // 4, dtype=torch.int64, device="cpu")
-    words.random_(-(1 << 63), None, generator=generator)
-    lanes = words.view(torch.int16)[:count].view(shape)
-    return lanes >= round(p * dropout_module.LANE_VALUES) - dropout_module.LANE_VALUES // 2
+def _compared_lanes(lanes: torch.Tensor, threshold: int) -> torch.Tensor:
+    return lanes >= threshold
 
 
 def _boolean_mask_product(values: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -47,7 +41,7 @@ def _copied_then_scaled_weight_gradient(grad_weight: torch.Tensor, grad_loss: to
 #: change -> [(the object holding the shipped way, its attribute name, the earlier way put there while undone)]
 EARLIER_WAYS = {
     "log_softmax_loss": [(loss_module, "_row_losses_from_softmax", _log_softmax_row_losses)],
-    "boolean_dropout_masks": [(dropout_module, "dropout_mask", _compared_dropout_mask),
+    "boolean_dropout_masks": [(dropout_module, "_lanes_at_or_above", _compared_lanes),
                               (dropout_module, "_apply_mask", _boolean_mask_product)],
     "copied_loss_weight_gradient": [(loss_module, "_scaled_weight_gradient", _copied_then_scaled_weight_gradient)],
 }

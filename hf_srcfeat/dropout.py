@@ -36,9 +36,14 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
     threshold = round(p * LANE_VALUES) - LANE_VALUES // 2  # kept: lanes >= threshold
     if not -LANE_VALUES // 2 < threshold < LANE_VALUES // 2:  # a rate that rounds to 0 or 1: beyond 16 bits
         return torch.full(shape, threshold <= -LANE_VALUES // 2, dtype=torch.bool)
-    # `lanes >= threshold` stated as a clamp to {threshold - 1, threshold} shifted to {0, 1}: PyTorch's comparisons
-    # write booleans element by element, slower on the CPU than these vectorised integer passes
-    # (`benchmarks/results/cpu_step_changes/` times a dropout's forward and backward both ways).
+    return _lanes_at_or_above(lanes, threshold)
+
+
+def _lanes_at_or_above(lanes: torch.Tensor, threshold: int) -> torch.Tensor:
+    """`lanes >= threshold` (int16 lanes, `threshold` within int16 and above its minimum), stated as a clamp to
+    {threshold - 1, threshold} shifted to {0, 1}: PyTorch's comparisons write booleans element by element, slower on
+    the CPU than these vectorised integer passes (`benchmarks/results/cpu_step_changes/` times a dropout's forward and
+    backward both ways)."""
     kept = lanes.clamp(threshold - 1, threshold).sub_(threshold - 1).to(torch.uint8)
     return kept.view(torch.bool)
 

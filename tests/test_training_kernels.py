@@ -446,20 +446,8 @@ def test_the_loss_without_logits_scales_the_weights_gradient_into_its_layout_wit
     # scaled into the weight's layout in one pass, where the earlier way copied it there first.
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN")
-    from torch.utils._python_dispatch import TorchDispatchMode
-
+    from benchmarks.op_timing import OperationTimer
     from benchmarks.undone_changes import undone
-
-    class CopiesOfTheWeightsShape(TorchDispatchMode):
-        def __init__(self, shape):
-            super().__init__()
-            self.shape, self.copies = shape, 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            output = func(*args, **(kwargs or {}))
-            if func.overloadpacket in (torch.ops.aten.clone, torch.ops.aten.copy_) and output.shape == self.shape:
-                self.copies += 1
-            return output
 
     model, _ = trained_baseline
     states, labels = decoder_states(model, pairs_batch), pairs_batch["labels"]
@@ -469,10 +457,10 @@ def test_the_loss_without_logits_scales_the_weights_gradient_into_its_layout_wit
     for change in (None, "copied_loss_weight_gradient"):
         with undone(change):
             loss = projected_label_smoothed_cross_entropy(states, weight, None, labels, 0.1)
-            recorder = CopiesOfTheWeightsShape(weight.shape)
+            recorder = OperationTimer()  # every operation of the backward, by name
             with recorder:
                 (gradient,) = torch.autograd.grad(3 * loss, weight)
-        copies.append(recorder.copies)
+        copies.append(recorder.calls["aten.clone"] + recorder.calls["aten.copy_"])
         gradients.append(gradient)
     assert copies == [0, 1]
     assert gradients[0].is_contiguous() and torch.equal(gradients[0], gradients[1])
