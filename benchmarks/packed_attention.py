@@ -76,7 +76,8 @@ def packed_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     heads, head_dim = output.shape[1], output.shape[3]
     output = output.transpose(1, 2).reshape(rows * sentences, query_length, heads, head_dim)
     if rows * sentences < batch:
-        left = attention_mask[rows * sentences:] if attention_mask is not None else None
+        left = attention_mask if attention_mask is None or attention_mask.shape[0] == 1 else \
+            attention_mask[rows * sentences:]
         rest, _ = sdpa_attention_forward(module, query[rows * sentences:], key[rows * sentences:],
                                          value[rows * sentences:], left, dropout=dropout, scaling=scaling, **kwargs)
         output = torch.cat([output, rest])

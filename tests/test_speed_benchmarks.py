@@ -625,6 +625,21 @@ def test_the_packed_rows_mask_puts_each_sentences_own_mask_on_the_diagonal(causa
     assert torch.equal(shared, block_diagonal_mask(None, causal, 2, 2, 3, 3, torch.device("cpu")))
 
 
+def test_packed_attention_with_one_mask_for_the_whole_batch_attends_the_leftover_sentence_by_it_too():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from benchmarks.packed_attention import packed_sdpa_attention
+
+    torch.manual_seed(0)
+    # 5 sentences (one left over), 2 heads, 4 positions, as the projections' transposed views
+    query, key, value = (torch.randn(5, 4, 2, 8).transpose(1, 2) for _ in range(3))
+    shared = torch.tensor([True, True, False, True])[None, None, None, :]  # [1, 1, 1, keys]
+    module = torch.nn.Module()
+    packed, _ = packed_sdpa_attention(module, query, key, value, shared)
+    unpacked, _ = sdpa_attention_forward(module, query, key, value, shared)
+    torch.testing.assert_close(packed, unpacked)
+
+
 def test_the_packing_benchmark_refuses_groups_that_do_not_divide_the_batch(tmp_path, capsys):
     from benchmarks import measure_attention_packing
 
