@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_srcfeat import decoding
     from hf_srcfeat.linear import prepared_inference_weights
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
-    from hf_srcfeat.tokenization_source_features import tree_options
+    from hf_srcfeat.tokenization_source_features import encoding_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
     inputs = {"annotations": annotations} if annotations else {"text": sources}
     batches = [tokenizer(**{name: value[start:start + args.batch_size] for name, value in inputs.items()},
-                         padding=True, return_tensors="pt", **tree_options(model.config))
+                         padding=True, return_tensors="pt", **encoding_options(model.config))
                for start in range(0, len(sources), args.batch_size)]
     if args.no_repeat_ngram_size is not None:
         model.generation_config.no_repeat_ngram_size = args.no_repeat_ngram_size

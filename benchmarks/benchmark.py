@@ -233,11 +233,11 @@ def translate(model, tokenizer, sources: list, num_beams: int, batch_size: int =
     (source encoding, i.e. parsing, happens before the clock starts). `parse=False`: raw sources as subwords alone,
     the model's features at their defaults."""
     from hf_srcfeat.annotated_sentence import AnnotatedSentence
-    from hf_srcfeat.tokenization_source_features import tree_options
+    from hf_srcfeat.tokenization_source_features import encoding_options
 
     def encode(chunk: list):
         options = dict(padding=True, truncation=True, max_length=128, return_tensors="pt",
-                       **tree_options(model.config))
+                       **encoding_options(model.config))
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             return tokenizer(annotations=chunk, **options)
         return tokenizer(chunk, source_features=parse, **options)

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_srcfeat import decoder_step, linear
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
-    from hf_srcfeat.tokenization_source_features import tree_options
+    from hf_srcfeat.tokenization_source_features import encoding_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", required=True, help="model folders; the first is the baseline")
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
         loaded.append(model)
         inputs = {"annotations": annotations} if annotations else {"text": sources}
         encoded = {batch_size: [tokenizer(**{name: value[start:start + batch_size] for name, value in inputs.items()},
-                                          padding=True, return_tensors="pt", **tree_options(model.config)
+                                          padding=True, return_tensors="pt", **encoding_options(model.config)
                                           ).to(args.device)
                                 for start in range(0, len(sources), batch_size)]
                    for batch_size, _ in SETTINGS}

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.quantization import quantize_linear_layers
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
-    from hf_srcfeat.tokenization_source_features import tree_options
+    from hf_srcfeat.tokenization_source_features import encoding_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", required=True, help="trained model folders (with their tokenizers)")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         float_model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
         int8_model = quantize_linear_layers(copy.deepcopy(float_model))
         batches = [tokenizer(sources[start:start + args.batch_size], padding=True, return_tensors="pt",
-                             **tree_options(float_model.config))
+                             **encoding_options(float_model.config))
                    for start in range(0, len(sources), args.batch_size)]
         seconds = {"float32": 0.0, "int8": 0.0}
         outputs: dict[str, list[str]] = {}

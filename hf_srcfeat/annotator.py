@@ -35,6 +35,8 @@ class Annotator:
       `from_settings` (the reverse) and `from_arguments` (a command's `--annotator` arguments);
     - `identity_parts()`: everything that changes its output (library and model versions), part of the cache key;
     - `parse_batch(texts)`: the parses of a batch of texts (pre-tokenized when `self.pretokenized`), one tree each;
+      with `self.words_only`, only the words (tags and tree left at their defaults: "X", the word as its lemma,
+      every word attached to the first), for models that read no parse;
     - `load()`: its pipeline, built once on first use (dropped when pickled, rebuilt where it is unpickled).
 
     Args:
@@ -53,6 +55,7 @@ class Annotator:
                  use_cache: bool = True, batch_size: int = 256, max_characters: int = 10000):
         self.language = language
         self.pretokenized = pretokenized
+        self.words_only = False  # see `with_words_only`
         self.batch_size = batch_size
         self.max_characters = max_characters
         self.cache = AnnotationCache(cache_path or default_cache_path()) if use_cache else None
@@ -95,11 +98,19 @@ class Annotator:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
         self.__dict__.setdefault("_helpers", None)
+        self.__dict__.setdefault("words_only", False)
 
     def with_pretokenized_input(self) -> Annotator:
         """The same annotator for texts whose words are already separated by spaces."""
         twin = copy.copy(self)
         twin.pretokenized, twin._pipeline, twin._lock, twin._helpers = True, None, threading.Lock(), None
+        return twin
+
+    def with_words_only(self) -> Annotator:
+        """The same annotator segmenting texts into its words without tagging or parsing them: the words (and so
+        the subwords) are those of a full parse, for a model that reads no tag or tree (`config.reads_parse`)."""
+        twin = copy.copy(self)
+        twin.words_only, twin._pipeline, twin._lock, twin._helpers = True, None, threading.Lock(), None
         return twin
 
     def close(self) -> None:
@@ -126,6 +137,8 @@ class Annotator:
         """Cache key part: the annotation format, the backend, and everything that changes its output."""
         parts = [f"format={ANNOTATION_FORMAT}", f"backend={self.backend}", f"lang={self.language}",
                  f"pretokenized={self.pretokenized}", *self.identity_parts()]
+        if self.words_only:  # a part only when set, so that the keys of full parses stay what they were
+            parts.append("words_only=True")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     def __call__(self, texts: str | Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:

@@ -90,6 +90,8 @@ class SpacyAnnotator(Annotator):
             from spacy.tokens import Doc
 
             documents = self.pipeline.pipe(Doc(self.pipeline.vocab, words=text.split()) for text in texts)
+        elif self.words_only:  # the tokenizer alone: spaCy's components never change the words
+            documents = (self.pipeline.make_doc(text) for text in texts)
         else:
             documents = self.pipeline.pipe(texts, batch_size=self.batch_size)
         return [self.convert(text, document) for text, document in zip(texts, documents, strict=True)]
@@ -113,6 +115,8 @@ class SpacyAnnotator(Annotator):
                 text=token.text, upos=token.pos_ or "X", xpos=token.tag_ or "_", lemma=token.lemma_ or token.text,
                 deprel=relation, head=head_of(token), space_after=following_space, feats=str(token.morph) or "_"))
         roots = [index + 1 for index, word in enumerate(words) if word.head == 0]
+        if self.words_only:  # no parser ran: every word is its own root, all joined under the first
+            return AnnotatedSentence(words=join_sentence_roots(words, roots), text=text)
         if len(roots) > 1:
             if self.sentences == "refuse":
                 raise ValueError(f"spaCy splits {text[:60]!r} into {len(roots)} sentences; give one sentence per "

@@ -87,6 +87,8 @@ class StanzaAnnotator(Annotator):
 
     @property
     def processors(self) -> str:
+        if self.words_only:
+            return "tokenize" if self.pretokenized else "tokenize,mwt"
         return "tokenize,pos,lemma,depparse" if self.pretokenized else STANZA_PROCESSORS
 
     @property

@@ -120,8 +120,10 @@ class SrcFeatComposedConfig(SrcFeatTransformerConfig):
         return resolved
 
     @property
-    def reads_dependency_distances(self) -> bool:
-        return "deps_san" in self.components
+    def source_features_read(self) -> tuple[str, ...]:
+        """What any component reads, in the components' order."""
+        names = [name for component in self._component_configs.values() for name in component.source_features_read]
+        return tuple(dict.fromkeys(names))
 
     def check_arguments(self) -> None:
         super().check_arguments()

@@ -98,8 +98,8 @@ class DepsSanConfig(SrcFeatTransformerConfig):
         super().__init__(**kwargs)
 
     @property
-    def reads_dependency_distances(self) -> bool:
-        return True
+    def source_features_read(self) -> tuple[str, ...]:
+        return ("dep_distance",)
 
     @property
     def scaled_layers(self) -> list[int]:

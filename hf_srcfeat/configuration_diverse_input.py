@@ -80,6 +80,11 @@ class DiverseInputConfig(SrcFeatTransformerConfig):
             return dict(self.feature_group_widths)
         return variant_group_widths(self.diverse_variant, self.d_model, self.encoder_attention_heads)
 
+    @property
+    def source_features_read(self) -> tuple[str, ...]:
+        """The syntactic group reads POS tags (Eq. 12); the other groups read subwords only."""
+        return ("pos_ids",) if "syntactic" in self.group_widths else ()
+
     def check_arguments(self) -> None:
         super().check_arguments()
         check_choice("diverse_variant", self.diverse_variant, tuple(DIVERSE_VARIANTS))

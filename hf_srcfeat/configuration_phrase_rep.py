@@ -93,6 +93,11 @@ class PhraseRepConfig(SrcFeatTransformerConfig):
         """Width of W_3 (Eq. 8)."""
         return self.phrase_combination_dim or 3 * self.d_model
 
+    @property
+    def source_features_read(self) -> tuple[str, ...]:
+        """Parse phrases read `phrase_ids`; n-gram phrases are cut from the subwords alone."""
+        return ("phrase_ids",) if self.phrase_segmentation == "parse" else ()
+
     def check_arguments(self) -> None:
         super().check_arguments()
         check_choice("phrase_segmentation", self.phrase_segmentation, PHRASE_SEGMENTATIONS)

@@ -118,6 +118,10 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
             return {name: self.factor_embedding_sizes[name] for name in ("word", *self.source_factors)}
         return proportional_factor_widths(self.source_factors, self.d_model)
 
+    @property
+    def source_features_read(self) -> tuple[str, ...]:
+        return tuple(self.factor_feature_name(factor) for factor in self.source_factors)
+
     def factor_vocabulary_size(self, factor: str) -> int:
         if factor in self.extra_factors:
             return self.extra_factors[factor]

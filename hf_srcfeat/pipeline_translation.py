@@ -22,7 +22,7 @@ from .annotated_sentence import AnnotatedSentence, check_text
 from .decoding_options import check_decoding_options
 from .linear import prepared_inference_weights
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
-from .tokenization_source_features import NO_WORD, check_tokenizer_matches, tree_options
+from .tokenization_source_features import NO_WORD, check_tokenizer_matches, encoding_options
 
 TASK = "source-feature-translation"
 MODEL_INPUTS = ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES)
@@ -90,7 +90,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
         texts = [item for item in items if isinstance(item, str)]
         # parse=False: raw sentences go in as subwords alone, the model's features take their defaults (a warning).
         if texts and kwargs.get("parse", self._preprocess_params.get("parse", True)):  # one annotator call for all raw sentences: faster on batches
-            parsed = iter(self.tokenizer.annotate(texts))
+            parsed = iter(self.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
         # The weights stay as they are during a call: the linear layers read copies prepared for inference.
         with prepared_inference_weights(self.model):
@@ -98,6 +98,11 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if single:
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
+
+    def annotate(self, texts: list[str]) -> list[AnnotatedSentence]:
+        """Raw texts as the model reads them: parsed, or, for a model that reads no tag or tree (the baseline,
+        n-gram phrases, latent feedback), only segmented into the annotator's words, the words it was trained on."""
+        return self.tokenizer.annotate(texts, words_only=not getattr(self.model.config, "reads_parse", True))
 
     def preprocess(self, sentence: AnnotatedSentence | str, truncation: bool = True, parse: bool = True
                    ) -> dict[str, torch.Tensor]:
@@ -114,7 +119,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
             name = sentence.name
 
             def encode(**options):
-                return self.tokenizer(annotations=sentence, return_tensors="pt", **tree_options(self.model.config),
+                return self.tokenizer(annotations=sentence, return_tensors="pt", **encoding_options(self.model.config),
                                       **options)
         encoded = encode()
         length = encoded["input_ids"].shape[-1]

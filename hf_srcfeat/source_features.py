@@ -27,6 +27,11 @@ SOURCE_FEATURE_NAMES: tuple[str, ...] = (
 
 PAIRWISE_FEATURE_NAMES: frozenset[str] = frozenset({"dep_distance"})
 
+#: Features that come from tagging and parsing; the others (subword tags, word indices) need only the annotator's
+#: word segmentation, so raw text for a model that reads none of these is segmented, not parsed.
+PARSED_FEATURE_NAMES: frozenset[str] = frozenset(
+    {"pos_ids", "lemma_ids", "deprel_ids", "phrase_ids", "dep_distance", "feats_ids"})
+
 #: Features that hold positions (which word, which phrase), not labels.
 POSITION_FEATURE_NAMES: tuple[str, ...] = ("word_ids", "phrase_ids")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from .tokenization_source_features import (
     SourceFeatureTokenizer,
     check_same_text,
     dependency_distance_column,
+    drop_unread_word_ids,
     pad_feature_columns,
     vocabulary_fingerprint,
     word_features,
@@ -159,6 +160,7 @@ class PretrainedSourceFeatureTokenizer:
         self.annotator_settings = annotator_settings or (annotator.settings() if annotator is not None
                                                          else {"backend": "stanza", "language": language})
         self._annotator = annotator
+        self._words_only: tuple[Annotator, Annotator] | None = None  # (annotator, its words-only twin)
 
     @classmethod
     def build(cls, base: PreTrainedTokenizerBase, annotations: Iterable[AnnotatedSentence], *, language: str = "en",
@@ -224,8 +226,22 @@ class PretrainedSourceFeatureTokenizer:
                              f"{self.language!r}.")
         self._annotator = annotator
 
-    def annotate(self, texts: Sequence[str], show_progress: bool = False) -> list[AnnotatedSentence]:
-        return self.annotator.annotate(list(texts), show_progress=show_progress)
+    def disable_annotation_cache(self) -> None:
+        """Parse without the on-disk cache from now on (e.g. after its file turned out unreadable)."""
+        self.annotator.cache = None
+        if self._words_only is not None:
+            self._words_only[1].cache = None
+
+    def annotate(self, texts: Sequence[str], show_progress: bool = False, words_only: bool = False
+                 ) -> list[AnnotatedSentence]:
+        """Parse raw texts with the annotator; `words_only=True` only segments them into its words (as
+        `SourceFeatureTokenizer.annotate`)."""
+        annotator = self.annotator
+        if words_only:
+            if self._words_only is None or self._words_only[0] is not annotator:
+                self._words_only = (annotator, annotator.with_words_only())
+            annotator = self._words_only[1]
+        return annotator.annotate(list(texts), show_progress=show_progress)
 
     def required_vocabularies(self) -> FeatureVocabularies:
         return self.feature_vocabularies
@@ -254,11 +270,12 @@ class PretrainedSourceFeatureTokenizer:
     # ---------------------------------------------------------------- encoding
 
     def __call__(self, text=None, text_target=None, *, annotations=None, source_features: bool = True,
-                 return_dep_distance: bool = True, return_word_heads: bool | None = None, padding=False,
+                 return_dep_distance: bool = True, return_word_heads: bool | None = None,
+                 source_feature_names: Collection[str] | None = None, padding=False,
                  truncation=None, max_length: int | None = None, return_tensors=None, add_special_tokens: bool = True,
                  **kwargs) -> BatchEncoding:
         """Encodings with source features, `input_ids` exactly the base tokenizer's; `return_dep_distance` and
-        `return_word_heads` as for `SourceFeatureTokenizer`."""
+        `return_word_heads` and `source_feature_names` as for `SourceFeatureTokenizer`."""
         options = dict(padding=padding, truncation=truncation, max_length=max_length,
                        add_special_tokens=add_special_tokens)
         if not source_features or (text is None and annotations is None):
@@ -281,7 +298,8 @@ class PretrainedSourceFeatureTokenizer:
             raise ValueError("no sentences to encode.")
         limit = (max_length or self.base.model_max_length) if truncation not in (None, False, "do_not_truncate") \
             else None
-        rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, dep_distance=False)
+        rows = [self.encode_sentence(one, sentence, add_special_tokens, limit, dep_distance=False,
+                                     source_feature_names=source_feature_names)
                 for one, sentence in zip(texts, sentences, strict=True)]
         heads = None  # the tree: [S, S] matrices, stored `word_heads` (left in the rows), or not at all
         if return_dep_distance or return_word_heads is False:
@@ -296,12 +314,14 @@ class PretrainedSourceFeatureTokenizer:
         if return_dep_distance and heads is not None:
             data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
                                                               as_lists=return_tensors is None)
+        drop_unread_word_ids(data, source_feature_names)
         if text_target is not None:
             data["labels"] = self.base(text_target=text_target, **options)["input_ids"]
         return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)
 
     def encode_sentence(self, text: str, sentence: AnnotatedSentence, add_special_tokens: bool = True,
-                        max_length: int | None = None, dep_distance: bool = True) -> dict[str, list]:
+                        max_length: int | None = None, dep_distance: bool = True,
+                        source_feature_names: Collection[str] | None = None) -> dict[str, list]:
         """One source's encoding: the base tokenizer's ids (truncated as it truncates, from the right) and the
         features of each subword's word."""
         ids, spans = token_spans(self.base, text)
@@ -313,7 +333,7 @@ class PretrainedSourceFeatureTokenizer:
                              "tokens; its subwords cannot be aligned to words.")
         suffix = full[prefix + len(ids):]
         words = token_words(spans, word_starts(sentence, text), text)
-        features = word_features(self.feature_vocabularies, sentence, words)
+        features = word_features(self.feature_vocabularies, sentence, words, source_feature_names)
         keep = len(ids) if max_length is None else max(min(len(ids), max_length - prefix - len(suffix)), 0)
         encoding = _Encoding(full[:prefix] + ids[:keep] + suffix,
                              [None] * prefix + words[:keep] + [None] * len(suffix))

@@ -27,7 +27,7 @@ import hashlib
 import itertools
 import json
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,7 +93,8 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if feature_vocabularies is None and feature_vocab_file is not None:
             feature_vocabularies = FeatureVocabularies.load(feature_vocab_file)
         self.feature_vocabularies = feature_vocabularies
-        self._annotators: dict[bool, Annotator] = {}
+        # (pretokenized, words_only) -> the annotator for that input and depth, derived from the plain one
+        self._annotators: dict[tuple[bool, bool], Annotator] = {}
         if annotator is not None:
             self.annotator = annotator
         self._word_tokenizer: tuple[int, Tokenizer] | None = None
@@ -128,9 +129,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
     @property
     def annotator(self) -> Annotator:
         """The annotator of raw text: the one the tokenizer was built with, re-created on first use."""
-        if False not in self._annotators:
-            self._annotators[False] = annotator_from_settings(self.annotator_settings)
-        return self._annotators[False]
+        if (False, False) not in self._annotators:
+            self._annotators[(False, False)] = annotator_from_settings(self.annotator_settings)
+        return self._annotators[(False, False)]
 
     @annotator.setter
     def annotator(self, annotator: Annotator) -> None:
@@ -153,16 +154,24 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if not same:
             self.annotator_settings = given
             self.init_kwargs["annotator_settings"] = given
-        self._annotators = {False: annotator}
+        self._annotators = {(False, False): annotator}
 
-    def _pretokenized_annotator(self) -> Annotator:
-        if True not in self._annotators:
-            self._annotators[True] = self.annotator.with_pretokenized_input()
-        return self._annotators[True]
+    def disable_annotation_cache(self) -> None:
+        """Parse without the on-disk cache from now on (e.g. after its file turned out unreadable)."""
+        self.annotator.cache = None
+        for annotator in self._annotators.values():
+            annotator.cache = None
+
+    def _annotator_for(self, pretokenized: bool, words_only: bool) -> Annotator:
+        if (pretokenized, words_only) not in self._annotators:
+            annotator = self.annotator.with_pretokenized_input() if pretokenized else self.annotator
+            self._annotators[(pretokenized, words_only)] = annotator.with_words_only() if words_only else annotator
+        return self._annotators[(pretokenized, words_only)]
 
     def annotate(self, texts: Sequence[str] | Sequence[Sequence[str]], is_split_into_words: bool = False,
-                 show_progress: bool = False) -> list[AnnotatedSentence]:
-        """Parse raw texts (or lists of words) with the tokenizer's annotator."""
+                 show_progress: bool = False, words_only: bool = False) -> list[AnnotatedSentence]:
+        """Parse raw texts (or lists of words) with the tokenizer's annotator; `words_only=True` only segments
+        them into its words (for a model whose `config.reads_parse` is False: the same words, no tags or tree)."""
         if is_split_into_words:
             for index, words in enumerate(texts):
                 if not words or any(not isinstance(word, str) or not word.strip() or " " in word.strip()
@@ -170,18 +179,21 @@ class SourceFeatureTokenizer(TokenizersBackend):
                     raise ValueError(f"text {index}: with is_split_into_words=True each text must be a non-empty "
                                      f"list of non-empty words without spaces, got {words!r}.")
             joined = [" ".join(word.strip() for word in words) for words in texts]
-            return self._pretokenized_annotator().annotate(joined, show_progress=show_progress)
-        return self.annotator.annotate(list(cast(Sequence[str], texts)), show_progress=show_progress)
+            return self._annotator_for(True, words_only).annotate(joined, show_progress=show_progress)
+        return self._annotator_for(False, words_only).annotate(list(cast(Sequence[str], texts)),
+                                                               show_progress=show_progress)
 
     # ---------------------------------------------------------------- encoding
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None, *,
                  annotations: AnnotatedSentence | Sequence[AnnotatedSentence] | None = None,
                  source_features: bool = True, return_dep_distance: bool = True,
-                 return_word_heads: bool | None = None, **kwargs) -> BatchEncoding:
+                 return_word_heads: bool | None = None, source_feature_names: Collection[str] | None = None,
+                 **kwargs) -> BatchEncoding:
         """Encodings with source features. `return_dep_distance=False` gives the tree as the words' heads
         (`word_heads`, O(S), for storing encodings; `SourceFeatureCollator` builds the matrices per batch), or, with
-        `return_word_heads=False` too, no tree at all (for a model that reads no tree distances)."""
+        `return_word_heads=False` too, no tree at all (for a model that reads no tree distances).
+        `source_feature_names` keeps only those features (`encoding_options(config)`: what a model reads)."""
         if not source_features or (text is None and annotations is None):
             return super().__call__(text, text_pair, text_target, text_pair_target, **kwargs)
         if text_pair is not None or text_pair_target is not None:
@@ -212,7 +224,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
                              "`word_heads` are not padded; SourceFeatureCollator builds `dep_distance` per batch. "
                              "For no tree at all, pass return_word_heads=False.")
         rows = self.encode_annotated(sentences, add_special_tokens=add_special_tokens, max_length=limit,
-                                     dep_distance=False)
+                                     dep_distance=False, source_feature_names=source_feature_names)
         # The [S, S] matrices are built once the word_ids are padded, as arrays (not lists padded row by row).
         heads = None  # the tree: [S, S] matrices, stored `word_heads` (left in the rows), or not at all
         if return_dep_distance or return_word_heads is False:
@@ -227,6 +239,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if return_dep_distance and heads is not None:
             data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
                                                               as_lists=return_tensors is None)
+        drop_unread_word_ids(data, source_feature_names)
         if text_target is not None:
             data["labels"] = super().__call__(
                 text_target=text_target, add_special_tokens=add_special_tokens, padding=padding,
@@ -262,9 +275,10 @@ class SourceFeatureTokenizer(TokenizersBackend):
         return not single, self.annotate(texts, is_split_into_words=is_split_into_words)
 
     def encode_annotated(self, sentences: Sequence[AnnotatedSentence], add_special_tokens: bool = True,
-                         max_length: int | None = None, dep_distance: bool = True) -> list[dict[str, list]]:
+                         max_length: int | None = None, dep_distance: bool = True,
+                         source_feature_names: Collection[str] | None = None) -> list[dict[str, list]]:
         """Unpadded encodings (lists) of annotated sentences, one dict per sentence (see `_align` for
-        `dep_distance`)."""
+        `dep_distance`; `word_features` for `source_feature_names`)."""
         self.required_vocabularies()
         word_tokenizer = self.word_tokenizer()
         pieces = [[(" " if index == 0 or sentence.words[index - 1].space_after else "") + word.text
@@ -275,7 +289,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
             raise ValueError(f"max_length={max_length} leaves no room for tokens next to {added} special ones.")
         rows = []
         for sentence, encoding in zip(sentences, encodings, strict=True):
-            features = self._word_features(sentence, encoding.word_ids)
+            features = word_features(self.required_vocabularies(), sentence, encoding.word_ids, source_feature_names)
             keep = len(encoding.ids) if max_length is None else min(len(encoding.ids), max_length - added)
             kept = slice(len(encoding.ids) - keep, None) if self.truncation_side == "left" else slice(0, keep)
             encoding.truncate(keep, direction=self.truncation_side)
@@ -291,9 +305,6 @@ class SourceFeatureTokenizer(TokenizersBackend):
             raise ValueError("this tokenizer has no feature vocabularies; create it with "
                              "train_source_feature_tokenizer() or pass feature_vocabularies=.")
         return self.feature_vocabularies
-
-    def _word_features(self, sentence: AnnotatedSentence, word_ids: list[int | None]) -> dict[str, np.ndarray]:
-        return word_features(self.required_vocabularies(), sentence, word_ids)
 
     @staticmethod
     def _align(encoding, features: dict[str, np.ndarray], kept: slice, heads: list[int],
@@ -367,10 +378,19 @@ def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left
         encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
 
 
-def tree_options(config) -> dict[str, bool]:
-    """Tokenizer options for encoding a model's inputs: the [S, S] `dep_distance` only when its config reads it
-    (a config that does not say is given it), and never the stored `word_heads`."""
-    return {"return_dep_distance": getattr(config, "reads_dependency_distances", True), "return_word_heads": False}
+def encoding_options(config) -> dict[str, Any]:
+    """Tokenizer options for encoding a model's inputs: only the features its config reads (`source_features_read`;
+    a config that does not say is given every one), the [S, S] `dep_distance` only when among them, and never the
+    stored `word_heads`."""
+    names = getattr(config, "source_features_read", None)
+    return {"return_dep_distance": getattr(config, "reads_dependency_distances", True), "return_word_heads": False,
+            "source_feature_names": None if names is None else tuple(names)}
+
+
+def drop_unread_word_ids(data: dict, source_feature_names: Collection[str] | None) -> None:
+    """`word_ids` serve the tree's distances; once those are built, they go unless asked for."""
+    if source_feature_names is not None and "word_ids" not in source_feature_names:
+        data.pop("word_ids", None)
 
 
 def dependency_distance_column(heads: Sequence[Sequence[int]], word_ids: list, batched: bool, as_lists: bool):
@@ -397,36 +417,50 @@ def vocabulary_fingerprint(subwords: dict[str, int], feature_vocabularies: Featu
 
 
 def word_features(vocabularies: FeatureVocabularies, sentence: AnnotatedSentence,
-                  word_ids: Sequence[int | None]) -> dict[str, np.ndarray]:
+                  word_ids: Sequence[int | None], names: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """Per-token features of a whole (untruncated, special-free) token sequence whose tokens belong to the
-    sentence's words `word_ids` (BIES tags from runs of one word)."""
+    sentence's words `word_ids` (BIES tags from runs of one word): those in `names` (default: every one the
+    vocabularies have), and always `word_ids`, from which the tree's distances are built."""
+
+    def wanted(name: str) -> bool:
+        return names is None or name in names
+
+    def per_word(labels) -> np.ndarray:
+        return np.array(list(labels), dtype=np.int64)[words]
+
     words = np.asarray(word_ids, dtype=np.int64)
-    pos = np.array([vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words], dtype=np.int64)
-    lemma = np.array([vocabularies.lemma.id(w.lemma) for w in sentence.words], dtype=np.int64)
-    deprel = np.array([vocabularies.deprel.id(w.deprel) for w in sentence.words], dtype=np.int64)
-    starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
-    ends = np.r_[words[1:] != words[:-1], True] if len(words) else np.zeros(0, bool)
-    tags = np.where(starts & ends, "S", np.where(starts, "B", np.where(ends, "E", "I")))
-    token_counts = np.bincount(words, minlength=len(sentence.words)) if len(words) else \
-        np.zeros(len(sentence.words), np.int64)
-    phrases = parse_phrases(sentence.heads, token_counts.tolist(), phrase_token_limit(len(words)))
-    phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
-    for index, phrase in enumerate(phrases):
-        phrase_of_word[phrase] = index
-    features = {"pos_ids": pos[words], "lemma_ids": lemma[words], "deprel_ids": deprel[words],
-                "subword_tag_ids": np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64),
-                "word_ids": words, "phrase_ids": phrase_of_word[words]}
-    if vocabularies.feats is not None:
-        morphology = np.array([vocabularies.feats.id(w.feats) for w in sentence.words], dtype=np.int64)
-        features["feats_ids"] = morphology[words]
+    features = {"word_ids": words}
+    if wanted("pos_ids"):
+        features["pos_ids"] = per_word(vocabularies.pos.id(vocabularies.pos_tag(w)) for w in sentence.words)
+    if wanted("lemma_ids"):
+        features["lemma_ids"] = per_word(vocabularies.lemma.id(w.lemma) for w in sentence.words)
+    if wanted("deprel_ids"):
+        features["deprel_ids"] = per_word(vocabularies.deprel.id(w.deprel) for w in sentence.words)
+    if wanted("subword_tag_ids"):
+        starts = np.r_[True, words[1:] != words[:-1]] if len(words) else np.zeros(0, bool)
+        ends = np.r_[words[1:] != words[:-1], True] if len(words) else np.zeros(0, bool)
+        tags = np.where(starts & ends, "S", np.where(starts, "B", np.where(ends, "E", "I")))
+        features["subword_tag_ids"] = np.array([vocabularies.subword_tag.id(tag) for tag in tags], dtype=np.int64)
+    if wanted("phrase_ids"):
+        token_counts = np.bincount(words, minlength=len(sentence.words)) if len(words) else \
+            np.zeros(len(sentence.words), np.int64)
+        phrases = parse_phrases(sentence.heads, token_counts.tolist(), phrase_token_limit(len(words)))
+        phrase_of_word = np.empty(len(sentence.words), dtype=np.int64)
+        for index, phrase in enumerate(phrases):
+            phrase_of_word[phrase] = index
+        features["phrase_ids"] = phrase_of_word[words]
+    if vocabularies.feats is not None and wanted("feats_ids"):
+        features["feats_ids"] = per_word(vocabularies.feats.id(w.feats) for w in sentence.words)
     for name, vocabulary in vocabularies.extra.items():
+        if not wanted(user_factor_feature(name)):
+            continue
         values = [w.factor(name) for w in sentence.words]
         if any(value is None for value in values):
             # No value given (e.g. raw text without the factor): <unk>, as OpenNMT-py's src_feats_defaults do.
             warnings.warn(f"sentence {sentence.name} has no {name!r} factor on some words; they get <unk>.",
                           stacklevel=5)
-        ids = np.array([vocabulary.id(value) if value is not None else UNK_ID for value in values], dtype=np.int64)
-        features[user_factor_feature(name)] = ids[words]
+        features[user_factor_feature(name)] = per_word(
+            vocabulary.id(value) if value is not None else UNK_ID for value in values)
     return features
 
 

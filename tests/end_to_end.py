@@ -96,6 +96,24 @@ class EndToEndFromRawText:
         translator(test_sentences[:3], batch_size=2)
         assert bool(built) == model.config.reads_dependency_distances
 
+    def test_the_pipeline_parses_and_encodes_only_what_the_model_reads(self, trained, feature_tokenizer,
+                                                                        test_sentences, monkeypatch):
+        from hf_srcfeat import SourceFeatureTokenizer
+        from hf_srcfeat.source_features import SOURCE_FEATURE_NAMES
+
+        model, _ = trained
+        depths, given = [], []
+        annotate, generate = SourceFeatureTokenizer.annotate, model.generate
+        monkeypatch.setattr(SourceFeatureTokenizer, "annotate", lambda tokenizer, texts, **options: depths.append(
+            options.get("words_only", False)) or annotate(tokenizer, texts, **options))
+        monkeypatch.setattr(model, "generate", lambda **inputs: given.append(set(inputs)) or generate(**inputs))
+        translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, num_beams=1)
+        translator(test_sentences[:3], batch_size=2)
+        assert depths == [not model.config.reads_parse], "words alone for a model that reads no tag or tree"
+        inputs = {"input_ids", "attention_mask", *SOURCE_FEATURE_NAMES}
+        read = {"input_ids", "attention_mask", *model.config.source_features_read}
+        assert given and all(names & inputs == read for names in given), (given, read)
+
     def test_save_and_load_round_trip_gives_identical_logits(self, trained, feature_tokenizer, test_sentences,
                                                              tmp_path):
         model, _ = trained

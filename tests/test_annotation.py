@@ -107,6 +107,23 @@ def test_stanza_annotates_each_raw_text_as_one_sentence_with_all_features(stanza
     assert (dogs.text, dogs.upos, dogs.lemma) == ("dogs", "NOUN", "dog")
 
 
+def test_words_only_segments_into_the_parsers_words_without_tagging_or_parsing(stanza_annotator, multi30k_dir,
+                                                                               tmp_path):
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    texts = list(load_multi30k("val", "en", "de", data_dir=multi30k_dir, limit=200)["source"])
+    texts.append("Two dogs play. They don't bite.")
+    parsed = stanza_annotator.annotate(texts, show_progress=False)
+    segmenter = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cache.sqlite")
+    segmenter = segmenter.with_words_only()
+    segmented = segmenter.annotate(texts, show_progress=False)
+    for full, words in zip(parsed, segmented, strict=True):
+        assert [(w.text, w.space_after) for w in words.words] == [(w.text, w.space_after) for w in full.words]
+        assert {(w.upos, w.deprel) for w in words.words} == {("X", "dep")}, "no tags, no relations"
+    assert set(segmenter.pipeline.processors) == {"tokenize", "mwt"}, "Stanza tokenizes only"
+    assert segmenter.identity != stanza_annotator.identity, "cached apart from full parses"
+
+
 def test_a_second_annotator_reads_the_cache_instead_of_parsing_again(stanza_annotator, test_sentences, tmp_path):
     first = StanzaAnnotator(model_dir=stanza_annotator.model_dir, cache_path=tmp_path / "cache.sqlite")
     expected = first.annotate(test_sentences[:3], show_progress=False)

@@ -68,6 +68,17 @@ def test_pre_split_words_keep_their_split(annotator):
 
 
 @pytest.mark.slow
+def test_words_only_gives_spacys_words_as_one_flat_tree(annotator, french):
+    sources = list(french["source"])[:50]
+    segmenter = annotator.with_words_only()
+    for full, words in zip(annotator.annotate(sources, show_progress=False),
+                           segmenter.annotate(sources, show_progress=False), strict=True):
+        assert [(w.text, w.space_after) for w in words.words] == [(w.text, w.space_after) for w in full.words]
+        assert [w.head for w in words.words] == [0] + [1] * (len(words.words) - 1)
+    assert segmenter.identity != annotator.identity
+
+
+@pytest.mark.slow
 def test_parses_are_cached_under_the_pipelines_identity(annotator, french, monkeypatch):
     sources = list(french["source"])[:20]
     first = annotator.annotate(sources, show_progress=False)

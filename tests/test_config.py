@@ -74,3 +74,28 @@ def test_sizes_no_machine_holds_are_refused_by_the_config_naming_the_argument(si
     """Refused from the sizes alone, before a model allocates anything (encoder_layers 10^6 used to run minutes)."""
     with pytest.raises(ValueError, match=f"{named} makes about"):
         SrcFeatTransformerConfig(**sizes)
+
+
+def test_each_config_names_the_source_features_its_model_reads():
+    from hf_srcfeat import (
+        DepsSanConfig,
+        DiverseInputConfig,
+        LatentFeedbackConfig,
+        PhraseRepConfig,
+        RelevanceFeaturesConfig,
+        SrcFeatComposedConfig,
+    )
+
+    assert SrcFeatTransformerConfig().source_features_read == ()
+    assert LatentFeedbackConfig().source_features_read == (), "the LFE reads subwords"
+    assert DepsSanConfig().source_features_read == ("dep_distance",)
+    assert DiverseInputConfig().source_features_read == ("pos_ids",), "the syntactic group (Eq. 12)"
+    assert DiverseInputConfig(diverse_variant="loc_diverse").source_features_read == ()
+    assert PhraseRepConfig(phrase_segmentation="parse").source_features_read == ("phrase_ids",)
+    assert PhraseRepConfig(phrase_segmentation="ngram").source_features_read == ()
+    relevance = RelevanceFeaturesConfig(source_factors=["subword_tag", "pos"])
+    assert relevance.source_features_read == ("subword_tag_ids", "pos_ids")
+    assert not RelevanceFeaturesConfig(source_factors=["subword_tag"]).reads_parse, "subword tags need words only"
+    composed = SrcFeatComposedConfig(components=["relevance_features", "deps_san"], source_factors=["lemma"])
+    assert composed.source_features_read == ("lemma_ids", "dep_distance")
+    assert composed.reads_parse and composed.reads_dependency_distances

@@ -109,6 +109,18 @@ def test_a_padded_batch_gives_what_each_sentence_gives_alone(feature_tokenizer, 
         assert (batch["pos_ids"][index, padded] == 0).all() and (batch["word_ids"][index, padded] == -1).all()
 
 
+@pytest.mark.parametrize("names", [(), ("subword_tag_ids",), ("pos_ids", "dep_distance"), ("phrase_ids", "word_ids")])
+def test_named_source_features_are_the_only_ones_encoded_and_equal_the_full_encoding(feature_tokenizer,
+                                                                                    test_sentences, names):
+    sentences = feature_tokenizer.annotate(test_sentences)
+    full = feature_tokenizer(annotations=sentences, padding=True, return_tensors="pt")
+    some = feature_tokenizer(annotations=sentences, padding=True, return_tensors="pt", source_feature_names=names,
+                             return_dep_distance="dep_distance" in names, return_word_heads=False)
+    assert set(some) == {"input_ids", "attention_mask", *names}
+    for name in some:
+        assert torch.equal(some[name], full[name]), name
+
+
 def test_truncation_cuts_every_feature_at_the_same_token(feature_tokenizer, ewt_dev_sample):
     sentence = max(ewt_dev_sample, key=lambda s: len(s.words))
     full = feature_tokenizer(annotations=sentence)

@@ -243,7 +243,8 @@ class FileTranslator:
                 from hf_srcfeat.data.user_factors import parse_factored_lines
 
                 return parse_factored_lines(tokenizer.annotator, texts, self.factor_names)
-            return tokenizer.annotate(texts)
+            # The pipeline parses only as deep as its model reads (words alone for a model without tags or tree).
+            return getattr(self.translator, "annotate", tokenizer.annotate)(texts)
 
         try:
             for item, sentence in zip(pending, annotate([item.text or "" for item in pending]), strict=True):
@@ -254,7 +255,7 @@ class FileTranslator:
             # The cache file, not a sentence, is at fault: said once, and this run parses without it.
             print(f"hf-srcfeat-translate: {error}\nhf-srcfeat-translate: parsing without the annotation cache for "
                   "this run.", file=sys.stderr)
-            tokenizer.annotator.cache = None
+            tokenizer.disable_annotation_cache()
             self.parse(items)
         except Exception:  # noqa: BLE001 - isolate the sentence the parser failed on, keep the others
             for item in pending:

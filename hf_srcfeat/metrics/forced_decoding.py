@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.tokenization_source_features import tree_options
+from hf_srcfeat.tokenization_source_features import encoding_options
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
     for start in range(0, len(sources), batch_size):
         chunk, chunk_targets = list(sources[start:start + batch_size]), list(targets[start:start + batch_size])
         # Nothing is cut: the score of a cut source or target would be the score of another pair.
-        options = dict(padding=True, return_tensors="pt", **tree_options(model.config))
+        options = dict(padding=True, return_tensors="pt", **encoding_options(model.config))
         if all(isinstance(source, AnnotatedSentence) for source in chunk):
             encoded = tokenizer(annotations=chunk, **options)
         elif any(isinstance(source, AnnotatedSentence) for source in chunk):
