@@ -6,7 +6,7 @@ beam 4) / 2x (batch 1, greedy) of CTranslate2".
 
     python -m benchmarks.measure_decoding_speed --models runs/quickstart \
         --graft relevance_features deps_san diverse_input phrase_rep latent_feedback composed \
-        --sentences 100 --rounds 2 --ctranslate2 --output benchmarks/results/decoding_speed.json
+        --sentences 100 --rounds 2 --ctranslate2 --output benchmarks/results/decoding_speed_every_step.json
 
 The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
 translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost

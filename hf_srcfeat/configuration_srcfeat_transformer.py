@@ -224,7 +224,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
     @property
     def reads_parse(self) -> bool:
         """Whether a feature the model reads comes from tagging or parsing; if not, raw text is only segmented
-        into the annotator's words (the words the model was trained on), about 13x faster with Stanza."""
+        into the annotator's words (the words the model was trained on), some 10x faster with Stanza."""
         return any(name in PARSED_FEATURE_NAMES for name in self.source_features_read)
 
     def check_arguments(self) -> None:
