@@ -30,7 +30,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -126,14 +126,15 @@ def products_of_concatenated_inputs(layer: nn.Linear, parts: Sequence[torch.Tens
     """`layer(torch.cat(parts, -1))` stated block by block: `[part_i @ W_i.T]`, W_i the columns of `layer.weight`
     that read part i, the bias added to the first. Parts may have different leading shapes (e.g. one row per token
     and one per phrase): the caller broadcasts and sums the products, so a part shared by several rows is
-    multiplied once. None where the layer's own call serves: it is more than its product (hooks, adapters, a
-    quantized layer), or reads its prepared copy of the whole weight (`prepared_inference_weights`, faster than
-    copying the blocks at every call); the caller then concatenates and calls the layer."""
+    multiplied once. Within `prepared_inference_weights` each block is read from its own prepared copy. None where
+    the layer's own call serves: it is more than its product (hooks, adapters, a quantized layer); the caller then
+    concatenates and calls the layer."""
     weight = layer.weight
     if not _is_plain_product(layer) or type(weight) not in (torch.Tensor, nn.Parameter):
         return None
-    if layer in _PREPARED_WEIGHTS and _prepared_inference_applies(parts[0], layer):
-        return None
+    prepared = _PREPARED_WEIGHTS.get(layer)
+    if prepared is not None and all(_prepared_inference_applies(part, layer) for part in parts):
+        return _prepared_block_products(layer, parts, prepared)
     blocks = weight.split([part.shape[-1] for part in parts], dim=1)
     biases = [layer.bias, *(None,) * (len(parts) - 1)]
     if not all(onednn_applies(part, block) for part, block in zip(parts, blocks, strict=True)):
@@ -180,6 +181,8 @@ class PreparedWeight:
     state: tuple | None = None  # the weight the copy was made from (`_parameters_state`)
     transposed: torch.Tensor | None = None  # [in_features, out_features], contiguous
     packed: torch.Tensor | None = None  # oneDNN's blocked layout (an opaque mkldnn tensor)
+    # column widths -> a copy of each column block (`products_of_concatenated_inputs`), for the same state
+    blocks: dict[tuple[int, ...], list[PreparedWeight]] = field(default_factory=dict)
     stacked: StackedWeights | None = None  # the layer's weight stacked with others' (`prepared_stacked_products`)
 
 
@@ -247,7 +250,24 @@ def _forget_copies_of_other_weights(prepared: PreparedWeight, weight: torch.Tens
     one anew)."""
     if not _unchanged(prepared.state, (weight,)):
         prepared.transposed = prepared.packed = None
+        prepared.blocks = {}
         prepared.state = _parameters_state((weight,))
+
+
+def _prepared_block_products(layer: nn.Linear, parts: Sequence[torch.Tensor],
+                             prepared: PreparedWeight) -> list[torch.Tensor]:
+    """`products_of_concatenated_inputs` from prepared copies of the weight's column blocks, made on first use."""
+    _forget_copies_of_other_weights(prepared, layer.weight)
+    widths = tuple(part.shape[-1] for part in parts)
+    blocks = prepared.blocks.get(widths)
+    if blocks is None:
+        blocks = prepared.blocks[widths] = [PreparedWeight() for _ in widths]
+
+    def column_block(index: int) -> Callable[[], torch.Tensor]:
+        return lambda: layer.weight.detach().split(widths, dim=1)[index].contiguous()
+
+    return [_product_making_copy(part, block, layer.bias if index == 0 else None, column_block(index))
+            for index, (part, block) in enumerate(zip(parts, blocks, strict=True))]
 
 
 def _product_making_copy(inputs: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,

@@ -163,7 +163,11 @@ class AttentivePhrasePooling(nn.Module):
             summary = layout.max(hidden_states)
         if not self.attentive:
             return summary, None
-        scores = self.score(torch.sigmoid(self._glance_conditioned(hidden_states, summary, layout)))  # Eq. (3)
+        hidden = self._glance_conditioned(hidden_states, summary, layout)
+        # The widest activations of the model (12 d_model per token by default): in inference they are overwritten
+        # in place, saving a second tensor's allocation and a pass through memory.
+        hidden = torch.sigmoid(hidden) if torch.is_grad_enabled() else hidden.sigmoid_()
+        scores = self.score(hidden)  # Eq. (3)
         scores = scores.squeeze(-1).float()
         # Eq. (4), a softmax within each phrase; the shift by the phrase's maximum only keeps exp finite
         shift = layout.spread(layout.max(scores.detach()))
@@ -181,7 +185,9 @@ class AttentivePhrasePooling(nn.Module):
         if products is None:  # the layer's call is more than its product: call it on the concatenation
             return self.hidden(torch.cat([hidden_states, layout.spread(summary)], -1))
         token_products, phrase_products = products
-        return token_products + layout.spread(phrase_products)
+        if torch.is_grad_enabled():
+            return token_products + layout.spread(phrase_products)
+        return token_products.add_(layout.spread(phrase_products))  # a fresh product: written over in inference
 
 
 class AttentiveCombination(nn.Module):

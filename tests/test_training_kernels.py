@@ -211,14 +211,22 @@ def test_products_of_concatenated_inputs_are_left_to_a_layer_that_does_more_than
     assert linear.products_of_concatenated_inputs(layer, [torch.randn(40, 64), torch.randn(40, 32)]) is None
 
 
-def test_products_of_concatenated_inputs_are_left_to_the_layers_prepared_copy_in_inference():
-    """Within `prepared_inference_weights` the layer's prepared copy of its whole weight serves the concatenation."""
+def test_products_of_concatenated_inputs_read_prepared_copies_of_the_blocks_in_inference():
+    """Within `prepared_inference_weights` each part is multiplied by a prepared copy of its column block (a glance
+    shared by a phrase's tokens stays multiplied once per phrase), remade when the weight changes."""
+    torch.manual_seed(0)
     layer = linear.Linear(96, 48)
-    parts = [torch.randn(40, 64), torch.randn(40, 32)]
-    with torch.no_grad():
-        assert linear.products_of_concatenated_inputs(layer, parts) is not None
-        with linear.prepared_inference_weights(layer):
-            assert linear.products_of_concatenated_inputs(layer, parts) is None
+    tokens, shared = torch.randn(40, 4, 64), torch.randn(40, 1, 32)
+    with torch.no_grad(), linear.prepared_inference_weights(layer):
+        products = linear.products_of_concatenated_inputs(layer, [tokens, shared])
+        assert products is not None and [product.shape for product in products] == [(40, 4, 48), (40, 1, 48)]
+        expected = layer(torch.cat([tokens, shared.expand(40, 4, 32)], -1))
+        torch.testing.assert_close(products[0] + products[1], expected, atol=1e-5, rtol=1e-5)
+        copies = linear._PREPARED_WEIGHTS[layer].blocks[(64, 32)]
+        assert all(copy.packed is not None or copy.transposed is not None for copy in copies)
+        layer.weight.mul_(2)  # a changed weight: the block copies are made again from it
+        doubled = linear.products_of_concatenated_inputs(layer, [tokens, shared])
+        torch.testing.assert_close(doubled[0] + doubled[1], 2 * expected - layer.bias, atol=1e-4, rtol=1e-4)
 
 
 def test_generate_reads_prepared_weights_only_within_a_block(trained_baseline, subword_tokenizer, monkeypatch):
