@@ -194,12 +194,15 @@ class DecoderStep:
         compile), weights on several devices or not loaded."""
         decoder = model.get_decoder()
         products = [model.lm_head] + [product for layer in decoder.layers for product in layer_step.products(layer)]
-        devices = {parameter.device for parameter in (*decoder.parameters(), *model.lm_head.parameters())}
+        # One walk over the modules serves every check: it runs once per `generate` call.
+        decoder_modules = list(decoder.modules())
+        devices = {parameter.device for module in (model.lm_head, *decoder_modules)
+                   for parameter in module._parameters.values() if parameter is not None}
         if (not STEPS_AS_TENSOR_OPERATIONS or getattr(decoder.config, "_attn_implementation", None) != "sdpa"
                 # Dropout anywhere in training mode (e.g. Monte Carlo dropout in an evaluated model)
-                or any(module.training for module in decoder.modules())
+                or any(module.training for module in decoder_modules)
                 or not all(_is_product(product) for product in products)
-                or any(runs_more_than_forward(module) for module in (model.lm_head, *decoder.modules()))
+                or any(runs_more_than_forward(module) for module in (model.lm_head, *decoder_modules))
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
         return cls(model, layer_step)
