@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Where one sentence's greedy decoding spends its time on the CPU (batch 1), for comparing with CTranslate2: the
+encoder alone, a `generate` call stopped after its first and its second token, the whole call, and the decoder's
+single-row products alone, timed over the model's own weights with each of PyTorch's kernels for them.
+
+    python -m benchmarks.greedy_step_costs --model runs/quickstart_1000 \\
+        --output benchmarks/results/greedy_step_costs.json
+
+On the first `--sentences` test_2016_flickr sources, one at a time, within `prepared_inference_weights` (as the
+translate command decodes), one thread; the arms take turns for `--rounds` rounds and the median is reported.
+"A later token" is (whole call - call stopped after two tokens) / (tokens generated - 2). The products arm
+multiplies one row by every weight matrix a decoding step reads (each decoder layer's stacked query/key/value,
+outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True, help="a trained baseline folder")
+    parser.add_argument("--sentences", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max_new_tokens", type=int, default=64)
+    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args()
+
+    import torch
+    from torch.nn import functional
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat import linear
+    from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+    from hf_srcfeat.provenance import code_version, processor_name
+    from hf_srcfeat.safe_writing import write_json_atomically
+    from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+    from hf_srcfeat.tokenization_source_features import encoding_options
+
+    torch.set_num_threads(1)
+    tokenizer = load_tokenizer(args.model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    sources = list(load_multi30k("test_2016_flickr", data_dir=args.data_dir, limit=args.sentences)["source"])
+    encoded = [tokenizer(source, return_tensors="pt", **encoding_options(model.config)) for source in sources]
+
+    def generate(new_tokens: int) -> int:
+        generated = 0
+        for inputs in encoded:
+            output = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=new_tokens)
+            generated += output.shape[1] - 1
+        return generated
+
+    def encoder_alone() -> None:
+        for inputs in encoded:
+            model.get_encoder()(**inputs)
+
+    # The weight matrices one decoding step reads, as [out_features, in_features].
+    weights = []
+    for layer in model.get_decoder().layers:
+        attention, cross = layer.self_attn, layer.encoder_attn
+        weights += [torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
+                    attention.out_proj.weight, cross.q_proj.weight, cross.out_proj.weight, layer.ffn.fc1.weight,
+                    layer.ffn.fc2.weight]
+    weights = [weight.detach().contiguous() for weight in [*weights, model.lm_head.weight]]
+    rows = [torch.randn(1, weight.shape[1]) for weight in weights]
+    transposed = [weight.t().contiguous() for weight in weights]
+    onednn = [torch.ops.mkldnn._reorder_linear_weight(weight, 1) for weight in weights]
+    kernels = {
+        "addmm_over_transposed_copies": lambda index: torch.mm(rows[index], transposed[index]),
+        "linear_over_weights_as_stored": lambda index: functional.linear(rows[index], weights[index]),
+        "mv": lambda index: torch.mv(weights[index], rows[index][0]),
+        "onednn_packed": lambda index: torch.ops.mkldnn._linear_pointwise(rows[index], onednn[index], None, "none",
+                                                                          [], ""),
+    }
+    if torch.backends.mkl.is_available():
+        mkl = [torch.ops.mkl._mkl_reorder_linear_weight(weight, 1) for weight in weights]
+        kernels["mkl_packed"] = lambda index: torch.ops.mkl._mkl_linear(rows[index], mkl[index], weights[index], None,
+                                                                        1)
+    for name, kernel in kernels.items():  # every kernel computes the same products
+        for index, weight in enumerate(weights):
+            torch.testing.assert_close(kernel(index).reshape(-1), (rows[index] @ weight.t()).reshape(-1),
+                                       atol=1e-3, rtol=1e-3, msg=name)
+
+    def products(kernel) -> None:
+        for _ in range(100):
+            for index in range(len(weights)):
+                kernel(index)
+
+    arms = {"encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
+            "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
+            **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()}}
+    seconds: dict[str, list[float]] = {name: [] for name in arms}
+    with torch.no_grad(), linear.prepared_inference_weights(model):
+        tokens = generate(args.max_new_tokens)  # warm-up: prepares the weights' copies
+        for arm in arms.values():
+            arm()
+        for _ in range(args.rounds):
+            for name, arm in arms.items():
+                start = time.perf_counter()
+                arm()
+                seconds[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms if not name.startswith("step_")}
+    tokens_per_sentence = tokens / len(sources)
+    result = {
+        "command": "python -m benchmarks.greedy_step_costs " + " ".join(
+            f"--{key} {value}" for key, value in vars(args).items() if value is not None),
+        "code_version": code_version(), "processor": processor_name(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "model": str(args.model),
+        "data": str(multi30k_file("test_2016_flickr", "en", args.data_dir)),
+        "sentences": len(sources), "rounds": args.rounds, "tokens_per_sentence": tokens_per_sentence,
+        "weight_matrices_per_step": len(weights),
+        "weight_megabytes_per_step": sum(weight.numel() * 4 for weight in weights) / 2**20,
+        "milliseconds_per_sentence": per_sentence_ms,
+        "milliseconds_per_later_token": (per_sentence_ms["generate_whole"] - per_sentence_ms["generate_two_tokens"])
+        / (tokens_per_sentence - 2),
+        "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
+                                               for name, value in median.items() if name.startswith("step_")},
+        "seconds_per_round": seconds,
+    }
+    write_json_atomically(args.output, result)
+    print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
+                                        "milliseconds_per_later_token", "milliseconds_of_one_steps_products")})
+
+
+if __name__ == "__main__":
+    main()
