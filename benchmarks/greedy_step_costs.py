@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a trained baseline folder")
     parser.add_argument("--sentences", type=int, default=40)
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
     parser.add_argument("--output", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
     from torch.nn import functional
@@ -118,7 +118,7 @@ def main() -> None:
         "weight_megabytes_per_step": sum(weight.numel() * 4 for weight in weights) / 2**20,
         "milliseconds_per_sentence": per_sentence_ms,
         "milliseconds_per_later_token": (per_sentence_ms["generate_whole"] - per_sentence_ms["generate_two_tokens"])
-        / (tokens_per_sentence - 2),
+        / (tokens_per_sentence - 2) if tokens_per_sentence > 2 else None,  # None: no later tokens to time
         "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
@@ -126,6 +126,7 @@ def main() -> None:
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
                                         "milliseconds_per_later_token", "milliseconds_of_one_steps_products")})
+    return result
 
 
 if __name__ == "__main__":

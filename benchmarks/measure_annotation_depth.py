@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a trained model folder whose config reads no parse")
     parser.add_argument("--sentences", type=int, default=300)
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
     parser.add_argument("--stanza_dir", default=None, help="Stanza resources (default: $HF_SRCFEAT_STANZA_DIR)")
     parser.add_argument("--output", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -91,6 +91,7 @@ def main() -> None:
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("sentences_per_second", "speedup_of_translating_raw_text",
                                         "speedup_of_annotation")})
+    return result
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from .tokenization_source_features import (
     check_same_text,
     dependency_distance_column,
     drop_unread_word_ids,
+    encoding_reads_parse,
     pad_feature_columns,
     vocabulary_fingerprint,
     word_features,
@@ -293,7 +294,8 @@ class PretrainedSourceFeatureTokenizer:
                 check_same_text(index, one, sentence)
         else:
             texts = list(text) if batched else [text]
-            sentences = self.annotate(texts)
+            parse = encoding_reads_parse(source_feature_names, return_dep_distance, return_word_heads)
+            sentences = self.annotate(texts, words_only=not parse)
         if not texts:
             raise ValueError("no sentences to encode.")
         limit = (max_length or self.base.model_max_length) if truncation not in (None, False, "do_not_truncate") \

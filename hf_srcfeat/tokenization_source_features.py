@@ -45,7 +45,12 @@ from .dependency_tree import token_distance_matrix
 from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
 from .safe_writing import write_json_atomically
-from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature, user_factor_feature
+from .source_features import (
+    PARSED_FEATURE_NAMES,
+    SOURCE_FEATURE_NAMES,
+    is_user_factor_feature,
+    user_factor_feature,
+)
 from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
 
 FEATURE_VOCAB_FILE = "feature_vocab.json"
@@ -193,7 +198,8 @@ class SourceFeatureTokenizer(TokenizersBackend):
         """Encodings with source features. `return_dep_distance=False` gives the tree as the words' heads
         (`word_heads`, O(S), for storing encodings; `SourceFeatureCollator` builds the matrices per batch), or, with
         `return_word_heads=False` too, no tree at all (for a model that reads no tree distances).
-        `source_feature_names` keeps only those features (`encoding_options(config)`: what a model reads)."""
+        `source_feature_names` keeps only those features (`encoding_options(config)`: what a model reads); when none
+        of them and no tree needs the parse, raw text is only segmented into the annotator's words."""
         if not source_features or (text is None and annotations is None):
             return super().__call__(text, text_pair, text_target, text_pair_target, **kwargs)
         if text_pair is not None or text_pair_target is not None:
@@ -214,7 +220,8 @@ class SourceFeatureTokenizer(TokenizersBackend):
         if kwargs:
             raise ValueError(f"unexpected arguments for source encoding: {sorted(kwargs)}.")
 
-        batched, sentences = self._source_sentences(text, annotations, is_split_into_words)
+        words_only = not encoding_reads_parse(source_feature_names, return_dep_distance, return_word_heads)
+        batched, sentences = self._source_sentences(text, annotations, is_split_into_words, words_only)
         if truncation and max_length is None:
             max_length = self.model_max_length
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
@@ -247,9 +254,10 @@ class SourceFeatureTokenizer(TokenizersBackend):
                 padding_side=padding_side)["input_ids"]
         return BatchEncoding(data, tensor_type=return_tensors, prepend_batch_axis=not batched)
 
-    def _source_sentences(self, text, annotations, is_split_into_words: bool
+    def _source_sentences(self, text, annotations, is_split_into_words: bool, words_only: bool = False
                           ) -> tuple[bool, list[AnnotatedSentence]]:
-        """(whether the input was a batch, its annotated sentences)."""
+        """(whether the input was a batch, its annotated sentences: raw texts parsed, or only segmented into words
+        with `words_only`)."""
         if isinstance(text, (bytes, bytearray)) or (text is not None and not isinstance(text, (str, list, tuple))):
             check_text(0, text)
         if annotations is not None:
@@ -272,7 +280,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         texts = [text] if single else list(text)
         if not texts:
             raise ValueError("no sentences to encode.")
-        return not single, self.annotate(texts, is_split_into_words=is_split_into_words)
+        return not single, self.annotate(texts, is_split_into_words=is_split_into_words, words_only=words_only)
 
     def encode_annotated(self, sentences: Sequence[AnnotatedSentence], add_special_tokens: bool = True,
                          max_length: int | None = None, dep_distance: bool = True,
@@ -385,6 +393,14 @@ def encoding_options(config) -> dict[str, Any]:
     names = getattr(config, "source_features_read", None)
     return {"return_dep_distance": getattr(config, "reads_dependency_distances", True), "return_word_heads": False,
             "source_feature_names": None if names is None else tuple(names)}
+
+
+def encoding_reads_parse(source_feature_names: Collection[str] | None, return_dep_distance: bool,
+                return_word_heads: bool | None) -> bool:
+    """Whether an encoding with these options needs raw text parsed, not only segmented into words: a feature from
+    tagging or parsing is asked for (all are, without names), or the tree."""
+    return (source_feature_names is None or any(name in PARSED_FEATURE_NAMES for name in source_feature_names)
+            or return_dep_distance or return_word_heads is not False)
 
 
 def drop_unread_word_ids(data: dict, source_feature_names: Collection[str] | None) -> None:

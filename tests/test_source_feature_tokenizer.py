@@ -121,6 +121,25 @@ def test_named_source_features_are_the_only_ones_encoded_and_equal_the_full_enco
         assert torch.equal(some[name], full[name]), name
 
 
+def test_raw_text_asked_only_for_features_without_a_parse_is_segmented_and_encodes_the_same(
+        feature_tokenizer, test_sentences, monkeypatch):
+    depths = []
+    annotate = SourceFeatureTokenizer.annotate
+    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", lambda tokenizer, texts, **options: depths.append(
+        options.get("words_only", False)) or annotate(tokenizer, texts, **options))
+    options = dict(source_feature_names=("subword_tag_ids",), return_dep_distance=False, return_word_heads=False)
+    segmented = feature_tokenizer(test_sentences, padding=True, return_tensors="pt", **options)
+    parsed = feature_tokenizer(annotations=annotate(feature_tokenizer, test_sentences), padding=True,
+                               return_tensors="pt", **options)
+    assert depths == [True] and set(segmented) == {"input_ids", "attention_mask", "subword_tag_ids"}
+    for name in parsed:
+        assert torch.equal(segmented[name], parsed[name]), name
+    feature_tokenizer(test_sentences[:1], source_feature_names=("pos_ids",), return_dep_distance=False,
+                      return_word_heads=False)
+    feature_tokenizer(test_sentences[:1], source_feature_names=())  # the tree (dep_distance) is still asked for
+    assert depths[1:] == [False, False], "a tag or the tree needs the parse"
+
+
 def test_truncation_cuts_every_feature_at_the_same_token(feature_tokenizer, ewt_dev_sample):
     sentence = max(ewt_dev_sample, key=lambda s: len(s.words))
     full = feature_tokenizer(annotations=sentence)

@@ -525,6 +525,36 @@ def test_compiled_decoding_benchmark_times_a_compiled_step_beside_the_eager_loop
         assert compiled["speedup_over_eager"] > 0
 
 
+@pytest.mark.slow
+def test_annotation_depth_benchmark_translates_segmented_text_as_fully_parsed_text(model_folder, multi30k_dir,
+                                                                                    tmp_path):
+    from benchmarks import measure_annotation_depth
+
+    result = measure_annotation_depth.main(["--model", str(model_folder), "--sentences", "4", "--rounds", "1",
+                                            "--batch_size", "2", "--data_dir", str(multi30k_dir), "--output",
+                                            str(tmp_path / "depth.json")])
+    assert result["same_translations"] and result["source_features_read"] == []
+    assert set(result["sentences_per_second"]) == {"full_parse_then_translate", "words_only_then_translate",
+                                                   "full_parse_alone", "words_only_alone"}
+    assert json.loads((tmp_path / "depth.json").read_text())["median_seconds"] == result["median_seconds"]
+
+
+@pytest.mark.slow
+def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(model_folder, multi30k_dir, tmp_path):
+    from transformers import AutoConfig
+
+    from benchmarks import greedy_step_costs
+
+    result = greedy_step_costs.main(["--model", str(model_folder), "--sentences", "2", "--rounds", "1",
+                                     "--max_new_tokens", "8", "--data_dir", str(multi30k_dir), "--output",
+                                     str(tmp_path / "costs.json")])
+    assert result["weight_matrices_per_step"] == 6 * AutoConfig.from_pretrained(model_folder).decoder_layers + 1
+    assert set(result["milliseconds_per_sentence"]) == {"encoder_alone", "generate_first_token",
+                                                        "generate_two_tokens", "generate_whole"}
+    assert {"addmm_over_transposed_copies", "onednn_packed"} <= set(result["milliseconds_of_one_steps_products"])
+    assert json.loads((tmp_path / "costs.json").read_text())["tokens_per_sentence"] == result["tokens_per_sentence"]
+
+
 def test_compiled_decoding_benchmark_refuses_a_method_model_and_no_new_tokens(tmp_path, capsys):
     from benchmarks import compiled_decoding
     from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
