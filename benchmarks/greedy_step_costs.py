@@ -10,7 +10,9 @@ On the first `--sentences` test_2016_flickr sources, one at a time, within `prep
 translate command decodes), one thread; the arms take turns for `--rounds` rounds and the median is reported.
 "A later token" is (whole call - call stopped after two tokens) / (tokens generated - 2). The products arm
 multiplies one row by every weight matrix a decoding step reads (each decoder layer's stacked query/key/value,
-outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step.
+outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step;
+the `..._after_other_memory` arm writes as many bytes of other memory as the step's weights before each step, as a
+decoding loop's other work may push the weights out of the processor's last-level cache.
 """
 
 from __future__ import annotations
@@ -86,14 +88,25 @@ def main(argv: list[str] | None = None) -> dict:
             torch.testing.assert_close(kernel(index).reshape(-1), (rows[index] @ weight.t()).reshape(-1),
                                        atol=1e-3, rtol=1e-3, msg=name)
 
-    def products(kernel) -> None:
+    other_memory = torch.zeros(sum(weight.numel() for weight in weights))
+
+    def products(kernel, touch_other_memory: bool = False) -> float:
+        """Seconds of 100 steps' products (the writes to other memory between steps not counted)."""
+        seconds = 0.0
         for _ in range(100):
+            if touch_other_memory:
+                other_memory.add_(1.0)
+            start = time.perf_counter()
             for index in range(len(weights)):
                 kernel(index)
+            seconds += time.perf_counter() - start
+        return seconds
 
     arms = {"encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
-            **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()}}
+            **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
+            "step_products_addmm_over_transposed_copies_after_other_memory":
+                lambda: products(kernels["addmm_over_transposed_copies"], touch_other_memory=True)}
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad(), linear.prepared_inference_weights(model):
         tokens = generate(args.max_new_tokens)  # warm-up: prepares the weights' copies
@@ -102,8 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(args.rounds):
             for name, arm in arms.items():
                 start = time.perf_counter()
-                arm()
-                seconds[name].append(time.perf_counter() - start)
+                timed = arm()  # the products' arms time themselves
+                seconds[name].append(timed if isinstance(timed, float) else time.perf_counter() - start)
     median = {name: statistics.median(values) for name, values in seconds.items()}
     per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms if not name.startswith("step_")}
     tokens_per_sentence = tokens / len(sources)
