@@ -102,15 +102,17 @@ class Annotator:
 
     def with_pretokenized_input(self) -> Annotator:
         """The same annotator for texts whose words are already separated by spaces."""
-        twin = copy.copy(self)
-        twin.pretokenized, twin._pipeline, twin._lock, twin._helpers = True, None, threading.Lock(), None
-        return twin
+        return self._twin(pretokenized=True)
 
     def with_words_only(self) -> Annotator:
         """The same annotator segmenting texts into its words without tagging or parsing them: the words (and so
         the subwords) are those of a full parse, for a model that reads no tag or tree (`config.reads_parse`)."""
+        return self._twin(words_only=True)
+
+    def _twin(self, **settings: bool) -> Annotator:
+        """A copy with `settings` changed and a pipeline, lock and helper processes of its own (made on first use)."""
         twin = copy.copy(self)
-        twin.words_only, twin._pipeline, twin._lock, twin._helpers = True, None, threading.Lock(), None
+        vars(twin).update(settings, _pipeline=None, _lock=threading.Lock(), _helpers=None)
         return twin
 
     def close(self) -> None:
