@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
+    for name in ("sentences", "rounds", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
 
     import torch
     from torch.nn import functional

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--stanza_dir", default=None, help="Stanza resources (default: $HF_SRCFEAT_STANZA_DIR)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
+    for name in ("sentences", "rounds", "num_beams", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
 
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer

@@ -194,7 +194,8 @@ class DecoderStep:
         compile), weights on several devices or not loaded."""
         decoder = model.get_decoder()
         products = [model.lm_head] + [product for layer in decoder.layers for product in layer_step.products(layer)]
-        # One walk over the modules serves every check: it runs once per `generate` call.
+        # One walk over the modules serves every check: it runs once per `generate` call (each module's own
+        # `_parameters` read directly: `parameters(recurse=False)` made the call about a third slower).
         decoder_modules = list(decoder.modules())
         devices = {parameter.device for module in (model.lm_head, *decoder_modules)
                    for parameter in module._parameters.values() if parameter is not None}

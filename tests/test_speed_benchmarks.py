@@ -555,6 +555,19 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     assert json.loads((tmp_path / "costs.json").read_text())["tokens_per_sentence"] == result["tokens_per_sentence"]
 
 
+@pytest.mark.parametrize("script, option", [("measure_annotation_depth", "--sentences"),
+                                            ("measure_annotation_depth", "--batch_size"),
+                                            ("greedy_step_costs", "--rounds"), ("greedy_step_costs", "--max_new_tokens")])
+def test_the_annotation_depth_and_greedy_cost_benchmarks_refuse_counts_below_one(script, option, tmp_path, capsys):
+    import importlib
+
+    benchmark = importlib.import_module(f"benchmarks.{script}")
+    with pytest.raises(SystemExit):
+        benchmark.main(["--model", str(tmp_path / "unused"), option, "0", "--output", str(tmp_path / "out.json")])
+    assert f"{option} must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_compiled_decoding_benchmark_refuses_a_method_model_and_no_new_tokens(tmp_path, capsys):
     from benchmarks import compiled_decoding
     from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
