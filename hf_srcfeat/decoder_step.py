@@ -195,7 +195,7 @@ class DecoderStep:
         decoder = model.get_decoder()
         products = [model.lm_head] + [product for layer in decoder.layers for product in layer_step.products(layer)]
         # One walk over the modules serves every check: it runs once per `generate` call (each module's own
-        # `_parameters` read directly: `parameters(recurse=False)` made the call about a third slower).
+        # `_parameters` read directly: `parameters(recurse=False)` goes through generators and is slower here).
         decoder_modules = list(decoder.modules())
         devices = {parameter.device for module in (model.lm_head, *decoder_modules)
                    for parameter in module._parameters.values() if parameter is not None}
