@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from .linear import Linear, inference_product, inference_stacked_products, runs_more_than_forward
+from .linear import Linear, any_runs_more_than_forward, inference_product, inference_stacked_product
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
@@ -35,8 +35,10 @@ def _is_product(layer: nn.Module) -> bool:
 
 
 def layer_norm_function(norm: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`norm`'s forward, called without the module call."""
-    return lambda inputs: functional.layer_norm(inputs, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    """`norm`'s forward, called without the module call (and without `functional.layer_norm`'s dispatch checks:
+    the same kernel)."""
+    shape = norm.normalized_shape
+    return lambda inputs: torch.layer_norm(inputs, shape, norm.weight, norm.bias, norm.eps)
 
 
 class LayerStep:
@@ -59,15 +61,15 @@ class LayerStep:
         self.heads, self.head_dim = self_attention.num_heads, self_attention.head_dim
         self.self_scaling, self.cross_scaling = self_attention.scaling, cross_attention.scaling
         # As the modules multiply: self-attention's query, key and value projections stacked.
-        self.query_key_value = inference_stacked_products(
+        self.query_key_value = inference_stacked_product(
             (self_attention.q_proj, self_attention.k_proj, self_attention.v_proj), rows)
         self.self_output = inference_product(self_attention.out_proj, rows)
-        self.cross_attention = cross_attention  # its keys and values of the memory, at the first step
+        self.cross_attention_module = cross_attention  # its keys and values of the memory, at the first step
         self.cross_query = inference_product(cross_attention.q_proj, rows)
         self.cross_output = inference_product(cross_attention.out_proj, rows)
         self.feed_forward_in = inference_product(layer.ffn.fc1, rows)
         self.feed_forward_out = inference_product(layer.ffn.fc2, rows)
-        self.activation = layer.ffn.activation
+        self.activation = layer.ffn.activation.forward  # no module call: `for_model` checked it has no hooks
         self.pre_norm = layer.self_attn_sublayer.pre_norm
         self.norms = [layer_norm_function(sublayer.layer_norm) for sublayer in
                       (layer.self_attn_sublayer, layer.encoder_attn_sublayer, layer.ffn_sublayer)]
@@ -100,8 +102,11 @@ class LayerStep:
         rows, heads, head_dim = inputs.shape[0], self.heads, self.head_dim
         sentences = keys.shape[0]
         beams = rows // sentences
-        query = query_product(inputs).view(sentences, beams, heads, head_dim).transpose(1, 2)
-        mask = mask[::beams] if mask is not None and beams > 1 else mask
+        if beams == 1:
+            query = query_product(inputs).view(rows, heads, 1, head_dim)
+        else:
+            query = query_product(inputs).view(sentences, beams, heads, head_dim).transpose(1, 2)
+            mask = mask[::beams] if mask is not None else None
         output = functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
         return output_product(output.transpose(1, 2).reshape(rows, heads * head_dim))
 
@@ -109,38 +114,45 @@ class LayerStep:
         """`SrcFeatDecoderLayer.before_cross_attention`: the identity here."""
         return hidden_states
 
+    def self_attention(self, inputs: torch.Tensor, state: Any, length: int) -> torch.Tensor:
+        """Self-attention of the rows `inputs` [rows, d_model] at position `length`, their keys and values written
+        to the loops' preallocated cache as `PreallocatedLayer.update` writes them."""
+        rows, heads, head_dim = inputs.shape[0], self.heads, self.head_dim
+        cache = state.self_attention_layers[self.index]
+        projections = self.query_key_value(inputs).view(rows, 3, heads, head_dim)  # query, key, value
+        if not cache.is_initialized:  # the first step allocates the buffers
+            cache.lazy_initialization(projections[:, 1, :, None], projections[:, 2, :, None])
+        cache.key_buffer[:rows, length] = projections[:, 1]
+        cache.value_buffer[:rows, length] = projections[:, 2]
+        cache.length = length + 1
+        keys, values = cache._expose(rows)
+        output = functional.scaled_dot_product_attention(projections[:, 0, :, None], keys, values,
+                                                         scale=self.self_scaling)
+        return self.self_output(output.reshape(rows, heads * head_dim))
+
+    def cross_attention(self, inputs: torch.Tensor, state: Any) -> torch.Tensor:
+        """Cross-attention of the rows `inputs` [rows, d_model] to the encoder memory."""
+        keys, values = self.memory_keys_and_values(state, self.cross_slot, self.cross_attention_module,
+                                                   state.encoder_hidden_states)
+        mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
+        return self.attend(inputs, self.cross_query, self.cross_output, keys, values, mask, self.cross_scaling)
+
+    def feed_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.feed_forward_out(self.activation(self.feed_forward_in(inputs)))
+
     def __call__(self, hidden_states: torch.Tensor, state: Any, length: int) -> torch.Tensor:
         """The layer's output for `hidden_states` [rows, d_model] at position `length`, reading and writing the
         loops' `DecoderState`."""
-        rows, heads, head_dim = hidden_states.shape[0], self.heads, self.head_dim
-        self_cache = state.self_attention_layers[self.index]
-
-        def self_attention(inputs: torch.Tensor) -> torch.Tensor:
-            query, key, value = (projection.view(rows, heads, head_dim)
-                                 for projection in self.query_key_value(inputs))
-            if not self_cache.is_initialized:  # the first step allocates the buffers
-                self_cache.lazy_initialization(key.unsqueeze(2), value.unsqueeze(2))
-            self_cache.key_buffer[:rows, length] = key  # as `PreallocatedLayer.update` writes them
-            self_cache.value_buffer[:rows, length] = value
-            self_cache.length = length + 1
-            keys, values = self_cache._expose(rows)
-            output = functional.scaled_dot_product_attention(query.unsqueeze(2), keys, values,
-                                                             scale=self.self_scaling)
-            return self.self_output(output.reshape(rows, heads * head_dim))
-
-        def cross_attention(inputs: torch.Tensor) -> torch.Tensor:
-            keys, values = self.memory_keys_and_values(state, self.cross_slot, self.cross_attention,
-                                                       state.encoder_hidden_states)
-            mask = state.cross_mask if isinstance(state.cross_mask, torch.Tensor) else None
-            return self.attend(inputs, self.cross_query, self.cross_output, keys, values, mask, self.cross_scaling)
-
-        def feed_forward(inputs: torch.Tensor) -> torch.Tensor:
-            return self.feed_forward_out(self.activation(self.feed_forward_in(inputs)))
-
-        hidden_states = self.residual(hidden_states, self.norms[0], self_attention)
+        self_norm, cross_norm, feed_forward_norm = self.norms
+        if self.pre_norm:  # `residual` written out: Python calls are a good part of a one-row step's time
+            hidden_states = hidden_states + self.self_attention(self_norm(hidden_states), state, length)
+            hidden_states = self.before_cross_attention(hidden_states, state)
+            hidden_states = hidden_states + self.cross_attention(cross_norm(hidden_states), state)
+            return hidden_states + self.feed_forward(feed_forward_norm(hidden_states))
+        hidden_states = self_norm(hidden_states + self.self_attention(hidden_states, state, length))
         hidden_states = self.before_cross_attention(hidden_states, state)
-        hidden_states = self.residual(hidden_states, self.norms[1], cross_attention)
-        return self.residual(hidden_states, self.norms[2], feed_forward)
+        hidden_states = cross_norm(hidden_states + self.cross_attention(hidden_states, state))
+        return feed_forward_norm(hidden_states + self.feed_forward(hidden_states))
 
 
 class _TargetEmbeddingStep:
@@ -203,7 +215,7 @@ class DecoderStep:
                 # Dropout anywhere in training mode (e.g. Monte Carlo dropout in an evaluated model)
                 or any(module.training for module in decoder_modules)
                 or not all(_is_product(product) for product in products)
-                or any(runs_more_than_forward(module) for module in (model.lm_head, *decoder_modules))
+                or any_runs_more_than_forward((model.lm_head, *decoder_modules))
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
         return cls(model, layer_step)

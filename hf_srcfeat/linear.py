@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -67,11 +67,26 @@ def runs_more_than_forward(module: nn.Module) -> bool:
     """Whether calling `module` does more than its class's `forward`: its own hooks or global ones, a `forward`
     replaced on the instance (Accelerate's device placement does so), an in-place `compile()`. What restates the
     module's computation (a stacked product, a decoder step, a fused loss) would skip it."""
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or hasattr(module, "_hf_hook") or "forward" in vars(module)
-                or getattr(module, "_compiled_call_impl", None) is not None
-                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+    return _global_hooks_registered() or _own_call_runs_more_than_forward(module)
+
+
+def any_runs_more_than_forward(modules: Iterable[nn.Module]) -> bool:
+    """`any(runs_more_than_forward(module) for module in modules)`, the global hooks looked at once."""
+    return _global_hooks_registered() or any(_own_call_runs_more_than_forward(module) for module in modules)
+
+
+def _global_hooks_registered() -> bool:
+    return bool(module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
                 or module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks)
+
+
+def _own_call_runs_more_than_forward(module: nn.Module) -> bool:
+    # Read from the instance's own attributes: `hasattr` of a missing one goes through `nn.Module.__getattr__` and
+    # its AttributeError, several times slower, and the decoding loops check every decoder module per call.
+    attributes = vars(module)
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or "_hf_hook" in attributes or "forward" in attributes
+                or attributes.get("_compiled_call_impl") is not None)
 
 
 def _is_plain_product(layer: nn.Module) -> bool:
@@ -391,17 +406,14 @@ def inference_product(layer: nn.Linear, rows: int) -> Callable[[torch.Tensor], t
     return _product_reading_copy(prepared, layer.bias, lambda: layer.weight, rows)
 
 
-def inference_stacked_products(layers: Sequence[nn.Linear], rows: int
-                               ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
-    """`lambda inputs: [layer(inputs) for layer in layers]` for 2-D inputs [rows, in_features], as
-    `prepared_stacked_products` computes it (one product with the weights stacked, split) where that applies, the
-    copy looked up once here as `inference_product` does; elsewhere the layers' own `forward`, one by one."""
+def inference_stacked_product(layers: Sequence[nn.Linear], rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`lambda inputs: torch.cat([layer(inputs) for layer in layers], -1)` for 2-D inputs [rows, in_features]: the
+    one product with the weights stacked where `prepared_stacked_products` applies (no concatenation then), the copy
+    looked up once here as `inference_product` does; elsewhere the layers' own `forward`, concatenated."""
     stacked = _stacked_weights(layers, layers[0].weight.new_empty(rows, layers[0].in_features))
     if stacked is None:
-        return lambda inputs: [layer.forward(inputs) for layer in layers]
-    product = _product_reading_copy(stacked.prepared, stacked.bias, _stacked_weight(layers), rows)
-    widths = [layer.out_features for layer in layers]
-    return lambda inputs: list(product(inputs).split(widths, dim=-1))
+        return lambda inputs: torch.cat([layer.forward(inputs) for layer in layers], -1)
+    return _product_reading_copy(stacked.prepared, stacked.bias, _stacked_weight(layers), rows)
 
 
 def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, made_from: Callable[[], torch.Tensor],
@@ -426,7 +438,7 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
     return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
-           "inference_product", "inference_stacked_products", "linear_gradients", "onednn_applies", "onednn_product",
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "any_runs_more_than_forward", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
+           "inference_product", "inference_stacked_product", "linear_gradients", "onednn_applies", "onednn_product",
            "prepared_inference_weights", "prepared_stacked_products", "products_of_concatenated_inputs",
            "runs_more_than_forward", "stacked_products"]
