@@ -20,7 +20,8 @@ test_2016_flickr, every model's inputs are encoded once with the features it rea
 outside the timings, in batches of sources sorted by length, longest first, as the translate command batches them
 and CTranslate2 its own batches (`--input_order`: in corpus order); then, for each setting, the arms and the
 baseline's CTranslate2 float32 export (which tokenizes inside its timing, with the baseline's
-`no_repeat_ngram_size`) take turns on one thread, `--rounds` times. Only decoding is timed;
+`no_repeat_ngram_size`) take turns on one thread, `--rounds` times, each arm's median round reported (every round's
+seconds beside it). Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`) and the baseline's translations with CTranslate2's (`identical_to_ctranslate2`).
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -255,7 +257,8 @@ def main(argv: list[str] | None = None) -> dict:
                 identical[(folder, reference, batch_size, beams)] = identical_row_share(
                     outputs[(folder, "fast")], outputs[(folder, reference)])
 
-    seconds = {(key, batch_size, beams): 0.0 for key in runners for batch_size, beams in SETTINGS}
+    round_seconds: dict[tuple, list[float]] = {(key, batch_size, beams): [] for key in runners
+                                               for batch_size, beams in SETTINGS}
     for round_index in range(args.rounds):
         for batch_size, beams in SETTINGS:
             # Each setting starts from weights not yet prepared, as in a process that decodes only this way (a layer
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for key, run in runners.items():
                     start = time.perf_counter()
                     run(batch_size, beams)
-                    seconds[(key, batch_size, beams)] += time.perf_counter() - start
+                    round_seconds[(key, batch_size, beams)].append(time.perf_counter() - start)
         print(f"round {round_index + 1} done", flush=True)
 
     breakdowns = {}
@@ -277,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
                 breakdowns[f"batch{batch_size}_beam{beams}"] = operation_breakdown(
                     lambda batch_size=batch_size, beams=beams: runners[baseline](batch_size, beams),
                     units=len(sources), unit="sentence")
+    # The median round: on a shared machine a burst of other work slows whichever arm runs then, for a round.
+    seconds = {key: statistics.median(values) for key, values in round_seconds.items()}
     timings = {}
     for batch_size, beams in SETTINGS:
         setting = f"batch{batch_size}_beam{beams}"
@@ -284,11 +289,10 @@ def main(argv: list[str] | None = None) -> dict:
         for key in runners:
             total = seconds[(key, batch_size, beams)]
             row = {"model_type": model_types[key], "loop": key[1],
-                   "sentences_per_second": round(args.rounds * len(sources) / total, 2),
+                   "sentences_per_second": round(len(sources) / total, 2),
                    "time_over_baseline": round(total / seconds[(baseline, batch_size, beams)], 3)}
             if (key, batch_size, beams) in generated_tokens:
-                row["generated_tokens_per_second"] = round(
-                    args.rounds * generated_tokens[(key, batch_size, beams)] / total, 1)
+                row["generated_tokens_per_second"] = round(generated_tokens[(key, batch_size, beams)] / total, 1)
             if ctranslate2 in runners:
                 row["time_over_ctranslate2"] = round(total / seconds[(ctranslate2, batch_size, beams)], 3)
             if key == baseline and (batch_size, beams) in same_as_ctranslate2:
@@ -298,6 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
                     row[f"speedup_over_{reference}"] = round(
                         seconds[((key[0], reference), batch_size, beams)] / total, 3)
                     row[f"identical_to_{reference}"] = identical[(key[0], reference, batch_size, beams)]
+            row["round_seconds"] = [round(value, 3) for value in round_seconds[(key, batch_size, beams)]]
             timings[setting][f"{key[0]} ({key[1]})" if key != ctranslate2 else key[0]] = row
             print(setting, key, row, flush=True)
     result = {"code_version": code_version(), "torch": torch.__version__,

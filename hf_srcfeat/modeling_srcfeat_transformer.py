@@ -15,6 +15,7 @@ Extension points (each a small overridable piece, so a method's file holds only 
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable
@@ -211,7 +212,20 @@ def user_factor_arguments(arguments: dict) -> dict:
     return {name: value for name, value in arguments.items() if is_user_factor_feature(name)}
 
 
-class SrcFeatEncoder(nn.Module):
+class ForwardSignatureKept:
+    """Gives each subclass's own `forward` its signature computed once, as `__signature__` (which `inspect.signature`
+    returns as it is). Transformers' `generate` asks for the signatures of the model's, the encoder's and the
+    decoder's `forward` about nine times per call, each computed anew otherwise: a good part of the set-up of a call
+    that translates one sentence."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if forward is not None and getattr(forward, "__signature__", None) is None:
+            forward.__signature__ = inspect.signature(forward)
+
+
+class SrcFeatEncoder(nn.Module, ForwardSignatureKept):
     """Transformer encoder. Subclasses swap the class attributes or override the hooks, not `forward`."""
 
     source_embedding_class: type[SrcFeatSourceEmbedding] = SrcFeatSourceEmbedding
@@ -301,7 +315,7 @@ class SrcFeatEncoder(nn.Module):
                                  attention_mask)
 
 
-class SrcFeatDecoder(nn.Module):
+class SrcFeatDecoder(nn.Module, ForwardSignatureKept):
     """Transformer decoder with an `EncoderDecoderCache` KV cache."""
 
     layer_class: type[SrcFeatDecoderLayer] = SrcFeatDecoderLayer
@@ -410,7 +424,7 @@ def _per_token(total: torch.Tensor, labels: torch.Tensor, num_items_in_batch: in
     return total / count
 
 
-class SrcFeatTransformerPreTrainedModel(PreTrainedModel):
+class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
     config_class: type[SrcFeatTransformerConfig] = SrcFeatTransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

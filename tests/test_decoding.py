@@ -396,3 +396,28 @@ def test_beams_attending_to_their_sentences_cached_memory_get_what_repeated_memo
                              score_modification=modification)[0]
     assert shared.shape == repeated.shape == (2 * beams, 1, d_model)
     assert torch.allclose(shared, repeated, atol=1e-5)
+
+
+def test_every_models_encoders_and_decoders_forward_keeps_the_signature_inspect_reads():
+    """generate asks for these signatures several times per call: each is computed once, with the class."""
+    import inspect
+
+    from hf_srcfeat.auto_registration import model_classes
+    from hf_srcfeat.modeling_srcfeat_transformer import ForwardSignatureKept
+
+    model_classes()  # imports every method's modules
+
+    def subclasses(cls: type) -> list[type]:
+        return [cls] + [descendant for child in cls.__subclasses__() for descendant in subclasses(child)]
+
+    owners = subclasses(ForwardSignatureKept)
+    assert {"SrcFeatEncoder", "SrcFeatDecoder", "PhraseRepForConditionalGeneration"} <= {
+        owner.__name__ for owner in owners}
+    for owner in owners:
+        defined_by = next((cls for cls in owner.__mro__ if "forward" in vars(cls)), object)
+        if not issubclass(defined_by, ForwardSignatureKept):  # the mixin, and the base with nn.Module's placeholder
+            continue
+        forward = owner.forward
+        assert isinstance(forward.__signature__, inspect.Signature), owner.__name__
+        assert list(forward.__signature__.parameters) == list(
+            inspect.signature(inspect.unwrap(forward)).parameters), owner.__name__

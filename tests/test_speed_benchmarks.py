@@ -38,6 +38,7 @@ def test_decoding_benchmark_reads_parses_from_conllu_and_reports_identical_token
         for row in fast_rows:
             assert row["identical_to_transformers"] == row["identical_to_fast_modules"] == 1.0
             assert row["generated_tokens_per_second"] > row["sentences_per_second"] > 0
+            assert len(row["round_seconds"]) == 1 and row["round_seconds"][0] > 0  # one per round
         assert 0 <= fast_rows[0]["identical_to_ctranslate2"] <= 1 and "time_over_ctranslate2" in fast_rows[0]
         # The baseline's fast path, operation by operation: the products with the weights among them
         breakdown = result["operation_breakdown"][setting]
