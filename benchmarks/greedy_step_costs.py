@@ -13,6 +13,10 @@ multiplies one row by every weight matrix a decoding step reads (each decoder la
 outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step;
 the `..._after_other_memory` arm writes as many bytes of other memory as the step's weights before each step, as a
 decoding loop's other work may push the weights out of the processor's last-level cache.
+
+`--ctranslate2 EXPORT` times the baseline's CTranslate2 export the same way, taking turns with the other arms: its
+`translate_batch` over the same sources (tokenized outside the timing), one at a time (`max_batch_size=1`), greedy,
+with the model's `no_repeat_ngram_size`, stopped after one, two and `--max_new_tokens` tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    parser.add_argument("--ctranslate2", type=Path, default=None,
+                        help="the baseline's CTranslate2 export (hf-srcfeat-export-ctranslate2), timed alike")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     for name in ("sentences", "rounds", "max_new_tokens"):
@@ -105,7 +111,25 @@ def main(argv: list[str] | None = None) -> dict:
             seconds += time.perf_counter() - start
         return seconds
 
-    arms = {"encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
+    ctranslate2_arms = {}
+    if args.ctranslate2 is not None:
+        from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator
+
+        translator = CTranslate2Translator(args.ctranslate2, intra_threads=1,
+                                           no_repeat_ngram_size=model.generation_config.no_repeat_ngram_size or 0)
+        source_tokens = translator.source_tokens(sources)
+
+        def ctranslate2(new_tokens: int) -> int:
+            results = translator.translator.translate_batch(
+                source_tokens, max_batch_size=1, beam_size=1, max_decoding_length=new_tokens, **translator.decoding)
+            # Its hypotheses leave out the </s> that ends them; generate's outputs count it.
+            return sum(min(len(result.hypotheses[0]) + 1, new_tokens) for result in results)
+
+        ctranslate2_arms = {"ctranslate2_first_token": lambda: ctranslate2(1),
+                            "ctranslate2_two_tokens": lambda: ctranslate2(2),
+                            "ctranslate2_whole": lambda: ctranslate2(args.max_new_tokens)}
+
+    arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
@@ -113,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad(), linear.prepared_inference_weights(model):
         tokens = generate(args.max_new_tokens)  # warm-up: prepares the weights' copies
+        ctranslate2_tokens = ctranslate2_arms["ctranslate2_whole"]() if ctranslate2_arms else None
         for arm in arms.values():
             arm()
         for _ in range(args.rounds):
@@ -123,6 +148,12 @@ def main(argv: list[str] | None = None) -> dict:
     median = {name: statistics.median(values) for name, values in seconds.items()}
     per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms if not name.startswith("step_")}
     tokens_per_sentence = tokens / len(sources)
+
+    def later_token_ms(prefix: str, tokens_per_sentence: float) -> float | None:
+        """(whole call - call stopped after two tokens) / (tokens generated - 2); None without later tokens."""
+        if tokens_per_sentence <= 2:
+            return None
+        return (per_sentence_ms[f"{prefix}whole"] - per_sentence_ms[f"{prefix}two_tokens"]) / (tokens_per_sentence - 2)
     result = {
         "command": "python -m benchmarks.greedy_step_costs " + " ".join(
             f"--{key} {value}" for key, value in vars(args).items() if value is not None),
@@ -133,12 +164,15 @@ def main(argv: list[str] | None = None) -> dict:
         "weight_matrices_per_step": len(weights),
         "weight_megabytes_per_step": sum(weight.numel() * 4 for weight in weights) / 2**20,
         "milliseconds_per_sentence": per_sentence_ms,
-        "milliseconds_per_later_token": (per_sentence_ms["generate_whole"] - per_sentence_ms["generate_two_tokens"])
-        / (tokens_per_sentence - 2) if tokens_per_sentence > 2 else None,  # None: no later tokens to time
+        "milliseconds_per_later_token": later_token_ms("generate_", tokens_per_sentence),
         "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
     }
+    if ctranslate2_tokens is not None:
+        result["ctranslate2"] = {"export": str(args.ctranslate2), "tokens_per_sentence": ctranslate2_tokens / len(sources),
+                                 "milliseconds_per_later_token": later_token_ms(
+                                     "ctranslate2_", ctranslate2_tokens / len(sources))}
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
                                         "milliseconds_per_later_token", "milliseconds_of_one_steps_products")})
