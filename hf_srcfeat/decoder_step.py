@@ -17,13 +17,22 @@ that are not plain lookups, weights on several devices), keep the modules' path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
-from .linear import Linear, any_runs_more_than_forward, inference_product, inference_stacked_product
+from .linear import (
+    Linear,
+    any_runs_more_than_forward,
+    inference_memo,
+    inference_product,
+    inference_stacked_product,
+    prepared_copies_state,
+    same_state,
+)
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
 STEPS_AS_TENSOR_OPERATIONS = True
@@ -180,16 +189,28 @@ class _TargetEmbeddingStep:
         return self.norm(hidden_states) if self.norm is not None else hidden_states
 
 
+@dataclass
+class _LookedUpSteps:
+    """What `DecoderStep.looked_up` keeps for later calls, with what it was looked up from."""
+
+    modules: tuple  # the decoder's modules
+    products: list  # the linear layers the steps multiply by
+    copies: tuple  # their prepared copies and parameters (`prepared_copies_state`)
+    layers: list[LayerStep]
+    logits: Callable[[torch.Tensor], torch.Tensor]
+
+
 class DecoderStep:
     """`DecoderState.step` for one new token per row, for a model whose decoder layers `layer_step` restates (made
     by the model's `decoder_step_as_tensor_operations`). The products are looked up for the number of rows of the
     first step, and again when more rows come (beam search's second step): the most a loop has, since rows only
-    leave the batch after that."""
+    leave the batch after that. Within `prepared_inference_weights` later calls reuse them (`looked_up`)."""
 
-    def __init__(self, model: Any, layer_step: type[LayerStep] = LayerStep):
+    def __init__(self, model: Any, layer_step: type[LayerStep] = LayerStep, decoder_modules: tuple = ()):
         self.model = model
         self.decoder = model.get_decoder()
         self.layer_step = layer_step
+        self.decoder_modules = decoder_modules  # as `for_model` checked them
         self.layers: list[LayerStep] = []
         self.logits: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.rows = 0  # the rows the products were looked up for
@@ -218,7 +239,32 @@ class DecoderStep:
                 or any_runs_more_than_forward((model.lm_head, *decoder_modules))
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
-        return cls(model, layer_step)
+        return cls(model, layer_step, tuple(decoder_modules))
+
+    def looked_up(self, rows: int) -> tuple[list[LayerStep], Callable[[torch.Tensor], torch.Tensor]]:
+        """The layers' steps and the output product for `rows` rows. Looking them up takes a good part of a call that
+        decodes one sentence, so within `prepared_inference_weights` they are kept with the output projection's
+        prepared copy (`inference_memo`, which goes when the block ends) and reused by later calls while the
+        decoder's modules and the products' copies and parameters are the same (`prepared_copies_state`)."""
+        memo = inference_memo(self.model.lm_head)
+        key = (self.layer_step, rows)
+        kept = memo.get(key) if memo is not None else None
+        if kept is not None and same_state(kept.modules, self.decoder_modules):
+            copies = prepared_copies_state(kept.products)  # the same modules: the same products
+            if copies is not None and same_state(kept.copies, copies):
+                return kept.layers, kept.logits
+        layers = [self.layer_step(layer, rows) for layer in self.decoder.layers]
+        logits = inference_product(self.model.lm_head, rows)
+        products = [self.model.lm_head, *(product for layer in self.decoder.layers
+                                          for product in self.layer_step.products(layer))]
+        copies = prepared_copies_state(products) if memo is not None else None  # the lookup may have made copies
+        if memo is not None and copies is not None:
+            # Steps looked up from other copies would keep them alive until the block ends.
+            for stale in [other for other, steps in memo.items()
+                          if not (same_state(steps.modules, self.decoder_modules) and same_state(steps.copies, copies))]:
+                del memo[stale]
+            memo[key] = _LookedUpSteps(self.decoder_modules, products, copies, layers, logits)
+        return layers, logits
 
     def __call__(self, state: Any, input_ids: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token after `input_ids` [rows, 1] for every row, from the loops'
@@ -226,8 +272,8 @@ class DecoderStep:
         filled from the encoder memory, as the modules fill it)."""
         rows = input_ids.shape[0]
         if rows > self.rows:
-            self.layers = [self.layer_step(layer, rows) for layer in self.decoder.layers]
-            self.logits, self.rows = inference_product(self.model.lm_head, rows), rows
+            self.layers, self.logits = self.looked_up(rows)
+            self.rows = rows
         assert self.logits is not None  # set with the layers
         length = state.self_attention.get_seq_length()
         hidden_states = self.embedding(input_ids.view(rows), length)

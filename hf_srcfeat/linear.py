@@ -31,6 +31,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -199,6 +200,8 @@ class PreparedWeight:
     # column widths -> a copy of each column block (`products_of_concatenated_inputs`), for the same state
     blocks: dict[tuple[int, ...], list[PreparedWeight]] = field(default_factory=dict)
     stacked: StackedWeights | None = None  # the layer's weight stacked with others' (`prepared_stacked_products`)
+    # What callers made from the copies for later calls (`inference_memo`), kept and dropped with them
+    derived: dict[Any, Any] = field(default_factory=dict)
 
 
 # Kept beside the layers rather than on them, so that copying, pickling or saving a layer never meets the opaque
@@ -416,6 +419,41 @@ def inference_stacked_product(layers: Sequence[nn.Linear], rows: int) -> Callabl
     return _product_reading_copy(stacked.prepared, stacked.bias, _stacked_weight(layers), rows)
 
 
+def inference_memo(layer: nn.Module) -> dict[Any, Any] | None:
+    """Where a caller keeps what it made from `layer`'s prepared copies for later calls (a decoding step's looked-up
+    products): a dict that lives as long as the layer's `prepared_inference_weights` block, or None outside one."""
+    prepared = _PREPARED_WEIGHTS.get(layer)
+    return None if prepared is None else prepared.derived
+
+
+def prepared_copies_state(layers: Sequence[nn.Linear]) -> tuple | None:
+    """What the products that `inference_product` and `inference_stacked_product` look up for `layers` read: each
+    layer's prepared copies (the objects) and its parameters (each with its version and data pointer), or None where
+    a layer has none (outside `prepared_inference_weights`). Products looked up earlier read what a lookup now would
+    while this stays `same_state` as it was just after they were looked up."""
+    state: list[Any] = []
+    for layer in layers:
+        prepared = _PREPARED_WEIGHTS.get(layer)
+        if prepared is None:
+            return None
+        stacked = prepared.stacked
+        state += (prepared, prepared.transposed, prepared.packed, stacked,
+                  None if stacked is None else stacked.prepared.transposed,
+                  None if stacked is None else stacked.prepared.packed)
+        # The parameters read from the module's own dict: `nn.Module.__getattr__` would take most of the time here.
+        for parameter in (layer._parameters.get("weight"), layer._parameters.get("bias")):
+            state += (None, None, None) if parameter is None else (parameter, parameter._version,
+                                                                   parameter.data_ptr())
+    return tuple(state)
+
+
+def same_state(first: tuple, second: tuple) -> bool:
+    """Whether two states (`prepared_copies_state`) hold the same objects, versions and pointers."""
+    return len(first) == len(second) and all(
+        one is other or (type(one) is int and type(other) is int and one == other)
+        for one, other in zip(first, second, strict=True))
+
+
 def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, made_from: Callable[[], torch.Tensor],
                           rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """The product with the copy `prepared` holds for `rows` rows (made now from `made_from()` when none suits), read
@@ -438,7 +476,8 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
     return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
 
 
-__all__ = ["Linear", "ONEDNN_MIN_ROWS", "any_runs_more_than_forward", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
-           "inference_product", "inference_stacked_product", "linear_gradients", "onednn_applies", "onednn_product",
-           "prepared_inference_weights", "prepared_stacked_products", "products_of_concatenated_inputs",
-           "runs_more_than_forward", "stacked_products"]
+__all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
+           "any_runs_more_than_forward", "inference_memo", "inference_product", "inference_stacked_product",
+           "linear_gradients", "onednn_applies", "onednn_product", "prepared_copies_state", "prepared_inference_weights",
+           "prepared_stacked_products", "products_of_concatenated_inputs", "runs_more_than_forward", "same_state",
+           "stacked_products"]

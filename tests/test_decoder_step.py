@@ -166,6 +166,46 @@ def test_the_loops_take_every_step_as_tensor_operations(trained_baseline, subwor
     assert calls == [1] * (output.shape[1] - 1)  # every step, for the one sentence
 
 
+def test_later_calls_in_a_prepared_block_reuse_the_looked_up_steps_until_a_weight_or_module_changes(
+        trained_baseline, subword_tokenizer, sources):
+    import copy
+
+    from hf_srcfeat import linear
+
+    model = copy.deepcopy(trained_baseline[0])
+    batch = subword_tokenizer(sources[:1], return_tensors="pt")
+    made: list[object] = []
+    layer_step_init = model.decoder_layer_step.__init__
+
+    def counted(self, layer, rows):
+        made.append(self)
+        layer_step_init(self, layer, rows)
+
+    def translate(fast_decoding: bool = True) -> torch.Tensor:
+        return model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, fast_decoding=fast_decoding)
+
+    decoder_layers = model.config.decoder_layers
+    with pytest.MonkeyPatch.context() as patch, prepared_inference_weights(model):
+        patch.setattr(model.decoder_layer_step, "__init__", counted)
+        first = translate()
+        translate()  # the first call's first step made the cross-attention projections' stacked copy: looked up anew
+        made.clear()
+        assert torch.equal(translate(), first) and made == []  # reused
+        with torch.no_grad():
+            model.get_decoder().layers[-1].ffn.fc2.weight.mul_(1.5)  # a change PyTorch counts
+        assert torch.equal(translate(), translate(fast_decoding=False))
+        assert len(made) == decoder_layers
+        made.clear()
+        model.get_decoder().layers[0].ffn.activation = torch.nn.GELU().eval()  # another module in the decoder
+        assert torch.equal(translate(), translate(fast_decoding=False))
+        assert len(made) == decoder_layers
+        # Beam search over several sentences packs the weights anew: steps made from the one-row copies go.
+        model.generate(**subword_tokenizer(sources[:4], padding=True, return_tensors="pt"), num_beams=4,
+                       do_sample=False, max_new_tokens=12)
+        assert sorted(rows for _, rows in linear.inference_memo(model.lm_head)) == [4, 16]
+    assert linear.inference_memo(model.lm_head) is None  # kept only within the block
+
+
 @pytest.mark.parametrize("method, arguments, applies", [
     ("srcfeat_transformer", {}, True),
     ("relevance_features", {}, True),
