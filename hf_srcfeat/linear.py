@@ -421,9 +421,21 @@ def inference_stacked_product(layers: Sequence[nn.Linear], rows: int) -> Callabl
 
 def inference_memo(layer: nn.Module) -> dict[Any, Any] | None:
     """Where a caller keeps what it made from `layer`'s prepared copies for later calls (a decoding step's looked-up
-    products): a dict that lives as long as the layer's `prepared_inference_weights` block, or None outside one."""
+    products): a dict that lives as long as the layer's `prepared_inference_weights` block. None outside one, and
+    where products would not read the copies now (`PREPARED_INFERENCE_WEIGHTS` off, gradients, autocast, tracing or
+    compiling): what was made from them must not stand in then."""
     prepared = _PREPARED_WEIGHTS.get(layer)
-    return None if prepared is None else prepared.derived
+    if prepared is None or not _prepared_products_enabled():
+        return None
+    return prepared.derived
+
+
+def _prepared_products_enabled() -> bool:
+    """The conditions of `_prepared_inference_applies` that are the same for every layer, gradients off."""
+    # Compiled graphs first: tracing `mkldnn.is_available` would break them.
+    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+            and torch.backends.mkldnn.is_available())
 
 
 def prepared_copies_state(layers: Sequence[nn.Linear]) -> tuple | None:

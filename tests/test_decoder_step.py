@@ -199,11 +199,18 @@ def test_later_calls_in_a_prepared_block_reuse_the_looked_up_steps_until_a_weigh
         model.get_decoder().layers[0].ffn.activation = torch.nn.GELU().eval()  # another module in the decoder
         assert torch.equal(translate(), translate(fast_decoding=False))
         assert len(made) == decoder_layers
+        made.clear()
+        patch.setattr(linear, "PREPARED_INFERENCE_WEIGHTS", False)  # the products read the weights as stored
+        assert torch.equal(translate(), translate(fast_decoding=False))
+        assert len(made) == decoder_layers  # looked up anew, not the steps made from the copies
+        patch.setattr(linear, "PREPARED_INFERENCE_WEIGHTS", True)
         # Beam search over several sentences packs the weights anew: steps made from the one-row copies go.
         model.generate(**subword_tokenizer(sources[:4], padding=True, return_tensors="pt"), num_beams=4,
                        do_sample=False, max_new_tokens=12)
-        assert sorted(rows for _, rows in linear.inference_memo(model.lm_head)) == [4, 16]
-    assert linear.inference_memo(model.lm_head) is None  # kept only within the block
+        with torch.no_grad():  # as the loops read it
+            assert sorted(rows for _, rows in linear.inference_memo(model.lm_head)) == [4, 16]
+    with torch.no_grad():
+        assert linear.inference_memo(model.lm_head) is None  # kept only within the block
 
 
 @pytest.mark.parametrize("method, arguments, applies", [
