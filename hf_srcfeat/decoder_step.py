@@ -246,7 +246,8 @@ class DecoderStep:
         decodes one sentence, so within `prepared_inference_weights` they are kept with the output projection's
         prepared copy (`inference_memo`, which goes when the block ends) and reused by later calls while the
         decoder's modules and the products' copies and parameters are the same (`prepared_copies_state`)."""
-        memo = inference_memo(self.model.lm_head)
+        # Without the modules `for_model` checked (a step made directly) nothing says they are the same: no reuse.
+        memo = inference_memo(self.model.lm_head) if self.decoder_modules else None
         key = (self.layer_step, rows)
         kept = memo.get(key) if memo is not None else None
         if kept is not None and same_state(kept.modules, self.decoder_modules):
