@@ -31,7 +31,8 @@ from .linear import (
     inference_product,
     inference_stacked_product,
     prepared_copies_state,
-    same_state,
+    prepared_copies_unchanged,
+    same_objects,
 )
 
 #: False: the loops step through the modules everywhere (what the decoding benchmark compares against).
@@ -194,8 +195,7 @@ class _LookedUpSteps:
     """What `DecoderStep.looked_up` keeps for later calls, with what it was looked up from."""
 
     modules: tuple  # the decoder's modules
-    products: list  # the linear layers the steps multiply by
-    copies: tuple  # their prepared copies and parameters (`prepared_copies_state`)
+    copies: tuple  # the prepared copies and parameters of the products (`prepared_copies_state`)
     layers: list[LayerStep]
     logits: Callable[[torch.Tensor], torch.Tensor]
 
@@ -206,11 +206,13 @@ class DecoderStep:
     first step, and again when more rows come (beam search's second step): the most a loop has, since rows only
     leave the batch after that. Within `prepared_inference_weights` later calls reuse them (`looked_up`)."""
 
-    def __init__(self, model: Any, layer_step: type[LayerStep] = LayerStep, decoder_modules: tuple = ()):
+    def __init__(self, model: Any, layer_step: type[LayerStep] = LayerStep, decoder_modules: tuple = (),
+                 products: tuple = ()):
         self.model = model
         self.decoder = model.get_decoder()
         self.layer_step = layer_step
-        self.decoder_modules = decoder_modules  # as `for_model` checked them
+        # As `for_model` checked them: the decoder's modules, and the linear layers the steps multiply by
+        self.decoder_modules, self.products = decoder_modules, products
         self.layers: list[LayerStep] = []
         self.logits: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.rows = 0  # the rows the products were looked up for
@@ -239,7 +241,7 @@ class DecoderStep:
                 or any_runs_more_than_forward((model.lm_head, *decoder_modules))
                 or len(devices) != 1 or next(iter(devices)).type == "meta"):  # one device, weights loaded
             return None
-        return cls(model, layer_step, tuple(decoder_modules))
+        return cls(model, layer_step, tuple(decoder_modules), tuple(products))
 
     def looked_up(self, rows: int) -> tuple[list[LayerStep], Callable[[torch.Tensor], torch.Tensor]]:
         """The layers' steps and the output product for `rows` rows. Looking them up takes a good part of a call that
@@ -250,22 +252,22 @@ class DecoderStep:
         memo = inference_memo(self.model.lm_head) if self.decoder_modules else None
         key = (self.layer_step, rows)
         kept = memo.get(key) if memo is not None else None
-        if kept is not None and same_state(kept.modules, self.decoder_modules):
-            copies = prepared_copies_state(kept.products)  # the same modules: the same products
-            if copies is not None and same_state(kept.copies, copies):
-                return kept.layers, kept.logits
+        if kept is not None and self.reads_as_when_kept(kept):
+            return kept.layers, kept.logits
         layers = [self.layer_step(layer, rows) for layer in self.decoder.layers]
         logits = inference_product(self.model.lm_head, rows)
-        products = [self.model.lm_head, *(product for layer in self.decoder.layers
-                                          for product in self.layer_step.products(layer))]
-        copies = prepared_copies_state(products) if memo is not None else None  # the lookup may have made copies
+        copies = prepared_copies_state(self.products) if memo is not None else None  # the lookup may have made some
         if memo is not None and copies is not None:
             # Steps looked up from other copies would keep them alive until the block ends.
-            for stale in [other for other, steps in memo.items()
-                          if not (same_state(steps.modules, self.decoder_modules) and same_state(steps.copies, copies))]:
+            for stale in [other for other, steps in memo.items() if not self.reads_as_when_kept(steps)]:
                 del memo[stale]
-            memo[key] = _LookedUpSteps(self.decoder_modules, products, copies, layers, logits)
+            memo[key] = _LookedUpSteps(self.decoder_modules, copies, layers, logits)
         return layers, logits
+
+    def reads_as_when_kept(self, kept: _LookedUpSteps) -> bool:
+        """Whether steps `looked_up` kept read what steps looked up now would: the same decoder modules, the products'
+        copies and parameters unchanged."""
+        return same_objects(kept.modules, self.decoder_modules) and prepared_copies_unchanged(kept.copies, self.products)
 
     def __call__(self, state: Any, input_ids: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token after `input_ids` [rows, 1] for every row, from the loops'

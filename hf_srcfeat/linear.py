@@ -440,30 +440,42 @@ def _prepared_products_enabled() -> bool:
 
 def prepared_copies_state(layers: Sequence[nn.Linear]) -> tuple | None:
     """What the products that `inference_product` and `inference_stacked_product` look up for `layers` read: each
-    layer's prepared copies (the objects) and its parameters (each with its version and data pointer), or None where
-    a layer has none (outside `prepared_inference_weights`). Products looked up earlier read what a lookup now would
-    while this stays `same_state` as it was just after they were looked up."""
-    state: list[Any] = []
+    layer's prepared copies (the objects themselves) and its parameters' state (`_parameters_state`), or None where a
+    layer has none (outside `prepared_inference_weights`). Products looked up just after this was taken read what a
+    lookup would read for as long as `prepared_copies_unchanged` holds."""
+    copies = _prepared_copies(layers)
+    return None if copies is None else (copies, _parameters_state(_parameters_of(layers)))
+
+
+def prepared_copies_unchanged(state: tuple, layers: Sequence[nn.Linear]) -> bool:
+    """Whether `layers` have the prepared copies they had when `state` (`prepared_copies_state`) was taken, and their
+    parameters no change PyTorch counts since."""
+    copies = _prepared_copies(layers)
+    return copies is not None and same_objects(copies, state[0]) and _unchanged(state[1], _parameters_of(layers))
+
+
+def _prepared_copies(layers: Sequence[nn.Linear]) -> tuple | None:
+    copies: list[Any] = []
     for layer in layers:
         prepared = _PREPARED_WEIGHTS.get(layer)
         if prepared is None:
             return None
         stacked = prepared.stacked
-        state += (prepared, prepared.transposed, prepared.packed, stacked,
-                  None if stacked is None else stacked.prepared.transposed,
-                  None if stacked is None else stacked.prepared.packed)
-        # The parameters read from the module's own dict: `nn.Module.__getattr__` would take most of the time here.
-        for parameter in (layer._parameters.get("weight"), layer._parameters.get("bias")):
-            state += (None, None, None) if parameter is None else (parameter, parameter._version,
-                                                                   parameter.data_ptr())
-    return tuple(state)
+        copies += (prepared, prepared.transposed, prepared.packed, stacked,
+                   None if stacked is None else stacked.prepared.transposed,
+                   None if stacked is None else stacked.prepared.packed)
+    return tuple(copies)
 
 
-def same_state(first: tuple, second: tuple) -> bool:
-    """Whether two states (`prepared_copies_state`) hold the same objects, versions and pointers."""
-    return len(first) == len(second) and all(
-        one is other or (type(one) is int and type(other) is int and one == other)
-        for one, other in zip(first, second, strict=True))
+def _parameters_of(layers: Sequence[nn.Linear]) -> list[torch.Tensor]:
+    # Read from the modules' own dicts: `nn.Module.__getattr__` would take most of a decoding call's check here.
+    return [parameter for layer in layers
+            for parameter in (layer._parameters.get("weight"), layer._parameters.get("bias")) if parameter is not None]
+
+
+def same_objects(first: Sequence[Any], second: Sequence[Any]) -> bool:
+    """Whether two sequences hold the same objects (identity, not equality: tensors among them), in order."""
+    return len(first) == len(second) and all(one is other for one, other in zip(first, second, strict=True))
 
 
 def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, made_from: Callable[[], torch.Tensor],
@@ -490,6 +502,7 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",
            "any_runs_more_than_forward", "inference_memo", "inference_product", "inference_stacked_product",
-           "linear_gradients", "onednn_applies", "onednn_product", "prepared_copies_state", "prepared_inference_weights",
-           "prepared_stacked_products", "products_of_concatenated_inputs", "runs_more_than_forward", "same_state",
+           "linear_gradients", "onednn_applies", "onednn_product", "prepared_copies_state", "prepared_copies_unchanged",
+           "prepared_inference_weights",
+           "prepared_stacked_products", "products_of_concatenated_inputs", "runs_more_than_forward", "same_objects",
            "stacked_products"]
