@@ -17,6 +17,10 @@ decoding loop's other work may push the weights out of the processor's last-leve
 `--ctranslate2 EXPORT` times the baseline's CTranslate2 export the same way, taking turns with the other arms: its
 `translate_batch` over the same sources (tokenized outside the timing), one at a time (`max_batch_size=1`), greedy,
 with the model's `no_repeat_ngram_size`, stopped after one, two and `--max_new_tokens` tokens.
+
+`--positions N` also times each of a sentence's first N tokens, as one more arm of each side: the time from the
+call's start to its first token, then from each token to the next (the zoo: the end of each decoder step of its
+loop; CTranslate2: each call of its per-token `callback`), the median over every sentence of every round.
 """
 
 from __future__ import annotations
@@ -36,17 +40,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
     parser.add_argument("--ctranslate2", type=Path, default=None,
                         help="the baseline's CTranslate2 export (hf-srcfeat-export-ctranslate2), timed alike")
+    parser.add_argument("--positions", type=int, default=0,
+                        help="also time each of the first POSITIONS tokens of a sentence, on both sides")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     for name in ("sentences", "rounds", "max_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.positions < 0:
+        parser.error(f"--positions must be 0 or more, got {args.positions}")
 
     import torch
     from torch.nn import functional
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import linear
+    from hf_srcfeat import decoding, linear
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.provenance import code_version, processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
@@ -65,6 +73,31 @@ def main(argv: list[str] | None = None) -> dict:
             output = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=new_tokens)
             generated += output.shape[1] - 1
         return generated
+
+    # Seconds to each of a sentence's first `--positions` tokens, from the call's start or the token before.
+    token_seconds: dict[str, list[list[float]]] = {"generate": [], "ctranslate2": []}
+
+    def gaps(start: float, token_ends: list[float]) -> list[float]:
+        ends = token_ends[:args.positions]
+        return [end - previous for previous, end in zip([start, *ends[:-1]], ends, strict=True)]
+
+    def generate_by_position() -> None:
+        step_ends: list[float] = []
+        step = decoding.DecoderState.step
+
+        def timed_step(self, input_ids):  # the loop's decoder step, its end noted
+            logits = step(self, input_ids)
+            step_ends.append(time.perf_counter())
+            return logits
+        decoding.DecoderState.step = timed_step
+        try:
+            for inputs in encoded:
+                step_ends.clear()
+                start = time.perf_counter()
+                model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+                token_seconds["generate"].append(gaps(start, step_ends))
+        finally:
+            decoding.DecoderState.step = step
 
     def encoder_alone() -> None:
         for inputs in encoded:
@@ -125,28 +158,48 @@ def main(argv: list[str] | None = None) -> dict:
             # Its hypotheses leave out the </s> that ends them; generate's outputs count it.
             return sum(min(len(result.hypotheses[0]) + 1, new_tokens) for result in results)
 
+        def ctranslate2_by_position() -> None:
+            token_ends: list[float] = []
+
+            def note_token(step_result) -> bool:  # called as each token is chosen; False: go on
+                token_ends.append(time.perf_counter())
+                return False
+            for tokens in source_tokens:
+                token_ends.clear()
+                start = time.perf_counter()
+                translator.translator.translate_batch([tokens], beam_size=1, max_decoding_length=args.max_new_tokens,
+                                                      callback=note_token, **translator.decoding)
+                token_seconds["ctranslate2"].append(gaps(start, token_ends))
+
         ctranslate2_arms = {"ctranslate2_first_token": lambda: ctranslate2(1),
                             "ctranslate2_two_tokens": lambda: ctranslate2(2),
                             "ctranslate2_whole": lambda: ctranslate2(args.max_new_tokens)}
+        if args.positions:
+            ctranslate2_arms["positions_ctranslate2"] = ctranslate2_by_position
 
     arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
                 lambda: products(kernels["addmm_over_transposed_copies"], touch_other_memory=True)}
+    if args.positions:
+        arms["positions_generate"] = generate_by_position
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad(), linear.prepared_inference_weights(model):
         tokens = generate(args.max_new_tokens)  # warm-up: prepares the weights' copies
         ctranslate2_tokens = ctranslate2_arms["ctranslate2_whole"]() if ctranslate2_arms else None
         for arm in arms.values():
             arm()
+        for by_position in token_seconds.values():  # the warm-up's
+            by_position.clear()
         for _ in range(args.rounds):
             for name, arm in arms.items():
                 start = time.perf_counter()
                 timed = arm()  # the products' arms time themselves
                 seconds[name].append(timed if isinstance(timed, float) else time.perf_counter() - start)
     median = {name: statistics.median(values) for name, values in seconds.items()}
-    per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms if not name.startswith("step_")}
+    per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms
+                       if not name.startswith(("step_", "positions_"))}
     tokens_per_sentence = tokens / len(sources)
 
     def later_token_ms(prefix: str, tokens_per_sentence: float) -> float | None:
@@ -169,13 +222,20 @@ def main(argv: list[str] | None = None) -> dict:
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
     }
+    if args.positions:
+        # Position i's median over the sentences that reached it.
+        result["milliseconds_to_token_by_position"] = {
+            side: [1e3 * statistics.median(sentence[position] for sentence in sentences if len(sentence) > position)
+                   for position in range(max(map(len, sentences), default=0))]
+            for side, sentences in token_seconds.items() if sentences}
     if ctranslate2_tokens is not None:
         result["ctranslate2"] = {"export": str(args.ctranslate2), "tokens_per_sentence": ctranslate2_tokens / len(sources),
                                  "milliseconds_per_later_token": later_token_ms(
                                      "ctranslate2_", ctranslate2_tokens / len(sources))}
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
-                                        "milliseconds_per_later_token", "milliseconds_of_one_steps_products")})
+                                        "milliseconds_per_later_token", "milliseconds_of_one_steps_products",
+                                        "milliseconds_to_token_by_position") if key in result})
     return result
 
 

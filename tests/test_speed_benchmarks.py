@@ -550,7 +550,7 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     exported = export(str(model_folder), str(tmp_path / "ctranslate2"), None)
     result = greedy_step_costs.main(["--model", str(model_folder), "--sentences", "2", "--rounds", "1",
                                      "--max_new_tokens", "8", "--data_dir", str(multi30k_dir), "--ctranslate2",
-                                     str(exported), "--output", str(tmp_path / "costs.json")])
+                                     str(exported), "--positions", "3", "--output", str(tmp_path / "costs.json")])
     assert result["weight_matrices_per_step"] == 6 * AutoConfig.from_pretrained(model_folder).decoder_layers + 1
     assert set(result["milliseconds_per_sentence"]) == {
         "encoder_alone", "generate_first_token", "generate_two_tokens", "generate_whole", "ctranslate2_first_token",
@@ -558,6 +558,11 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     # The same greedy translations: as many tokens as generate's (each counting its </s>).
     assert result["ctranslate2"]["tokens_per_sentence"] == result["tokens_per_sentence"]
     assert {"addmm_over_transposed_copies", "onednn_packed"} <= set(result["milliseconds_of_one_steps_products"])
+    # Each side's first three tokens, timed one by one: the first (encoder and set-up included) the slowest
+    by_position = result["milliseconds_to_token_by_position"]
+    assert set(by_position) == {"generate", "ctranslate2"}
+    for side in by_position.values():
+        assert len(side) == 3 and min(side) > 0 and side[0] == max(side)
     assert json.loads((tmp_path / "costs.json").read_text())["tokens_per_sentence"] == result["tokens_per_sentence"]
 
 
