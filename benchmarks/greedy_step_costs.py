@@ -18,6 +18,10 @@ decoding loop's other work may push the weights out of the processor's last-leve
 `translate_batch` over the same sources (tokenized outside the timing), one at a time (`max_batch_size=1`), greedy,
 with the model's `no_repeat_ngram_size`, stopped after one, two and `--max_new_tokens` tokens.
 
+The `loop_without_generate_front` arm decodes the same sentences with the encoder and the zoo's greedy loop called
+directly, handing the loop the processors, stopping criteria and configuration one `generate` call prepared (they
+do not depend on the source): what `generate`'s per-call preparation costs is the difference to `generate_whole`.
+
 `--positions N` also times each of a sentence's first N tokens, as one more arm of each side: the time from the
 call's start to its first token, then from each token to the next (the zoo: the end of each decoder step of its
 loop; CTranslate2: each call of its per-token `callback`), the median over every sentence of every round.
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     from torch.nn import functional
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import decoding, linear
+    from hf_srcfeat import decoding, linear, modeling_srcfeat_transformer
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.provenance import code_version, processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
@@ -73,6 +77,32 @@ def main(argv: list[str] | None = None) -> dict:
             output = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=new_tokens)
             generated += output.shape[1] - 1
         return generated
+
+    def loop_arguments() -> dict:
+        """What `generate` hands the zoo's greedy loop for these settings, taken from one call."""
+        captured: dict = {}
+        loop = modeling_srcfeat_transformer.greedy_search
+
+        def capture(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+            captured.update(input_ids=input_ids, logits_processor=logits_processor,
+                            stopping_criteria=stopping_criteria, generation_config=generation_config,
+                            **{name: value for name, value in model_kwargs.items()
+                               if name not in ("encoder_outputs", "attention_mask")})
+            return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs)
+        modeling_srcfeat_transformer.greedy_search = capture
+        try:
+            model.generate(**encoded[0], num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+        finally:
+            modeling_srcfeat_transformer.greedy_search = loop
+        if not captured:
+            raise RuntimeError("generate did not run the zoo's greedy loop for this model")
+        return captured
+
+    def loop_without_generate_front() -> list:
+        encoder = model.get_encoder()
+        return [decoding.greedy_search(model, encoder_outputs=encoder(**inputs, return_dict=True),
+                                       attention_mask=inputs["attention_mask"], **arguments)
+                for inputs in encoded]
 
     # Seconds to each of a sentence's first `--positions` tokens, from the call's start or the token before.
     token_seconds: dict[str, list[list[float]]] = {"generate": [], "ctranslate2": []}
@@ -179,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
+            "loop_without_generate_front": loop_without_generate_front,
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
                 lambda: products(kernels["addmm_over_transposed_copies"], touch_other_memory=True)}
@@ -187,6 +218,10 @@ def main(argv: list[str] | None = None) -> dict:
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad(), linear.prepared_inference_weights(model):
         tokens = generate(args.max_new_tokens)  # warm-up: prepares the weights' copies
+        arguments = loop_arguments()
+        same_without_front = all(torch.equal(alone, model.generate(**inputs, num_beams=1, do_sample=False,
+                                                                   max_new_tokens=args.max_new_tokens))
+                                 for alone, inputs in zip(loop_without_generate_front(), encoded, strict=True))
         ctranslate2_tokens = ctranslate2_arms["ctranslate2_whole"]() if ctranslate2_arms else None
         for arm in arms.values():
             arm()
@@ -218,6 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
         "weight_megabytes_per_step": sum(weight.numel() * 4 for weight in weights) / 2**20,
         "milliseconds_per_sentence": per_sentence_ms,
         "milliseconds_per_later_token": later_token_ms("generate_", tokens_per_sentence),
+        "milliseconds_of_generate_front": per_sentence_ms["generate_whole"] - per_sentence_ms["loop_without_generate_front"],
+        "loop_without_generate_front_identical": same_without_front,
         "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
@@ -234,7 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
                                      "ctranslate2_", ctranslate2_tokens / len(sources))}
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
-                                        "milliseconds_per_later_token", "milliseconds_of_one_steps_products",
+                                        "milliseconds_per_later_token", "milliseconds_of_generate_front",
+                                        "milliseconds_of_one_steps_products",
                                         "milliseconds_to_token_by_position") if key in result})
     return result
 
