@@ -15,6 +15,7 @@ Extension points (each a small overridable piece, so a method's file holds only 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import time
@@ -47,6 +48,7 @@ from .decoding import beam_search, greedy_search, reason_not_supported, reason_s
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
 from .feature_dropout import apply_feature_dropout
+from .generation_preparation import matching_preparation, record_loop, recording
 from .label_smoothed_cross_entropy import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from .linear import Linear, onednn_applies, runs_more_than_forward
 from .source_features import (
@@ -777,17 +779,29 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         """`GenerationMixin.generate`. Greedy and beam search run through `hf_srcfeat.decoding`'s loops, which give
         the same token ids with less work, whenever the settings allow (see `reason_not_supported` there);
         `fast_decoding=False` runs Transformers' own loops instead (the default is the model's `fast_decoding`). A
-        `custom_generate` loop gets what Transformers' generate gives it (its cache included), as with
-        `fast_decoding=False`."""
+        later call with the same settings (its input tensors aside) and an unchanged generation config reuses the
+        configuration, processors and stopping criteria the first one prepared for the zoo's loop
+        (`hf_srcfeat.generation_preparation`). A `custom_generate` loop gets what Transformers' generate gives it
+        (its cache included), as with `fast_decoding=False`."""
         if kwargs.get("custom_generate") is not None:
             fast_decoding = False
         if fast_decoding is None:
-            return super().generate(*args, **kwargs)  # type: ignore[misc]  # GenerationMixin's self protocol
+            return self._generate_reusing_preparations(args, kwargs)
         default, self.fast_decoding = self.fast_decoding, fast_decoding
         try:
-            return super().generate(*args, **kwargs)  # type: ignore[misc]
+            return self._generate_reusing_preparations(args, kwargs)
         finally:
             self.fast_decoding = default
+
+    def _generate_reusing_preparations(self, args: tuple, kwargs: dict):
+        """`GenerationMixin.generate(*args, **kwargs)`, where the zoo's loops run without the preparation of the call
+        that an earlier call with the same settings made (`hf_srcfeat.generation_preparation`)."""
+        if not args and self.fast_decoding:
+            preparation = matching_preparation(self, kwargs)
+            if preparation is not None:
+                return preparation.generate(self, kwargs)
+        with recording(self, kwargs) if not args else contextlib.nullcontext():
+            return super().generate(*args, **kwargs)  # type: ignore[misc]  # GenerationMixin's self protocol
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode, *args,
                                       **kwargs) -> None:
@@ -809,6 +823,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
                                                        generation_config, model_kwargs, synced_gpus,
                                                        streamer) is None:
+            record_loop(self, "_sample", generation_config, logits_processor, stopping_criteria, model_kwargs)
             return greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
                                  **model_kwargs)
         return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,  # type: ignore[misc]
@@ -818,6 +833,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
                      **model_kwargs):
         if self.fast_decoding and reason_not_supported(input_ids, logits_processor, stopping_criteria,
                                                        generation_config, model_kwargs, synced_gpus) is None:
+            record_loop(self, "_beam_search", generation_config, logits_processor, stopping_criteria, model_kwargs)
             return beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
                                **model_kwargs)
         return super()._beam_search(input_ids, logits_processor, stopping_criteria,  # type: ignore[misc]

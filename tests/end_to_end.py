@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_srcfeat import pipeline
+from hf_srcfeat.generation_preparation import forget_preparations, matching_preparation
 
 from .helpers import train_briefly
 
@@ -70,8 +71,11 @@ class EndToEndFromRawText:
                                                                       test_sentences, num_beams):
         model, _ = trained
         batch = feature_tokenizer(test_sentences, padding=True, return_tensors="pt")
-        assert torch.equal(model.generate(**batch, num_beams=num_beams),
-                           model.generate(**batch, num_beams=num_beams, fast_decoding=False))
+        expected = model.generate(**batch, num_beams=num_beams, fast_decoding=False)
+        forget_preparations(model)
+        for _ in range(2):  # the first call prepares, the second reuses what it prepared
+            assert torch.equal(model.generate(**batch, num_beams=num_beams), expected)
+        assert matching_preparation(model, {**batch, "num_beams": num_beams}) is not None
 
     def test_translation_pipeline_translates_raw_sentences(self, trained, feature_tokenizer, test_sentences):
         model, _ = trained

@@ -1,0 +1,182 @@
+"""What `generate` prepares before the zoo's decoding loops run, kept for later calls with the same settings.
+
+Before its loop, Transformers' `generate` prepares the call: it deep-copies and completes the generation config,
+validates the arguments, turns the special tokens into tensors, and builds the logits processors and stopping
+criteria. For one sentence decoded greedily on a CPU that takes about 1.2 ms, 8% of the call
+(`benchmarks/greedy_step_costs.py`, its `loop_without_generate_front` arm). None of it depends on the source
+sentences when the zoo's loops run: they take only processors and criteria that look at each output row on its own
+(`hf_srcfeat.decoding.ROW_WISE_PROCESSORS`), and every setting comes from the call's arguments and the model's
+generation config. So a call whose loop is the zoo's records what `generate` handed the loop, and a later call with
+the same arguments (the tensors aside) and an unchanged generation config runs Transformers' own input preparation
+(the encoder, the decoder's start tokens, the beams' expansion) and the loop with it, skipping the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+
+from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
+
+#: How many settings a model keeps preparations for (the most recently recorded first).
+KEPT_PREPARATIONS = 4
+
+#: Setting values compared by equality; anything else (a tensor, a callable, a processor list) is never recorded.
+_PLAIN_VALUES = (bool, int, float, str, type(None))
+
+
+def is_input_tensor(name: str) -> bool:
+    """Whether `generate`'s keyword argument `name` is one of the model's per-sentence inputs."""
+    return name in ("input_ids", "attention_mask", *SOURCE_FEATURE_NAMES) or is_user_factor_feature(name)
+
+
+def _settings(arguments: dict) -> dict | None:
+    """The call's arguments other than its input tensors, generation configs as copies of their attributes; None
+    where one cannot be compared (the call is then neither recorded nor replayed)."""
+    settings = {}
+    for name, value in arguments.items():
+        if is_input_tensor(name):
+            continue
+        if isinstance(value, GenerationConfig):
+            value = copy.deepcopy(value.__dict__)
+        elif not isinstance(value, _PLAIN_VALUES):
+            return None
+        settings[name] = value
+    return settings
+
+
+def _same_settings(recorded: dict, arguments: dict) -> bool:
+    """Whether `arguments` hold the recorded settings (generation configs compared attribute by attribute)."""
+    names = [name for name in arguments if not is_input_tensor(name)]
+    if len(names) != len(recorded):
+        return False
+    for name in names:
+        if name not in recorded:
+            return False
+        value = arguments[name]
+        if isinstance(value, GenerationConfig):
+            if value.__dict__ != recorded[name]:
+                return False
+        elif not isinstance(value, _PLAIN_VALUES) or type(value) is not type(recorded[name]) or value != recorded[name]:
+            return False
+    return True
+
+
+@dataclass
+class GenerationPreparation:
+    """What one `generate` call handed the zoo's loop, and what it was prepared from."""
+
+    settings: dict  # the call's arguments other than its input tensors (`_settings`)
+    input_names: frozenset[str]  # the call's input tensors
+    device: torch.device
+    model_generation_config: dict  # a copy of the model's generation config's attributes
+    decoding_method: str  # the model's method `generate` called with them: "_sample" or "_beam_search"
+    generation_config: GenerationConfig  # as `generate` completed it
+    logits_processor: Any
+    stopping_criteria: Any
+    loop_options: dict  # the method's other keyword arguments (`use_cache`, ...)
+
+    def matches(self, model: Any, arguments: dict) -> bool:
+        input_ids = arguments.get("input_ids")
+        return (isinstance(input_ids, torch.Tensor) and input_ids.device == self.device
+                and frozenset(name for name in arguments if is_input_tensor(name)) == self.input_names
+                and model.generation_config.__dict__ == self.model_generation_config
+                and _same_settings(self.settings, arguments))
+
+    def generate(self, model: Any, arguments: dict) -> torch.Tensor:
+        """What `generate(**arguments)` returns: Transformers' own preparation of the inputs, then the decoding method
+        `generate` called, with what it was handed (the method hands it to the zoo's loop, as before)."""
+        input_ids = arguments["input_ids"]
+        config = self.generation_config
+        model_kwargs = {name: value for name, value in arguments.items() if is_input_tensor(name) and name != "input_ids"}
+        token = _CALL.set(None)  # nothing to record: this call was
+        try:
+            with torch.no_grad():
+                model_kwargs = model._maybe_prepare_encoder_kwargs_for_generation(input_ids, model_kwargs, "input_ids",
+                                                                                  config)
+                decoder_input_ids, model_kwargs = model._prepare_decoder_input_ids_for_generation(
+                    batch_size=input_ids.shape[0], model_input_name="input_ids", model_kwargs=model_kwargs,
+                    decoder_start_token_id=config._decoder_start_token_tensor, device=input_ids.device)
+                decoder_input_ids, model_kwargs = model._expand_inputs_for_generation(
+                    input_ids=decoder_input_ids, expand_size=max(config.num_beams, config.num_return_sequences),
+                    is_encoder_decoder=True, **model_kwargs)
+                return getattr(model, self.decoding_method)(
+                    decoder_input_ids, logits_processor=self.logits_processor, stopping_criteria=self.stopping_criteria,
+                    generation_config=config, **model_kwargs, **self.loop_options)
+        finally:
+            _CALL.reset(token)
+
+
+# The `generate` call being prepared in this thread or task: (model, its keyword arguments).
+_CALL: contextvars.ContextVar[tuple[Any, dict] | None] = contextvars.ContextVar("hf_srcfeat_generate_call",
+                                                                                default=None)
+
+
+@contextlib.contextmanager
+def recording(model: Any, arguments: dict) -> Iterator[None]:
+    """Within the block, a loop `generate` hands to the zoo on `model` is recorded (`record_loop`) for these
+    arguments."""
+    token = _CALL.set((model, arguments))
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
+
+
+def record_loop(model: Any, decoding_method: str, generation_config: GenerationConfig, logits_processor: Any,
+                stopping_criteria: Any, model_kwargs: dict) -> None:
+    """Record what `generate` handed `model`'s `decoding_method` ("_sample" or "_beam_search"), which hands it to
+    the zoo's loop, in the call `recording` names, if that call is `model`'s."""
+    call = _CALL.get()
+    if call is not None and call[0] is model:
+        record_preparation(model, call[1], decoding_method, generation_config, logits_processor, stopping_criteria,
+                           model_kwargs)
+
+
+def matching_preparation(model: Any, arguments: dict) -> GenerationPreparation | None:
+    """The preparation `model` recorded for a call with these arguments, or None."""
+    for preparation in model.__dict__.get("_generation_preparations", ()):
+        if preparation.matches(model, arguments):
+            return preparation
+    return None
+
+
+def forget_preparations(model: Any) -> None:
+    """Drop what `model` kept from earlier `generate` calls: the next call with any settings prepares anew (as after
+    changing something a preparation depends on that it does not compare, such as the model's config)."""
+    model.__dict__.pop("_generation_preparations", None)
+
+
+def record_preparation(model: Any, arguments: dict, decoding_method: str, generation_config: GenerationConfig,
+                       logits_processor: Any, stopping_criteria: Any, model_kwargs: dict) -> None:
+    """Keep what `generate(**arguments)` handed `decoding_method` for later calls with the same settings, where it can be
+    compared: plain setting values, the per-sentence inputs all in the model's own input tensors, an attention
+    mask, and nothing else the loop takes that is a tensor."""
+    settings = _settings(arguments)
+    input_ids = arguments.get("input_ids")
+    loop_options = {name: value for name, value in model_kwargs.items()
+                    if name not in ("encoder_outputs", "attention_mask")}
+    if (settings is None or not isinstance(input_ids, torch.Tensor)
+            or not isinstance(arguments.get("attention_mask"), torch.Tensor)
+            or not all(isinstance(value, _PLAIN_VALUES) for value in loop_options.values())):
+        return
+    preparation = GenerationPreparation(
+        settings=settings, input_names=frozenset(name for name in arguments if is_input_tensor(name)),
+        device=input_ids.device, model_generation_config=copy.deepcopy(model.generation_config.__dict__),
+        decoding_method=decoding_method,
+        generation_config=generation_config, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+        loop_options=loop_options)
+    kept = [other for other in model.__dict__.get("_generation_preparations", ())
+            if other.settings != settings or other.input_names != preparation.input_names]
+    model.__dict__["_generation_preparations"] = [preparation, *kept][:KEPT_PREPARATIONS]
+
+
+__all__ = ["GenerationPreparation", "forget_preparations", "matching_preparation", "record_loop", "record_preparation",
+           "recording", "is_input_tensor"]
