@@ -18,7 +18,9 @@ decoding loop's other work may push the weights out of the processor's last-leve
 `translate_batch` over the same sources (tokenized outside the timing), one at a time (`max_batch_size=1`), greedy,
 with the model's `no_repeat_ngram_size`, stopped after one, two and `--max_new_tokens` tokens.
 
-The `loop_without_generate_front` arm decodes the same sentences with the encoder and the zoo's greedy loop called
+The `generate_whole_preparing_each_call` arm drops what `generate` kept from earlier calls before each call
+(`hf_srcfeat.generation_preparation.forget_preparations`), so that every call prepares anew. The
+`loop_without_generate_front` arm decodes the same sentences with the encoder and the zoo's greedy loop called
 directly, handing the loop the processors, stopping criteria and configuration one `generate` call prepared (they
 do not depend on the source): what `generate`'s per-call preparation costs is the difference to `generate_whole`.
 
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_srcfeat import decoding, linear, modeling_srcfeat_transformer
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
+    from hf_srcfeat.generation_preparation import forget_preparations
     from hf_srcfeat.provenance import code_version, processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
@@ -77,6 +80,11 @@ def main(argv: list[str] | None = None) -> dict:
             output = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=new_tokens)
             generated += output.shape[1] - 1
         return generated
+
+    def generate_preparing_each_call() -> None:
+        for inputs in encoded:
+            forget_preparations(model)
+            model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
 
     def loop_arguments() -> dict:
         """What `generate` hands the zoo's greedy loop for these settings, taken from one call."""
@@ -209,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
+            "generate_whole_preparing_each_call": generate_preparing_each_call,
             "loop_without_generate_front": loop_without_generate_front,
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
