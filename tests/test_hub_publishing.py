@@ -348,7 +348,7 @@ SHIPPED_WITH_EVERY_MODEL = [
     "dependency_tree.py", "feature_dropout.py",
     "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
     "subword_training.py", "tokenization_source_features.py"]
-BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py",
+BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py", "generation_preparation.py",
             "label_smoothed_cross_entropy.py", "linear.py", "modeling_srcfeat_transformer.py"]
 #: What each model type ships besides: its own configuration and modeling files on top of the backbone.
 SHIPPED_PER_MODEL_TYPE = {
