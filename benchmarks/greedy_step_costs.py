@@ -19,7 +19,9 @@ decoding loop's other work may push the weights out of the processor's last-leve
 with the model's `no_repeat_ngram_size`, stopped after one, two and `--max_new_tokens` tokens.
 
 The `generate_whole_preparing_each_call` arm drops what `generate` kept from earlier calls before each call
-(`hf_srcfeat.generation_preparation.forget_preparations`), so that every call prepares anew. The
+(`hf_srcfeat.generation_preparation.forget_preparations`), so that every call prepares anew. As rounds of one arm
+vary more than that costs, the `paired_preparation` arm also times the two ways back to back on each sentence (in
+alternating order) and reports the median of the per-sentence differences. The
 `loop_without_generate_front` arm decodes the same sentences with the encoder and the zoo's greedy loop called
 directly, handing the loop the processors, stopping criteria and configuration one `generate` call prepared (they
 do not depend on the source): what `generate`'s per-call preparation costs is the difference to `generate_whole`.
@@ -85,6 +87,19 @@ def main(argv: list[str] | None = None) -> dict:
         for inputs in encoded:
             forget_preparations(model)
             model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+
+    preparation_savings: list[float] = []  # per sentence: seconds preparing anew minus seconds reusing
+
+    def paired_preparation() -> None:
+        for index, inputs in enumerate(encoded):
+            seconds = {}
+            for preparing in ((True, False) if index % 2 else (False, True)):
+                start = time.perf_counter()
+                if preparing:
+                    forget_preparations(model)
+                model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+                seconds[preparing] = time.perf_counter() - start
+            preparation_savings.append(seconds[True] - seconds[False])
 
     def loop_arguments() -> dict:
         """What `generate` hands the zoo's greedy loop for these settings, taken from one call."""
@@ -218,6 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
     arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
             "generate_whole_preparing_each_call": generate_preparing_each_call,
+            "paired_preparation": paired_preparation,
             "loop_without_generate_front": loop_without_generate_front,
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
@@ -236,6 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
             arm()
         for by_position in token_seconds.values():  # the warm-up's
             by_position.clear()
+        preparation_savings.clear()
         for _ in range(args.rounds):
             for name, arm in arms.items():
                 start = time.perf_counter()
@@ -243,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict:
                 seconds[name].append(timed if isinstance(timed, float) else time.perf_counter() - start)
     median = {name: statistics.median(values) for name, values in seconds.items()}
     per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms
-                       if not name.startswith(("step_", "positions_"))}
+                       if not name.startswith(("step_", "positions_", "paired_"))}
     tokens_per_sentence = tokens / len(sources)
 
     def later_token_ms(prefix: str, tokens_per_sentence: float) -> float | None:
@@ -264,6 +281,8 @@ def main(argv: list[str] | None = None) -> dict:
         "milliseconds_per_later_token": later_token_ms("generate_", tokens_per_sentence),
         "milliseconds_of_generate_front": per_sentence_ms["generate_whole"] - per_sentence_ms["loop_without_generate_front"],
         "loop_without_generate_front_identical": same_without_front,
+        # Median over every sentence of every round: what preparing a call anew costs over reusing a preparation
+        "milliseconds_of_preparing_each_call_paired": 1e3 * statistics.median(preparation_savings),
         "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
@@ -281,6 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_json_atomically(args.output, result)
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
                                         "milliseconds_per_later_token", "milliseconds_of_generate_front",
+                                        "milliseconds_of_preparing_each_call_paired",
                                         "milliseconds_of_one_steps_products",
                                         "milliseconds_to_token_by_position") if key in result})
     return result
