@@ -52,6 +52,14 @@ def _settings(arguments: dict) -> dict | None:
     return settings
 
 
+def _equal(first: Any, second: Any) -> bool:
+    """`first == second`, or False where the comparison cannot answer (e.g. a tensor of several values)."""
+    try:
+        return bool(first == second)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def _same_settings(recorded: dict, arguments: dict) -> bool:
     """Whether `arguments` hold the recorded settings (generation configs compared attribute by attribute)."""
     names = [name for name in arguments if not is_input_tensor(name)]
@@ -62,7 +70,7 @@ def _same_settings(recorded: dict, arguments: dict) -> bool:
             return False
         value = arguments[name]
         if isinstance(value, GenerationConfig):
-            if value.__dict__ != recorded[name]:
+            if not _equal(value.__dict__, recorded[name]):
                 return False
         elif not isinstance(value, _PLAIN_VALUES) or type(value) is not type(recorded[name]) or value != recorded[name]:
             return False
@@ -87,7 +95,7 @@ class GenerationPreparation:
         input_ids = arguments.get("input_ids")
         return (isinstance(input_ids, torch.Tensor) and input_ids.device == self.device
                 and frozenset(name for name in arguments if is_input_tensor(name)) == self.input_names
-                and model.generation_config.__dict__ == self.model_generation_config
+                and _equal(model.generation_config.__dict__, self.model_generation_config)
                 and _same_settings(self.settings, arguments))
 
     def generate(self, model: Any, arguments: dict) -> torch.Tensor:

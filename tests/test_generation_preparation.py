@@ -118,3 +118,14 @@ def test_transformers_loops_and_calls_without_an_attention_mask_prepare_every_ti
     model.generate(input_ids=batch["input_ids"][:1], num_beams=4)
     model.generate(input_ids=batch["input_ids"][:1], num_beams=4)
     assert len(preparations) == 4
+
+
+def test_a_generation_config_holding_a_tensor_is_prepared_anew_without_error(model, subword_tokenizer, sources,
+                                                                             preparations, monkeypatch):
+    batch = subword_tokenizer(sources, padding=True, return_tensors="pt")
+    monkeypatch.setattr(model.generation_config, "eos_token_id",
+                        torch.tensor([model.config.eos_token_id, model.config.pad_token_id]), raising=False)
+    outputs = [model.generate(**batch, num_beams=1) for _ in range(2)]
+    assert len(preparations) == 2  # a tensor's comparison cannot say "equal": nothing is reused
+    assert torch.equal(outputs[0], outputs[1])
+    assert torch.equal(outputs[0], model.generate(**batch, num_beams=1, fast_decoding=False))
