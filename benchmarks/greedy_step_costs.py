@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
     from torch.nn import functional
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import decoding, linear, modeling_srcfeat_transformer
+    from hf_srcfeat import decoding, linear
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
-    from hf_srcfeat.generation_preparation import forget_preparations
+    from hf_srcfeat.generation_preparation import forget_preparations, matching_preparation
     from hf_srcfeat.provenance import code_version, processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
@@ -102,24 +102,15 @@ def main(argv: list[str] | None = None) -> dict:
             preparation_savings.append(seconds[True] - seconds[False])
 
     def loop_arguments() -> dict:
-        """What `generate` hands the zoo's greedy loop for these settings, taken from one call."""
-        captured: dict = {}
-        loop = modeling_srcfeat_transformer.greedy_search
-
-        def capture(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
-            captured.update(input_ids=input_ids, logits_processor=logits_processor,
-                            stopping_criteria=stopping_criteria, generation_config=generation_config,
-                            **{name: value for name, value in model_kwargs.items()
-                               if name not in ("encoder_outputs", "attention_mask")})
-            return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs)
-        modeling_srcfeat_transformer.greedy_search = capture
-        try:
-            model.generate(**encoded[0], num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
-        finally:
-            modeling_srcfeat_transformer.greedy_search = loop
-        if not captured:
+        """What `generate` handed the zoo's greedy loop for these settings, as the model keeps it for later calls."""
+        preparation = matching_preparation(model, {**encoded[0], "num_beams": 1, "do_sample": False,
+                                                   "max_new_tokens": args.max_new_tokens})
+        if preparation is None or preparation.decoding_method != "_sample":
             raise RuntimeError("generate did not run the zoo's greedy loop for this model")
-        return captured
+        config = preparation.generation_config
+        return {"input_ids": config._decoder_start_token_tensor.reshape(1, 1), "generation_config": config,
+                "logits_processor": preparation.logits_processor, "stopping_criteria": preparation.stopping_criteria,
+                **preparation.loop_options}
 
     def loop_without_generate_front() -> list:
         encoder = model.get_encoder()

@@ -38,18 +38,23 @@ def is_input_tensor(name: str) -> bool:
 
 
 def _settings(arguments: dict) -> dict | None:
-    """The call's arguments other than its input tensors, generation configs as copies of their attributes; None
-    where one cannot be compared (the call is then neither recorded nor replayed)."""
+    """The call's arguments other than its input tensors, each as (type, value) so that e.g. `True` and `1` differ,
+    a generation config as its attributes; None where one cannot be compared (the call is then neither recorded nor
+    replayed)."""
     settings = {}
     for name, value in arguments.items():
         if is_input_tensor(name):
             continue
         if isinstance(value, GenerationConfig):
-            value = copy.deepcopy(value.__dict__)
+            value = value.__dict__
         elif not isinstance(value, _PLAIN_VALUES):
             return None
-        settings[name] = value
+        settings[name] = (type(value), value)
     return settings
+
+
+def _input_names(arguments: dict) -> frozenset[str]:
+    return frozenset(name for name in arguments if is_input_tensor(name))
 
 
 def _equal(first: Any, second: Any) -> bool:
@@ -60,28 +65,11 @@ def _equal(first: Any, second: Any) -> bool:
         return False
 
 
-def _same_settings(recorded: dict, arguments: dict) -> bool:
-    """Whether `arguments` hold the recorded settings (generation configs compared attribute by attribute)."""
-    names = [name for name in arguments if not is_input_tensor(name)]
-    if len(names) != len(recorded):
-        return False
-    for name in names:
-        if name not in recorded:
-            return False
-        value = arguments[name]
-        if isinstance(value, GenerationConfig):
-            if not _equal(value.__dict__, recorded[name]):
-                return False
-        elif not isinstance(value, _PLAIN_VALUES) or type(value) is not type(recorded[name]) or value != recorded[name]:
-            return False
-    return True
-
-
 @dataclass
 class GenerationPreparation:
     """What one `generate` call handed the zoo's loop, and what it was prepared from."""
 
-    settings: dict  # the call's arguments other than its input tensors (`_settings`)
+    settings: dict  # a copy of the call's arguments other than its input tensors (`_settings`)
     input_names: frozenset[str]  # the call's input tensors
     device: torch.device
     model_generation_config: dict  # a copy of the model's generation config's attributes
@@ -94,9 +82,9 @@ class GenerationPreparation:
     def matches(self, model: Any, arguments: dict) -> bool:
         input_ids = arguments.get("input_ids")
         return (isinstance(input_ids, torch.Tensor) and input_ids.device == self.device
-                and frozenset(name for name in arguments if is_input_tensor(name)) == self.input_names
+                and _input_names(arguments) == self.input_names
                 and _equal(model.generation_config.__dict__, self.model_generation_config)
-                and _same_settings(self.settings, arguments))
+                and _equal(_settings(arguments), self.settings))
 
     def generate(self, model: Any, arguments: dict) -> torch.Tensor:
         """What `generate(**arguments)` returns: Transformers' own preparation of the inputs, then the decoding method
@@ -140,12 +128,30 @@ def recording(model: Any, arguments: dict) -> Iterator[None]:
 
 def record_loop(model: Any, decoding_method: str, generation_config: GenerationConfig, logits_processor: Any,
                 stopping_criteria: Any, model_kwargs: dict) -> None:
-    """Record what `generate` handed `model`'s `decoding_method` ("_sample" or "_beam_search"), which hands it to
-    the zoo's loop, in the call `recording` names, if that call is `model`'s."""
+    """Keep what `generate` handed `model`'s `decoding_method` ("_sample" or "_beam_search"), which hands it to the
+    zoo's loop, for later calls with the settings of the call `recording` names, if that call is `model`'s and it
+    can be compared: plain setting values, the per-sentence inputs all in the model's own input tensors, an
+    attention mask, and nothing else the loop takes that is a tensor."""
     call = _CALL.get()
-    if call is not None and call[0] is model:
-        record_preparation(model, call[1], decoding_method, generation_config, logits_processor, stopping_criteria,
-                           model_kwargs)
+    if call is None or call[0] is not model:
+        return
+    arguments = call[1]
+    settings = _settings(arguments)
+    input_ids = arguments.get("input_ids")
+    loop_options = {name: value for name, value in model_kwargs.items()
+                    if name not in ("encoder_outputs", "attention_mask")}
+    if (settings is None or not isinstance(input_ids, torch.Tensor)
+            or not isinstance(arguments.get("attention_mask"), torch.Tensor)
+            or not all(isinstance(value, _PLAIN_VALUES) for value in loop_options.values())):
+        return
+    preparation = GenerationPreparation(
+        settings=copy.deepcopy(settings), input_names=_input_names(arguments), device=input_ids.device,
+        model_generation_config=copy.deepcopy(model.generation_config.__dict__), decoding_method=decoding_method,
+        generation_config=generation_config, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+        loop_options=loop_options)
+    kept = [other for other in model.__dict__.get("_generation_preparations", ())
+            if not (other.input_names == preparation.input_names and _equal(other.settings, settings))]
+    model.__dict__["_generation_preparations"] = [preparation, *kept][:KEPT_PREPARATIONS]
 
 
 def matching_preparation(model: Any, arguments: dict) -> GenerationPreparation | None:
@@ -162,29 +168,5 @@ def forget_preparations(model: Any) -> None:
     model.__dict__.pop("_generation_preparations", None)
 
 
-def record_preparation(model: Any, arguments: dict, decoding_method: str, generation_config: GenerationConfig,
-                       logits_processor: Any, stopping_criteria: Any, model_kwargs: dict) -> None:
-    """Keep what `generate(**arguments)` handed `decoding_method` for later calls with the same settings, where it can be
-    compared: plain setting values, the per-sentence inputs all in the model's own input tensors, an attention
-    mask, and nothing else the loop takes that is a tensor."""
-    settings = _settings(arguments)
-    input_ids = arguments.get("input_ids")
-    loop_options = {name: value for name, value in model_kwargs.items()
-                    if name not in ("encoder_outputs", "attention_mask")}
-    if (settings is None or not isinstance(input_ids, torch.Tensor)
-            or not isinstance(arguments.get("attention_mask"), torch.Tensor)
-            or not all(isinstance(value, _PLAIN_VALUES) for value in loop_options.values())):
-        return
-    preparation = GenerationPreparation(
-        settings=settings, input_names=frozenset(name for name in arguments if is_input_tensor(name)),
-        device=input_ids.device, model_generation_config=copy.deepcopy(model.generation_config.__dict__),
-        decoding_method=decoding_method,
-        generation_config=generation_config, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-        loop_options=loop_options)
-    kept = [other for other in model.__dict__.get("_generation_preparations", ())
-            if other.settings != settings or other.input_names != preparation.input_names]
-    model.__dict__["_generation_preparations"] = [preparation, *kept][:KEPT_PREPARATIONS]
-
-
-__all__ = ["GenerationPreparation", "forget_preparations", "matching_preparation", "record_loop", "record_preparation",
-           "recording", "is_input_tensor"]
+__all__ = ["GenerationPreparation", "forget_preparations", "matching_preparation", "record_loop", "recording",
+           "is_input_tensor"]
