@@ -8,7 +8,10 @@ single-row products alone, timed over the model's own weights with each of PyTor
 
 On the first `--sentences` test_2016_flickr sources, one at a time, within `prepared_inference_weights` (as the
 translate command decodes), one thread; the arms take turns for `--rounds` rounds and the median is reported.
-"A later token" is (whole call - call stopped after two tokens) / (tokens generated - 2). The products arm
+"A later token" is (whole call - call stopped after two tokens) / (tokens generated - 2). `encoder_alone` runs the
+encoder on the sentences one after another; `encoder_after_decoding` times it on each sentence right after the
+previous one was decoded (the decoding not timed), as translating one sentence after another meets it, the
+decoder's weights having passed through the caches since. The products arm
 multiplies one row by every weight matrix a decoding step reads (each decoder layer's stacked query/key/value,
 outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step;
 the `..._after_other_memory` arm writes as many bytes of other memory as the step's weights before each step, as a
@@ -147,6 +150,17 @@ def main(argv: list[str] | None = None) -> dict:
         for inputs in encoded:
             model.get_encoder()(**inputs)
 
+    def encoder_after_decoding() -> float:
+        """Seconds of the encoder on each sentence right after the previous sentence was decoded (not timed), as a
+        translation of one sentence after another meets it."""
+        seconds = 0.0
+        for previous, inputs in zip([encoded[-1], *encoded[:-1]], encoded, strict=True):
+            model.generate(**previous, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+            start = time.perf_counter()
+            model.get_encoder()(**inputs)
+            seconds += time.perf_counter() - start
+        return seconds
+
     # The weight matrices one decoding step reads, as [out_features, in_features].
     weights = []
     for layer in model.get_decoder().layers:
@@ -221,7 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.positions:
             ctranslate2_arms["positions_ctranslate2"] = ctranslate2_by_position
 
-    arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "generate_first_token": lambda: generate(1),
+    arms = {**ctranslate2_arms, "encoder_alone": encoder_alone, "encoder_after_decoding": encoder_after_decoding,
+            "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
             "generate_whole_preparing_each_call": generate_preparing_each_call,
             "paired_preparation": paired_preparation,
@@ -247,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(args.rounds):
             for name, arm in arms.items():
                 start = time.perf_counter()
-                timed = arm()  # the products' arms time themselves
+                timed = arm()  # the products' arms and encoder_after_decoding time themselves
                 seconds[name].append(timed if isinstance(timed, float) else time.perf_counter() - start)
     median = {name: statistics.median(values) for name, values in seconds.items()}
     per_sentence_ms = {name: 1e3 * median[name] / len(sources) for name in arms

@@ -51,12 +51,17 @@ def onednn_product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
 
 
+def _zoo_kernels_enabled() -> bool:
+    """What the zoo's CPU kernels need whatever the tensors: eager mode, oneDNN, no CPU autocast."""
+    # Compiled graphs first: tracing `mkldnn.is_available` would break them.
+    return (not torch.compiler.is_compiling() and torch.backends.mkldnn.is_available()
+            and not torch.is_autocast_enabled("cpu"))
+
+
 def _cpu_float32_eager(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
     """Where the zoo's CPU kernels apply at all: eager float32 on the CPU with oneDNN, no autocast."""
-    # Compiled graphs first: tracing `mkldnn.is_available` would break them.
-    return (not torch.compiler.is_compiling() and inputs.dtype == torch.float32 and weight.dtype == torch.float32
-            and inputs.device.type == "cpu" and torch.backends.mkldnn.is_available()
-            and not torch.is_autocast_enabled("cpu"))
+    return (inputs.dtype == torch.float32 and weight.dtype == torch.float32 and inputs.device.type == "cpu"
+            and _zoo_kernels_enabled())
 
 
 def onednn_applies(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -432,10 +437,8 @@ def inference_memo(layer: nn.Module) -> dict[Any, Any] | None:
 
 def _prepared_products_enabled() -> bool:
     """The conditions of `_prepared_inference_applies` that are the same for every layer, gradients off."""
-    # Compiled graphs first: tracing `mkldnn.is_available` would break them.
-    return (PREPARED_INFERENCE_WEIGHTS and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
-            and torch.backends.mkldnn.is_available())
+    return (PREPARED_INFERENCE_WEIGHTS and not torch.is_grad_enabled() and _zoo_kernels_enabled()
+            and not torch.jit.is_tracing())
 
 
 def prepared_copies_state(layers: Sequence[nn.Linear]) -> tuple | None:

@@ -553,9 +553,10 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
                                      str(exported), "--positions", "3", "--output", str(tmp_path / "costs.json")])
     assert result["weight_matrices_per_step"] == 6 * AutoConfig.from_pretrained(model_folder).decoder_layers + 1
     assert set(result["milliseconds_per_sentence"]) == {
-        "encoder_alone", "generate_first_token", "generate_two_tokens", "generate_whole",
+        "encoder_alone", "encoder_after_decoding", "generate_first_token", "generate_two_tokens", "generate_whole",
         "generate_whole_preparing_each_call", "loop_without_generate_front", "ctranslate2_first_token",
         "ctranslate2_two_tokens", "ctranslate2_whole"}
+    assert result["milliseconds_per_sentence"]["encoder_after_decoding"] > 0
     # The loop called without generate's preparation decodes the same tokens
     assert result["loop_without_generate_front_identical"] is True
     assert isinstance(result["milliseconds_of_preparing_each_call_paired"], float)
