@@ -571,9 +571,45 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     assert json.loads((tmp_path / "costs.json").read_text())["tokens_per_sentence"] == result["tokens_per_sentence"]
 
 
+@pytest.mark.slow
+def test_batch1_alternatives_restate_the_encoder_layers_to_the_bit_and_time_every_arm(model_folder, multi30k_dir,
+                                                                                       tmp_path):
+    from benchmarks import batch1_alternatives
+
+    result = batch1_alternatives.main(["--model", str(model_folder), "--sentences", "3", "--rounds", "1",
+                                       "--max_new_tokens", "6", "--data_dir", str(multi30k_dir), "--output",
+                                       str(tmp_path / "alternatives.json")])
+    assert result["encoder_layers_restated_identical"] is True
+    assert set(result["milliseconds_per_sentence"]) == {
+        f"encoder_{way}_{when}" for way in ("modules", "layers_restated") for when in ("back_to_back", "after_decoding")}
+    assert {"output_projection_bfloat16", "step_products_weights_on_huge_pages"} <= set(result["milliseconds_per_step"])
+    assert all(value > 0 for value in [*result["milliseconds_per_sentence"].values(),
+                                       *result["milliseconds_per_step"].values()])
+    assert json.loads((tmp_path / "alternatives.json").read_text())["rounds"] == 1
+
+
+def test_restated_encoder_layers_apply_only_within_the_block(model_folder):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from benchmarks.batch1_alternatives import encoder_layers_restated
+    from hf_srcfeat.modeling_srcfeat_transformer import SrcFeatEncoderLayer
+
+    shipped = SrcFeatEncoderLayer.__call__
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_folder).eval()
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 2]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    with torch.no_grad():
+        expected = model.get_encoder()(**inputs).last_hidden_state
+        with encoder_layers_restated():
+            assert SrcFeatEncoderLayer.__call__ is not shipped
+            restated = model.get_encoder()(**inputs).last_hidden_state
+    assert SrcFeatEncoderLayer.__call__ is shipped
+    assert torch.equal(restated, expected)
+
+
 @pytest.mark.parametrize("script, option", [("measure_annotation_depth", "--sentences"),
                                             ("measure_annotation_depth", "--batch_size"),
-                                            ("greedy_step_costs", "--rounds"), ("greedy_step_costs", "--max_new_tokens")])
+                                            ("greedy_step_costs", "--rounds"), ("greedy_step_costs", "--max_new_tokens"),
+                                            ("batch1_alternatives", "--sentences")])
 def test_the_annotation_depth_and_greedy_cost_benchmarks_refuse_counts_below_one(script, option, tmp_path, capsys):
     import importlib
 
