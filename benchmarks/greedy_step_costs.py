@@ -28,6 +28,9 @@ alternating order) and reports the median of the per-sentence differences. The
 `loop_without_generate_front` arm decodes the same sentences with the encoder and the zoo's greedy loop called
 directly, handing the loop the processors, stopping criteria and configuration one `generate` call prepared (they
 do not depend on the source): what `generate`'s per-call preparation costs is the difference to `generate_whole`.
+The `paired_inference_mode` arm runs that loop on each sentence's encoder output as shipped (in inference mode,
+`hf_srcfeat.decoding.in_inference_mode`) and in no-grad mode, back to back in alternating order, and reports the
+median difference and whether the token ids were the same.
 
 `--positions N` also times each of a sentence's first N tokens, as one more arm of each side: the time from the
 call's start to its first token, then from each token to the next (the zoo: the end of each decoder step of its
@@ -120,6 +123,26 @@ def main(argv: list[str] | None = None) -> dict:
         return [decoding.greedy_search(model, encoder_outputs=encoder(**inputs, return_dict=True),
                                        attention_mask=inputs["attention_mask"], **arguments)
                 for inputs in encoded]
+
+    inference_mode_savings: list[float] = []  # per sentence: seconds of the loop in no-grad mode minus as shipped
+    inference_mode_identical: list[bool] = []
+
+    def paired_inference_mode() -> None:
+        encoder = model.get_encoder()
+        for index, inputs in enumerate(encoded):
+            memory = {"encoder_outputs": encoder(**inputs, return_dict=True),
+                      "attention_mask": inputs["attention_mask"], **arguments}
+            seconds, outputs = {}, {}
+            for inference_mode in ((True, False) if index % 2 else (False, True)):
+                start = time.perf_counter()
+                if inference_mode:  # as shipped
+                    outputs[True] = decoding.greedy_search(model, **memory)
+                else:  # the same loop in no-grad mode
+                    with torch.no_grad():
+                        outputs[False] = decoding.greedy_search.__wrapped__(model, **memory)
+                seconds[inference_mode] = time.perf_counter() - start
+            inference_mode_savings.append(seconds[False] - seconds[True])
+            inference_mode_identical.append(torch.equal(outputs[True], outputs[False]))
 
     # Seconds to each of a sentence's first `--positions` tokens, from the call's start or the token before.
     token_seconds: dict[str, list[list[float]]] = {"generate": [], "ctranslate2": []}
@@ -239,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
             "generate_first_token": lambda: generate(1),
             "generate_two_tokens": lambda: generate(2), "generate_whole": lambda: generate(args.max_new_tokens),
             "generate_whole_preparing_each_call": generate_preparing_each_call,
-            "paired_preparation": paired_preparation,
+            "paired_preparation": paired_preparation, "paired_inference_mode": paired_inference_mode,
             "loop_without_generate_front": loop_without_generate_front,
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
             "step_products_addmm_over_transposed_copies_after_other_memory":
@@ -259,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
         for by_position in token_seconds.values():  # the warm-up's
             by_position.clear()
         preparation_savings.clear()
+        inference_mode_savings.clear()
         for _ in range(args.rounds):
             for name, arm in arms.items():
                 start = time.perf_counter()
@@ -289,6 +313,9 @@ def main(argv: list[str] | None = None) -> dict:
         "loop_without_generate_front_identical": same_without_front,
         # Median over every sentence of every round: what preparing a call anew costs over reusing a preparation
         "milliseconds_of_preparing_each_call_paired": 1e3 * statistics.median(preparation_savings),
+        # Likewise: what the greedy loop in no-grad mode costs over the loop as shipped, in inference mode
+        "milliseconds_of_no_grad_mode_paired": 1e3 * statistics.median(inference_mode_savings),
+        "inference_mode_identical": all(inference_mode_identical),
         "milliseconds_of_one_steps_products": {name[len("step_products_"):]: 1e3 * value / 100
                                                for name, value in median.items() if name.startswith("step_")},
         "seconds_per_round": seconds,
@@ -307,6 +334,7 @@ def main(argv: list[str] | None = None) -> dict:
     print({key: result[key] for key in ("tokens_per_sentence", "milliseconds_per_sentence",
                                         "milliseconds_per_later_token", "milliseconds_of_generate_front",
                                         "milliseconds_of_preparing_each_call_paired",
+                                        "milliseconds_of_no_grad_mode_paired",
                                         "milliseconds_of_one_steps_products",
                                         "milliseconds_to_token_by_position") if key in result})
     return result

@@ -421,3 +421,39 @@ def test_every_models_encoders_and_decoders_forward_keeps_the_signature_inspect_
         assert isinstance(forward.__signature__, inspect.Signature), owner.__name__
         assert list(forward.__signature__.parameters) == list(
             inspect.signature(inspect.unwrap(forward)).parameters), owner.__name__
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_loops_run_in_inference_mode_and_hand_back_token_ids_the_caller_may_change(trained_baseline, batch,
+                                                                                     monkeypatch, num_beams):
+    model, _ = trained_baseline
+    modes: list[bool] = []
+    step = decoding.DecoderState.step
+
+    def noting_step(self, input_ids):
+        modes.append(torch.is_inference_mode_enabled())
+        return step(self, input_ids)
+
+    monkeypatch.setattr(decoding.DecoderState, "step", noting_step)
+    output = model.generate(**batch, num_beams=num_beams, max_new_tokens=5)
+    assert modes and all(modes)
+    assert not output.is_inference()
+    output[output == model.config.pad_token_id] = -100  # as callers change Transformers' output, e.g. into labels
+
+
+def test_a_model_that_translated_before_training_still_trains(tiny_config, batch):
+    # What decoding leaves behind for later calls (the decoder's sinusoid table, made within the loop's inference
+    # mode) must serve training too.
+    from hf_srcfeat import SrcFeatTransformerForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = SrcFeatTransformerForConditionalGeneration(tiny_config(position_embedding_type="sinusoidal")).eval()
+    assert not model.get_decoder().embed_target.sinusoid_tables
+    model.generate(input_ids=batch["input_ids"][:2], attention_mask=batch["attention_mask"][:2], num_beams=1,
+                   max_new_tokens=3)
+    assert model.get_decoder().embed_target.sinusoid_tables
+    model.train()
+    loss = model(input_ids=batch["input_ids"][:2], attention_mask=batch["attention_mask"][:2],
+                 labels=batch["input_ids"][:2, :6]).loss
+    loss.backward()
+    assert model.get_encoder().layers[0].ffn.fc1.weight.grad is not None

@@ -560,6 +560,9 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     # The loop called without generate's preparation decodes the same tokens
     assert result["loop_without_generate_front_identical"] is True
     assert isinstance(result["milliseconds_of_preparing_each_call_paired"], float)
+    # The greedy loop in no-grad mode decodes the same tokens as the shipped loop in inference mode
+    assert result["inference_mode_identical"] is True
+    assert isinstance(result["milliseconds_of_no_grad_mode_paired"], float)
     # The same greedy translations: as many tokens as generate's (each counting its </s>).
     assert result["ctranslate2"]["tokens_per_sentence"] == result["tokens_per_sentence"]
     assert {"addmm_over_transposed_copies", "onednn_packed"} <= set(result["milliseconds_of_one_steps_products"])
