@@ -154,15 +154,18 @@ class LayerStep:
         """The layer's output for `hidden_states` [rows, d_model] at position `length`, reading and writing the
         loops' `DecoderState`."""
         self_norm, cross_norm, feed_forward_norm = self.norms
-        if self.pre_norm:  # `residual` written out: Python calls are a good part of a one-row step's time
-            hidden_states = hidden_states + self.self_attention(self_norm(hidden_states), state, length)
+        # `residual` written out: Python calls are a good part of a one-row step's time. Each sublayer's output is a
+        # fresh product, so the residual is added into it (the same sum: addition commutes) rather than into a new
+        # tensor.
+        if self.pre_norm:
+            hidden_states = self.self_attention(self_norm(hidden_states), state, length).add_(hidden_states)
             hidden_states = self.before_cross_attention(hidden_states, state)
-            hidden_states = hidden_states + self.cross_attention(cross_norm(hidden_states), state)
-            return hidden_states + self.feed_forward(feed_forward_norm(hidden_states))
-        hidden_states = self_norm(hidden_states + self.self_attention(hidden_states, state, length))
+            hidden_states = self.cross_attention(cross_norm(hidden_states), state).add_(hidden_states)
+            return self.feed_forward(feed_forward_norm(hidden_states)).add_(hidden_states)
+        hidden_states = self_norm(self.self_attention(hidden_states, state, length).add_(hidden_states))
         hidden_states = self.before_cross_attention(hidden_states, state)
-        hidden_states = cross_norm(hidden_states + self.cross_attention(hidden_states, state))
-        return feed_forward_norm(hidden_states + self.feed_forward(hidden_states))
+        hidden_states = cross_norm(self.cross_attention(hidden_states, state).add_(hidden_states))
+        return feed_forward_norm(self.feed_forward(hidden_states).add_(hidden_states))
 
 
 class _TargetEmbeddingStep:
@@ -278,7 +281,7 @@ class DecoderStep:
             self.layers, self.logits = self.looked_up(rows)
             self.rows = rows
         assert self.logits is not None  # set with the layers
-        length = state.self_attention.get_seq_length()
+        length = state.self_attention_layers[0].length  # the positions cached so far (`get_seq_length`)
         hidden_states = self.embedding(input_ids.view(rows), length)
         for layer in self.layers:
             hidden_states = layer(hidden_states, state, length)
@@ -287,7 +290,7 @@ class DecoderStep:
         logits = self.logits(hidden_states)
         if self.logits_bias is not None:
             logits = logits + self.logits_bias.to(logits.dtype)
-        return logits.float()
+        return logits if logits.dtype == torch.float32 else logits.float()
 
 
 __all__ = ["DecoderStep", "LayerStep", "STEPS_AS_TENSOR_OPERATIONS", "layer_norm_function"]

@@ -94,7 +94,9 @@ class GenerationPreparation:
         model_kwargs = {name: value for name, value in arguments.items() if is_input_tensor(name) and name != "input_ids"}
         token = _CALL.set(None)  # nothing to record: this call was
         try:
-            with torch.no_grad():
+            # The encoder too in inference mode, as the loop runs (`hf_srcfeat.decoding.in_inference_mode`); the
+            # caller gets a normal tensor.
+            with torch.inference_mode():
                 model_kwargs = model._maybe_prepare_encoder_kwargs_for_generation(input_ids, model_kwargs, "input_ids",
                                                                                   config)
                 decoder_input_ids, model_kwargs = model._prepare_decoder_input_ids_for_generation(
@@ -103,9 +105,10 @@ class GenerationPreparation:
                 decoder_input_ids, model_kwargs = model._expand_inputs_for_generation(
                     input_ids=decoder_input_ids, expand_size=max(config.num_beams, config.num_return_sequences),
                     is_encoder_decoder=True, **model_kwargs)
-                return getattr(model, self.decoding_method)(
+                sequences = getattr(model, self.decoding_method)(
                     decoder_input_ids, logits_processor=self.logits_processor, stopping_criteria=self.stopping_criteria,
                     generation_config=config, **model_kwargs, **self.loop_options)
+            return sequences.clone()
         finally:
             _CALL.reset(token)
 
