@@ -919,3 +919,23 @@ def test_method_flops_refuses_arguments_it_cannot_count_with_before_any_work(arg
         method_flops.main(["--output", str(output), *arguments])
     assert message in capsys.readouterr().err
     assert not output.exists()
+
+
+def test_random_baseline_takes_another_shape_and_refuses_unknown_arguments_and_a_used_folder(model_folder, tmp_path,
+                                                                                            capsys):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from benchmarks import random_baseline
+
+    overrides = '{"d_model": 48, "encoder_layers": 1, "decoder_ffn_dim": 96, "vocab_size": 5000}'
+    folder = random_baseline.main(["--like", str(model_folder), "--output", str(tmp_path / "random"),
+                                   "--config_overrides", overrides])
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    assert (model.config.d_model, model.config.encoder_layers, model.config.vocab_size) == (48, 1, 5000)
+    assert (folder / "tokenizer.json").exists()
+    for arguments, message in [(["--output", str(folder)], "already holds files"),
+                               (["--output", str(tmp_path / "other"), "--config_overrides", '{"d_modle": 48}'],
+                                "has no argument 'd_modle'")]:
+        with pytest.raises(SystemExit):
+            random_baseline.main(["--like", str(model_folder), *arguments])
+        assert message in capsys.readouterr().err
