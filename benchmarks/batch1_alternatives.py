@@ -23,7 +23,6 @@ Each arm's median over `--rounds` rounds is reported, in milliseconds per senten
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import mmap
@@ -125,21 +124,17 @@ def anonymous_huge_page_kilobytes() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="a trained baseline folder")
-    parser.add_argument("--sentences", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--max_new_tokens", type=int, default=64)
-    parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    from benchmarks.greedy_step_costs import check_counts, one_sentence_benchmark_parser
+
+    parser = one_sentence_benchmark_parser(__doc__)
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    for name in ("sentences", "rounds", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    check_counts(parser, args)
 
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
+    from benchmarks.greedy_step_costs import encoder_seconds, step_weight_matrices
     from hf_srcfeat import linear
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.provenance import code_version, processor_name
@@ -158,15 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
     def decode(inputs) -> None:
         model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
 
-    def encoder_seconds(after_decoding: bool) -> float:
-        seconds = 0.0
-        for previous, inputs in zip([encoded[-1], *encoded[:-1]], encoded, strict=True):
-            if after_decoding:
-                decode(previous)
-            start = time.perf_counter()
-            encoder(**inputs)
-            seconds += time.perf_counter() - start
-        return seconds / len(encoded)
+    def encoder_milliseconds(after_decoding: bool) -> float:
+        """A sentence's encoder, on average (`greedy_step_costs.encoder_seconds`)."""
+        return 1e3 * encoder_seconds(model, encoded, args.max_new_tokens, after_decoding) / len(encoded)
 
     def restated(arm: Callable[[], float]) -> Callable[[], float]:
         def run() -> float:
@@ -175,13 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
         return run
 
     # The weight matrices one decoding step multiplies a row by, transposed as the loops read them.
-    step_weights = []
-    for layer in model.get_decoder().layers:
-        attention, cross = layer.self_attn, layer.encoder_attn
-        step_weights += [torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
-                         attention.out_proj.weight, cross.q_proj.weight, cross.out_proj.weight, layer.ffn.fc1.weight,
-                         layer.ffn.fc2.weight]
-    step_weights = [weight.detach().t().contiguous() for weight in [*step_weights, model.lm_head.weight]]
+    step_weights = [weight.t().contiguous() for weight in step_weight_matrices(model)]
     rows = [torch.randn(1, weight.shape[0]) for weight in step_weights]
     separate = [weight.clone() for weight in step_weights]
     huge_pages_advised = sys.platform == "linux"
@@ -209,10 +192,10 @@ def main(argv: list[str] | None = None) -> dict:
         return 1e3 * statistics.median(times)
 
     arms: dict[str, Callable[[], float]] = {
-        "encoder_modules_back_to_back": lambda: 1e3 * encoder_seconds(False),
-        "encoder_layers_restated_back_to_back": restated(lambda: 1e3 * encoder_seconds(False)),
-        "encoder_modules_after_decoding": lambda: 1e3 * encoder_seconds(True),
-        "encoder_layers_restated_after_decoding": restated(lambda: 1e3 * encoder_seconds(True)),
+        "encoder_modules_back_to_back": lambda: encoder_milliseconds(False),
+        "encoder_layers_restated_back_to_back": restated(lambda: encoder_milliseconds(False)),
+        "encoder_modules_after_decoding": lambda: encoder_milliseconds(True),
+        "encoder_layers_restated_after_decoding": restated(lambda: encoder_milliseconds(True)),
         "output_projection_float32": lambda: products_per_step(
             [], product=lambda: torch.mm(output_row, output_projection)),
         "output_projection_bfloat16": lambda: products_per_step(

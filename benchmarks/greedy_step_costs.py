@@ -45,22 +45,62 @@ import time
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def step_weight_matrices(model) -> list:
+    """The weight matrices one greedy decoding step of the baseline multiplies a row by, in order, as
+    [out_features, in_features]: each decoder layer's stacked query/key/value, self-attention output,
+    cross-attention query and output, feed-forward, then the output projection."""
+    import torch
+
+    weights = []
+    for layer in model.get_decoder().layers:
+        attention, cross = layer.self_attn, layer.encoder_attn
+        weights += [torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
+                    attention.out_proj.weight, cross.q_proj.weight, cross.out_proj.weight, layer.ffn.fc1.weight,
+                    layer.ffn.fc2.weight]
+    return [weight.detach().contiguous() for weight in [*weights, model.lm_head.weight]]
+
+
+def encoder_seconds(model, encoded: list, max_new_tokens: int, after_decoding: bool) -> float:
+    """Seconds of the encoder over the sentences `encoded` (each a batch of one), one after another, or each right after
+    the previous sentence was decoded greedily (not timed), as translating one sentence after another meets it."""
+    seconds = 0.0
+    for previous, inputs in zip([encoded[-1], *encoded[:-1]], encoded, strict=True):
+        if after_decoding:
+            model.generate(**previous, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+        start = time.perf_counter()
+        model.get_encoder()(**inputs)
+        seconds += time.perf_counter() - start
+    return seconds
+
+
+def one_sentence_benchmark_parser(description: str | None) -> argparse.ArgumentParser:
+    """The options of the benchmarks that decode test sources one at a time: the model, how many sources, rounds and
+    new tokens, the data folder (each adds its own and `--output`; `check_counts` after parsing)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a trained baseline folder")
     parser.add_argument("--sentences", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
+    return parser
+
+
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a count of sources, rounds or new tokens below one (the parser's error: exit status 2)."""
+    for name in ("sentences", "rounds", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = one_sentence_benchmark_parser(__doc__)
     parser.add_argument("--ctranslate2", type=Path, default=None,
                         help="the baseline's CTranslate2 export (hf-srcfeat-export-ctranslate2), timed alike")
     parser.add_argument("--positions", type=int, default=0,
                         help="also time each of the first POSITIONS tokens of a sentence, on both sides")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    for name in ("sentences", "rounds", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    check_counts(parser, args)
     if args.positions < 0:
         parser.error(f"--positions must be 0 or more, got {args.positions}")
 
@@ -174,24 +214,9 @@ def main(argv: list[str] | None = None) -> dict:
             model.get_encoder()(**inputs)
 
     def encoder_after_decoding() -> float:
-        """Seconds of the encoder on each sentence right after the previous sentence was decoded (not timed), as a
-        translation of one sentence after another meets it."""
-        seconds = 0.0
-        for previous, inputs in zip([encoded[-1], *encoded[:-1]], encoded, strict=True):
-            model.generate(**previous, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
-            start = time.perf_counter()
-            model.get_encoder()(**inputs)
-            seconds += time.perf_counter() - start
-        return seconds
+        return encoder_seconds(model, encoded, args.max_new_tokens, after_decoding=True)
 
-    # The weight matrices one decoding step reads, as [out_features, in_features].
-    weights = []
-    for layer in model.get_decoder().layers:
-        attention, cross = layer.self_attn, layer.encoder_attn
-        weights += [torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
-                    attention.out_proj.weight, cross.q_proj.weight, cross.out_proj.weight, layer.ffn.fc1.weight,
-                    layer.ffn.fc2.weight]
-    weights = [weight.detach().contiguous() for weight in [*weights, model.lm_head.weight]]
+    weights = step_weight_matrices(model)
     rows = [torch.randn(1, weight.shape[1]) for weight in weights]
     transposed = [weight.t().contiguous() for weight in weights]
     onednn = [torch.ops.mkldnn._reorder_linear_weight(weight, 1) for weight in weights]
