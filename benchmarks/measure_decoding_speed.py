@@ -11,7 +11,9 @@ beam 4) / 2x (batch 1, greedy) of CTranslate2".
 The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
 translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost
 per token). Each setting starts from weights not yet prepared for inference, as in a process that decodes only
-that way. Each model runs five arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
+that way: each model's first arm (`fast`) makes them in its time, unless `--prepare_untimed` has each model decode the
+setting's first batch before the timed arms (for short runs of large models, where making them would weigh on the
+fast arm alone). Each model runs five arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
 inference: the default), `fast_modules` (the same, each decoding step through the decoder's modules instead of as
 tensor operations, `hf_srcfeat.decoder_step`), `fast_unprepared` (the same loops, the kernels reading the weights
 as stored), `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops
@@ -40,6 +42,7 @@ import itertools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hf_srcfeat.provenance import code_version, processor_name
@@ -129,6 +132,23 @@ def graft_methods(baseline: str, names: list[str], work_dir: Path) -> list[str]:
     return folders
 
 
+def timed_setting(runners: dict, preparers: list, batch_size: int, beams: int,
+                  prepared_weights: Callable[[], contextlib.AbstractContextManager]) -> dict:
+    """Each arm's seconds for one setting, the arms taking turns within one fresh `prepared_weights()` block: each
+    setting starts from weights not yet prepared, as in a process that decodes only this way (a layer keeps one
+    prepared copy, packed once it met several rows). Making them falls in each model's first arm's time, or, where
+    `preparers` are given (`--prepare_untimed`), in theirs, before the timings."""
+    seconds = {}
+    with prepared_weights():
+        for prepare in preparers:
+            prepare(batch_size, beams)
+        for key, run in runners.items():
+            start = time.perf_counter()
+            run(batch_size, beams)
+            seconds[key] = time.perf_counter() - start
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM
@@ -155,6 +175,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--operation_breakdown", action="store_true",
                         help="also time each tensor operation of the baseline's fast path, per sentence, in each "
                              "setting (benchmarks/op_timing.py)")
+    parser.add_argument("--prepare_untimed", action="store_true",
+                        help="make each model's prepared weights before the timed arms of each setting (each model "
+                             "decodes the setting's first batch untimed), as a long-running process has them, instead "
+                             "of in its fast arm's time")
     parser.add_argument("--input_order", action="store_true",
                         help="batch the sources in corpus order instead of sorted by length")
     args = parser.parse_args(argv)
@@ -180,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     default_min_rows = linear.ONEDNN_MIN_ROWS
 
     runners, model_types, special_token_ids, loaded = {}, {}, {}, []
+    preparers: list = []  # per model: decodes a setting's first batch (`--prepare_untimed`)
     for folder in models:
         tokenizer = load_tokenizer(folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).to(args.device).eval()
@@ -211,6 +236,13 @@ def main(argv: list[str] | None = None) -> dict:
             runners[(folder, loop)] = decode
             model_types[(folder, loop)] = model.config.model_type
             special_token_ids[(folder, loop)] = (model.config.eos_token_id, model.config.pad_token_id)
+
+        def prepare(batch_size: int, beams: int, model=model, encoded=encoded) -> None:
+            """The model's prepared weights for this setting, made as its fast arm's first batch makes them."""
+            with torch.no_grad():
+                model.generate(**encoded[batch_size][0], num_beams=beams, do_sample=False,
+                               max_new_tokens=args.max_new_tokens)
+        preparers.append(prepare)
     export_error = None
     if args.ctranslate2:
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
@@ -261,13 +293,10 @@ def main(argv: list[str] | None = None) -> dict:
                                                for batch_size, beams in SETTINGS}
     for round_index in range(args.rounds):
         for batch_size, beams in SETTINGS:
-            # Each setting starts from weights not yet prepared, as in a process that decodes only this way (a layer
-            # keeps one prepared copy, packed once it met several rows); making them falls in the first arm's time.
-            with prepared_weights():
-                for key, run in runners.items():
-                    start = time.perf_counter()
-                    run(batch_size, beams)
-                    round_seconds[(key, batch_size, beams)].append(time.perf_counter() - start)
+            seconds_of_setting = timed_setting(runners, preparers if args.prepare_untimed else [], batch_size, beams,
+                                               prepared_weights)
+            for key, value in seconds_of_setting.items():
+                round_seconds[(key, batch_size, beams)].append(value)
         print(f"round {round_index + 1} done", flush=True)
 
     breakdowns = {}
@@ -310,6 +339,7 @@ def main(argv: list[str] | None = None) -> dict:
               "command": "python -m benchmarks.measure_decoding_speed " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
               "sentences": len(sources), "sorted_by_length": not args.input_order,
+              "preparation_untimed": args.prepare_untimed,
               "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,

@@ -939,3 +939,27 @@ def test_random_baseline_takes_another_shape_and_refuses_unknown_arguments_and_a
         with pytest.raises(SystemExit):
             random_baseline.main(["--like", str(model_folder), *arguments])
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prepare_untimed", [False, True])
+def test_a_setting_times_its_arms_in_one_fresh_prepared_block_after_any_untimed_preparation(prepare_untimed):
+    import contextlib
+
+    from benchmarks.measure_decoding_speed import timed_setting
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def prepared_weights():
+        events.append("block opens")
+        yield
+        events.append("block closes")
+
+    runners = {name: (lambda batch_size, beams, name=name: events.append(f"{name} {batch_size}x{beams}"))
+               for name in ("baseline fast", "method fast")}
+    preparers = [lambda batch_size, beams, name=name: events.append(f"prepare {name}")
+                 for name in ("baseline", "method")] if prepare_untimed else []
+    seconds = timed_setting(runners, preparers, 32, 4, prepared_weights)
+    assert set(seconds) == set(runners) and all(value >= 0 for value in seconds.values())
+    assert events == ["block opens", *(["prepare baseline", "prepare method"] if prepare_untimed else []),
+                      "baseline fast 32x4", "method fast 32x4", "block closes"]
