@@ -28,7 +28,6 @@ import ctypes
 import mmap
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from benchmarks.greedy_step_costs import encoder_seconds, step_weight_matrices
+    from benchmarks.greedy_step_costs import encoder_seconds, step_seconds, step_weight_matrices
     from hf_srcfeat import linear
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.provenance import code_version, processor_name
@@ -175,37 +174,34 @@ def main(argv: list[str] | None = None) -> dict:
     output_projection_bfloat16, output_row_bfloat16 = output_projection.bfloat16(), output_row.bfloat16()
     other_memory = torch.zeros(sum(weight.numel() for weight in step_weights))
 
-    def products_per_step(weights: list, touch_other_memory: bool = False,
-                          product: Callable | None = None) -> float:
-        """Milliseconds of one step's products, the median of 100 steps."""
-        times = []
-        for _ in range(100):
-            if touch_other_memory:
-                other_memory.add_(1.0)
-            start = time.perf_counter()
-            if product is not None:
-                product()
-            else:
-                for row, weight in zip(rows, weights, strict=True):
-                    torch.mm(row, weight)
-            times.append(time.perf_counter() - start)
-        return 1e3 * statistics.median(times)
+    def milliseconds_per_step(step: Callable[[], object], touch_other_memory: bool = False) -> float:
+        """The median of 100 calls of `step`, in milliseconds (the writes to other memory before each not counted)."""
+        return 1e3 * statistics.median(step_seconds(
+            step, before_each=(lambda: other_memory.add_(1.0)) if touch_other_memory else None))
+
+    def step_products(weights: list) -> Callable[[], None]:
+        def step() -> None:
+            for row, weight in zip(rows, weights, strict=True):
+                torch.mm(row, weight)
+        return step
+
+    def float32_output() -> object:
+        return torch.mm(output_row, output_projection)
+
+    def bfloat16_output() -> object:
+        return torch.mm(output_row_bfloat16, output_projection_bfloat16)
 
     arms: dict[str, Callable[[], float]] = {
         "encoder_modules_back_to_back": lambda: encoder_milliseconds(False),
         "encoder_layers_restated_back_to_back": restated(lambda: encoder_milliseconds(False)),
         "encoder_modules_after_decoding": lambda: encoder_milliseconds(True),
         "encoder_layers_restated_after_decoding": restated(lambda: encoder_milliseconds(True)),
-        "output_projection_float32": lambda: products_per_step(
-            [], product=lambda: torch.mm(output_row, output_projection)),
-        "output_projection_bfloat16": lambda: products_per_step(
-            [], product=lambda: torch.mm(output_row_bfloat16, output_projection_bfloat16)),
-        "output_projection_float32_after_other_memory": lambda: products_per_step(
-            [], True, product=lambda: torch.mm(output_row, output_projection)),
-        "output_projection_bfloat16_after_other_memory": lambda: products_per_step(
-            [], True, product=lambda: torch.mm(output_row_bfloat16, output_projection_bfloat16)),
-        "step_products_separate_weights": lambda: products_per_step(separate),
-        "step_products_weights_on_huge_pages": lambda: products_per_step(on_huge_pages),
+        "output_projection_float32": lambda: milliseconds_per_step(float32_output),
+        "output_projection_bfloat16": lambda: milliseconds_per_step(bfloat16_output),
+        "output_projection_float32_after_other_memory": lambda: milliseconds_per_step(float32_output, True),
+        "output_projection_bfloat16_after_other_memory": lambda: milliseconds_per_step(bfloat16_output, True),
+        "step_products_separate_weights": lambda: milliseconds_per_step(step_products(separate)),
+        "step_products_weights_on_huge_pages": lambda: milliseconds_per_step(step_products(on_huge_pages)),
     }
     milliseconds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad(), linear.prepared_inference_weights(model):

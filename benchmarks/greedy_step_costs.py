@@ -73,6 +73,29 @@ def encoder_seconds(model, encoded: list, max_new_tokens: int, after_decoding: b
     return seconds
 
 
+def back_to_back(ways: dict, reverse: bool) -> dict:
+    """Each way's (seconds, result), the ways (callables) run one right after the other in the dict's order, or in
+    reverse: pairs of runs alternate their order, so that neither way always meets what the other left behind."""
+    timed = {}
+    for key in (list(ways)[::-1] if reverse else list(ways)):
+        start = time.perf_counter()
+        result = ways[key]()
+        timed[key] = (time.perf_counter() - start, result)
+    return timed
+
+
+def step_seconds(step, steps: int = 100, before_each=None) -> list[float]:
+    """The seconds of each of `steps` calls of `step` (`before_each()` runs untimed before each, where given)."""
+    seconds = []
+    for _ in range(steps):
+        if before_each is not None:
+            before_each()
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def one_sentence_benchmark_parser(description: str | None) -> argparse.ArgumentParser:
     """The options of the benchmarks that decode test sources one at a time: the model, how many sources, rounds and
     new tokens, the data folder (each adds its own and `--output`; `check_counts` after parsing)."""
@@ -138,14 +161,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     def paired_preparation() -> None:
         for index, inputs in enumerate(encoded):
-            seconds = {}
-            for preparing in ((True, False) if index % 2 else (False, True)):
-                start = time.perf_counter()
-                if preparing:
-                    forget_preparations(model)
-                model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
-                seconds[preparing] = time.perf_counter() - start
-            preparation_savings.append(seconds[True] - seconds[False])
+            def decode(inputs=inputs):
+                return model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens)
+
+            def preparing_anew(inputs=inputs):
+                forget_preparations(model)
+                return decode(inputs)
+            timed = back_to_back({"reusing": decode, "preparing": preparing_anew}, reverse=bool(index % 2))
+            preparation_savings.append(timed["preparing"][0] - timed["reusing"][0])
 
     def loop_arguments() -> dict:
         """What `generate` handed the zoo's greedy loop for these settings, as the model keeps it for later calls."""
@@ -172,17 +195,15 @@ def main(argv: list[str] | None = None) -> dict:
         for index, inputs in enumerate(encoded):
             memory = {"encoder_outputs": encoder(**inputs, return_dict=True),
                       "attention_mask": inputs["attention_mask"], **arguments}
-            seconds, outputs = {}, {}
-            for inference_mode in ((True, False) if index % 2 else (False, True)):
-                start = time.perf_counter()
-                if inference_mode:  # as shipped
-                    outputs[True] = decoding.greedy_search(model, **memory)
-                else:  # the same loop in no-grad mode
-                    with torch.no_grad():
-                        outputs[False] = decoding.greedy_search.__wrapped__(model, **memory)
-                seconds[inference_mode] = time.perf_counter() - start
-            inference_mode_savings.append(seconds[False] - seconds[True])
-            inference_mode_identical.append(torch.equal(outputs[True], outputs[False]))
+
+            def no_grad_mode(memory=memory):  # the same loop as shipped, in no-grad mode
+                with torch.no_grad():
+                    return decoding.greedy_search.__wrapped__(model, **memory)
+            timed = back_to_back({"no_grad": no_grad_mode,
+                                  "shipped": lambda memory=memory: decoding.greedy_search(model, **memory)},
+                                 reverse=bool(index % 2))
+            inference_mode_savings.append(timed["no_grad"][0] - timed["shipped"][0])
+            inference_mode_identical.append(torch.equal(timed["shipped"][1], timed["no_grad"][1]))
 
     # Seconds to each of a sentence's first `--positions` tokens, from the call's start or the token before.
     token_seconds: dict[str, list[list[float]]] = {"generate": [], "ctranslate2": []}
@@ -240,15 +261,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     def products(kernel, touch_other_memory: bool = False) -> float:
         """Seconds of 100 steps' products (the writes to other memory between steps not counted)."""
-        seconds = 0.0
-        for _ in range(100):
-            if touch_other_memory:
-                other_memory.add_(1.0)
-            start = time.perf_counter()
+        def step():
             for index in range(len(weights)):
                 kernel(index)
-            seconds += time.perf_counter() - start
-        return seconds
+        return sum(step_seconds(step, before_each=(lambda: other_memory.add_(1.0)) if touch_other_memory else None))
 
     ctranslate2_arms = {}
     if args.ctranslate2 is not None:

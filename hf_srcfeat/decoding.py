@@ -309,8 +309,8 @@ class DecoderState:
 def in_inference_mode(loop: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """`loop` run under `torch.inference_mode()`, its token ids handed back as a normal tensor (outside an inference
     mode of the caller's own), which the caller may change in place as it could Transformers' output. Inference mode
-    spares the loop's hundreds of small tensor operations a step the bookkeeping no-grad mode still does (version
-    counters, autograd dispatch): one sentence decoded greedily on a CPU takes about 6% less
+    spares the loop's small tensor operations (about a hundred a step) the bookkeeping no-grad mode still does
+    (version counters, autograd dispatch): one sentence decoded greedily on a CPU takes about 6% less
     (`benchmarks/greedy_step_costs.py`, its `paired_inference_mode` arm)."""
 
     @functools.wraps(loop)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
+from .decoding import in_inference_mode
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 
 #: How many settings a model keeps preparations for (the most recently recorded first).
@@ -88,29 +89,28 @@ class GenerationPreparation:
 
     def generate(self, model: Any, arguments: dict) -> torch.Tensor:
         """What `generate(**arguments)` returns: Transformers' own preparation of the inputs, then the decoding method
-        `generate` called, with what it was handed (the method hands it to the zoo's loop, as before)."""
+        `generate` called, with what it was handed (the method hands it to the zoo's loop, as before); all of it in
+        inference mode, as the loop runs (`hf_srcfeat.decoding.in_inference_mode`)."""
+        token = _CALL.set(None)  # nothing to record: this call was
+        try:
+            return in_inference_mode(self._prepare_and_decode)(model, arguments)
+        finally:
+            _CALL.reset(token)
+
+    def _prepare_and_decode(self, model: Any, arguments: dict) -> torch.Tensor:
         input_ids = arguments["input_ids"]
         config = self.generation_config
         model_kwargs = {name: value for name, value in arguments.items() if is_input_tensor(name) and name != "input_ids"}
-        token = _CALL.set(None)  # nothing to record: this call was
-        try:
-            # The encoder too in inference mode, as the loop runs (`hf_srcfeat.decoding.in_inference_mode`); the
-            # caller gets a normal tensor.
-            with torch.inference_mode():
-                model_kwargs = model._maybe_prepare_encoder_kwargs_for_generation(input_ids, model_kwargs, "input_ids",
-                                                                                  config)
-                decoder_input_ids, model_kwargs = model._prepare_decoder_input_ids_for_generation(
-                    batch_size=input_ids.shape[0], model_input_name="input_ids", model_kwargs=model_kwargs,
-                    decoder_start_token_id=config._decoder_start_token_tensor, device=input_ids.device)
-                decoder_input_ids, model_kwargs = model._expand_inputs_for_generation(
-                    input_ids=decoder_input_ids, expand_size=max(config.num_beams, config.num_return_sequences),
-                    is_encoder_decoder=True, **model_kwargs)
-                sequences = getattr(model, self.decoding_method)(
-                    decoder_input_ids, logits_processor=self.logits_processor, stopping_criteria=self.stopping_criteria,
-                    generation_config=config, **model_kwargs, **self.loop_options)
-            return sequences.clone()
-        finally:
-            _CALL.reset(token)
+        model_kwargs = model._maybe_prepare_encoder_kwargs_for_generation(input_ids, model_kwargs, "input_ids", config)
+        decoder_input_ids, model_kwargs = model._prepare_decoder_input_ids_for_generation(
+            batch_size=input_ids.shape[0], model_input_name="input_ids", model_kwargs=model_kwargs,
+            decoder_start_token_id=config._decoder_start_token_tensor, device=input_ids.device)
+        decoder_input_ids, model_kwargs = model._expand_inputs_for_generation(
+            input_ids=decoder_input_ids, expand_size=max(config.num_beams, config.num_return_sequences),
+            is_encoder_decoder=True, **model_kwargs)
+        return getattr(model, self.decoding_method)(
+            decoder_input_ids, logits_processor=self.logits_processor, stopping_criteria=self.stopping_criteria,
+            generation_config=config, **model_kwargs, **self.loop_options)
 
 
 # The `generate` call being prepared in this thread or task: (model, its keyword arguments).
