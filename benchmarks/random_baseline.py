@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error(f"--config_overrides is not JSON: {error}")
     if not isinstance(overrides, dict):
         parser.error(f"--config_overrides must be a JSON object, got {args.config_overrides!r}")
+    if not (args.like / "config.json").is_file():
+        parser.error(f"--like {args.like} is not a model folder (no config.json there)")
     if args.output.exists() and any(args.output.iterdir()):
         parser.error(f"--output {args.output} already holds files; name a new folder")
 

@@ -921,7 +921,7 @@ def test_method_flops_refuses_arguments_it_cannot_count_with_before_any_work(arg
     assert not output.exists()
 
 
-def test_random_baseline_takes_another_shape_and_refuses_unknown_arguments_and_a_used_folder(model_folder, tmp_path,
+def test_random_baseline_takes_another_shape_and_refuses_bad_overrides_a_used_folder_and_a_missing_model(model_folder, tmp_path,
                                                                                             capsys):
     from transformers import AutoModelForSeq2SeqLM
 
@@ -934,11 +934,19 @@ def test_random_baseline_takes_another_shape_and_refuses_unknown_arguments_and_a
     assert (model.config.d_model, model.config.encoder_layers, model.config.vocab_size) == (48, 1, 5000)
     assert (folder / "tokenizer.json").exists()
     for arguments, message in [(["--output", str(folder)], "already holds files"),
+                               (["--output", str(tmp_path / "other"), "--config_overrides", "[1, 2]"],
+                                "must be a JSON object"),
+                               (["--output", str(tmp_path / "other"), "--config_overrides", "{d_model: 48"],
+                                "is not JSON"),
                                (["--output", str(tmp_path / "other"), "--config_overrides", '{"d_modle": 48}'],
                                 "has no argument 'd_modle'")]:
         with pytest.raises(SystemExit):
             random_baseline.main(["--like", str(model_folder), *arguments])
         assert message in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()  # nothing written for a refused call
+    with pytest.raises(SystemExit):
+        random_baseline.main(["--like", str(tmp_path / "missing"), "--output", str(tmp_path / "other")])
+    assert "is not a model folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("prepare_untimed", [False, True])
