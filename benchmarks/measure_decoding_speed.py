@@ -13,8 +13,8 @@ translations as the baseline, so every model decodes outputs of the same lengths
 per token). Each setting starts from weights not yet prepared for inference, as in a process that decodes only
 that way: each model's first arm (`fast`) makes them in its time, unless `--prepare_untimed` has each model decode the
 setting's first batch before the timed arms (for short runs of large models, where making them would weigh on the
-fast arm alone). Each model runs five arms: `fast` (the zoo's loops, its matrix kernels reading weights prepared for
-inference: the default), `fast_modules` (the same, each decoding step through the decoder's modules instead of as
+fast arm alone). Each model runs five arms (`--loops`: some of them, `fast` always): `fast` (the zoo's loops, its
+matrix kernels reading weights prepared for inference: the default), `fast_modules` (the same, each decoding step through the decoder's modules instead of as
 tensor operations, `hf_srcfeat.decoder_step`), `fast_unprepared` (the same loops, the kernels reading the weights
 as stored), `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops
 with PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "of in its fast arm's time")
     parser.add_argument("--input_order", action="store_true",
                         help="batch the sources in corpus order instead of sorted by length")
+    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS),
+                        help="the arms each model runs (default: all five; `fast` must be among them): fewer arms make "
+                             "a round shorter, so more rounds fit")
     args = parser.parse_args(argv)
     code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
     cuda = args.device.startswith("cuda")
@@ -188,12 +191,14 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--ctranslate2 measures the CPU export; leave it out with --device cuda")
     if cuda and args.operation_breakdown:
         parser.error("--operation_breakdown times operations as the CPU runs them; leave it out with --device cuda")
+    if "fast" not in args.loops:
+        parser.error(f"--loops {' '.join(args.loops)}: `fast` must be among them (every ratio is to the fast arm)")
     if not cuda:
         torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     # On a GPU the kernels are PyTorch's whatever the arm: only the loops differ.
     loops = {loop: kernels for loop, kernels in LOOPS.items()
-             if not cuda or loop in ("fast", "fast_modules", "transformers")}
+             if loop in args.loops and (not cuda or loop in ("fast", "fast_modules", "transformers"))}
     references = [loop for loop in loops if loop != "fast"]  # what the fast loops are compared with
     try:
         sources, annotations = test_sources(args.sentences, args.data_dir, args.source_conllu,
@@ -339,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
               "command": "python -m benchmarks.measure_decoding_speed " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
               "sentences": len(sources), "sorted_by_length": not args.input_order,
-              "preparation_untimed": args.prepare_untimed,
+              "preparation_untimed": args.prepare_untimed, "loops": list(loops),
               "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,

@@ -111,6 +111,33 @@ def test_decoding_benchmark_refuses_an_operation_breakdown_on_a_gpu(tmp_path, ca
     assert not (tmp_path / "speed.json").exists()
 
 
+def test_decoding_benchmark_times_only_the_loops_asked_for_and_refuses_a_choice_without_the_fast_loops(
+        model_folder, stanza_annotator, multi30k_dir, tmp_path, capsys):
+    from benchmarks import measure_decoding_speed
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    sources = list(load_multi30k("test_2016_flickr", data_dir=multi30k_dir, limit=3)["source"])
+    parses = tmp_path / "test.en.conllu"
+    write_conllu(stanza_annotator.annotate(sources, show_progress=False), parses)
+    arguments = ["--models", str(model_folder), "--sentences", "3", "--rounds", "2", "--source_conllu", str(parses),
+                 "--data_dir", str(multi30k_dir), "--output", str(tmp_path / "speed.json")]
+    result = measure_decoding_speed.main([*arguments, "--loops", "fast", "transformers"])
+
+    assert result["loops"] == ["fast", "transformers"]
+    for setting in ("batch32_beam4", "batch1_beam1"):
+        rows = result["timings"][setting]
+        assert [row["loop"] for row in rows.values()] == ["fast", "transformers"]
+        fast = rows[f"{model_folder} (fast)"]
+        assert fast["identical_to_transformers"] == 1.0 and "identical_to_fast_modules" not in fast
+        assert fast["speedup_over_transformers"] > 0 and len(fast["round_seconds"]) == 2
+
+    (tmp_path / "speed.json").unlink()
+    with pytest.raises(SystemExit):
+        measure_decoding_speed.main([*arguments, "--loops", "transformers"])
+    assert "`fast` must be among them" in capsys.readouterr().err
+    assert not (tmp_path / "speed.json").exists()
+
+
 def test_decoding_benchmark_refuses_parses_of_other_sentences(model_folder, stanza_annotator, multi30k_dir,
                                                              tmp_path, capsys):
     from benchmarks import measure_decoding_speed
