@@ -11,19 +11,20 @@ beam 4) / 2x (batch 1, greedy) of CTranslate2".
 The first model is the baseline. `--graft` adds each method to it in its graft form (closed gates: the same
 translations as the baseline, so every model decodes outputs of the same lengths and the timings compare the cost
 per token). Each setting starts from weights not yet prepared for inference, as in a process that decodes only
-that way: each model's first arm (`fast`) makes them in its time, unless `--prepare_untimed` has each model decode the
-setting's first batch before the timed arms (for short runs of large models, where making them would weigh on the
-fast arm alone). Each model runs five arms (`--loops`: some of them, `fast` always): `fast` (the zoo's loops, its
-matrix kernels reading weights prepared for inference: the default), `fast_modules` (the same, each decoding step through the decoder's modules instead of as
-tensor operations, `hf_srcfeat.decoder_step`), `fast_unprepared` (the same loops, the kernels reading the weights
-as stored), `transformers` (Transformers' loops, the default kernels) and `transformers_mkl` (Transformers' loops
-with PyTorch's default matrix kernels: what Transformers alone gives). On the first `--sentences` sources of
-test_2016_flickr, every model's inputs are encoded once with the features it reads (parses through the cache),
-outside the timings, in batches of sources sorted by length, longest first, as the translate command batches them
-and CTranslate2 its own batches (`--input_order`: in corpus order); then, for each setting, the arms and the
-baseline's CTranslate2 float32 export (which tokenizes inside its timing, with the baseline's
-`no_repeat_ngram_size`) take turns on one thread, `--rounds` times, each arm's median round reported (every round's
-seconds beside it). Only decoding is timed;
+that way: each model's first arm (`fast`) makes them in its time, unless `--prepare_untimed` has each model decode
+the setting's first batch before the timed arms (for short runs of large models, where making them would weigh on
+the fast arm alone). Each model runs five arms (`--loops`: some of them, `fast` always): `fast` (the zoo's loops,
+its matrix kernels reading weights prepared for inference: the default), `fast_modules` (the same, each decoding
+step through the decoder's modules instead of as tensor operations, `hf_srcfeat.decoder_step`), `fast_unprepared`
+(the same loops, the kernels reading the weights as stored), `transformers` (Transformers' loops, the default
+kernels) and `transformers_mkl` (Transformers' loops with PyTorch's default matrix kernels: what Transformers alone
+gives); `--loops fast_mkl_rows` adds the fast arm with single rows multiplied through PyTorch's MKL instead of
+numpy's OpenBLAS (`hf_srcfeat.single_row_products`). On the first `--sentences` sources of test_2016_flickr, every
+model's inputs are encoded once with the features it reads (parses through the cache), outside the timings, in
+batches of sources sorted by length, longest first, as the translate command batches them and CTranslate2 its own
+batches (`--input_order`: in corpus order); then, for each setting, the arms and the baseline's CTranslate2 float32
+export (which tokenizes inside its timing, with the baseline's `no_repeat_ngram_size`) take turns on one thread,
+`--rounds` times, each arm's median round reported (every round's seconds beside it). Only decoding is timed;
 generation runs to `--max_new_tokens` at most. The warm-up run also compares the arms' token ids
 (`identical_to_...`) and the baseline's translations with CTranslate2's (`identical_to_ctranslate2`).
 
@@ -50,11 +51,14 @@ from hf_srcfeat.safe_writing import write_json_atomically
 
 SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating points
 #: Arm -> (generate's fast_decoding, the backbone's linear kernels: "prepared" (the default: oneDNN, weights in
-#: prepared layouts), "onednn" (weights as stored) or "pytorch" (PyTorch's default kernels), whether the zoo's loops
-#: take their steps as tensor operations (`hf_srcfeat.decoder_step`, the default) or through the modules).
+#: prepared layouts, single rows through numpy's OpenBLAS where it applies), "prepared_mkl_rows" (the same, single rows
+#: through PyTorch's MKL), "onednn" (weights as stored) or "pytorch" (PyTorch's default kernels), whether the zoo's
+#: loops take their steps as tensor operations (`hf_srcfeat.decoder_step`, the default) or through the modules).
 LOOPS = {"fast": (True, "prepared", True), "fast_modules": (True, "prepared", False),
          "fast_unprepared": (True, "onednn", True), "transformers": (False, "prepared", True),
-         "transformers_mkl": (False, "pytorch", True)}
+         "transformers_mkl": (False, "pytorch", True), "fast_mkl_rows": (True, "prepared_mkl_rows", True)}
+#: The arms run unless `--loops` names others.
+DEFAULT_LOOPS = ["fast", "fast_modules", "fast_unprepared", "transformers", "transformers_mkl"]
 #: --graft name -> (model type, method arguments): the published method each stands for, in its graft form.
 GRAFTS = {
     "relevance_features": ("relevance_features", {}),
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import decoder_step, linear
+    from hf_srcfeat import decoder_step, linear, single_row_products
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import encoding_options
 
@@ -181,9 +185,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "of in its fast arm's time")
     parser.add_argument("--input_order", action="store_true",
                         help="batch the sources in corpus order instead of sorted by length")
-    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS),
-                        help="the arms each model runs (default: all five; `fast` must be among them): fewer arms make "
-                             "a round shorter, so more rounds fit")
+    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=DEFAULT_LOOPS,
+                        help="the arms each model runs (default: the five above; `fast` must be among them): fewer "
+                             "arms make a round shorter, so more rounds fit")
     args = parser.parse_args(argv)
     code_version()  # read now: the run keeps the code it imported, whatever the checkout becomes meanwhile
     cuda = args.device.startswith("cuda")
@@ -224,7 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
             def decode(batch_size: int, beams: int, model=model, encoded=encoded, fast_decoding=fast_decoding,
                        kernels=kernels, tensor_operation_steps=tensor_operation_steps):
                 linear.ONEDNN_MIN_ROWS = sys.maxsize if kernels == "pytorch" else default_min_rows
-                linear.PREPARED_INFERENCE_WEIGHTS = kernels == "prepared"
+                linear.PREPARED_INFERENCE_WEIGHTS = kernels in ("prepared", "prepared_mkl_rows")
+                single_row_products.OPENBLAS_SINGLE_ROWS = kernels != "prepared_mkl_rows"
                 decoder_step.STEPS_AS_TENSOR_OPERATIONS = tensor_operation_steps
                 try:
                     with torch.no_grad():
@@ -236,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
                     return outputs
                 finally:
                     linear.ONEDNN_MIN_ROWS, linear.PREPARED_INFERENCE_WEIGHTS = default_min_rows, True
+                    single_row_products.OPENBLAS_SINGLE_ROWS = True
                     decoder_step.STEPS_AS_TENSOR_OPERATIONS = True
 
             runners[(folder, loop)] = decode

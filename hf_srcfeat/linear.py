@@ -8,7 +8,7 @@ layer (the output, the input's and the weight's gradients) all run through oneDN
 Within `prepared_inference_weights(model)` (translation: the translate command and the pipeline decode within
 it), products without gradients read the weight from a copy in the layout the kernel reads fastest, made on first
 use: packed into oneDNN's blocked layout for products of several rows, transposed for one row (greedy decoding of
-one sentence), where MKL then streams it row by row. Decoding reads every weight of the decoder each step, from
+one sentence), where a matrix-vector kernel then streams it row by row (`single_row_products`: OpenBLAS or MKL). Decoding reads every weight of the decoder each step, from
 memory rather than cache once the model outgrows the cache; read in these layouts the products of a greedy step of
 one sentence take about half as long, those of a batched step about a tenth less
 (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
+
+from .single_row_products import openblas_applies, plain_row, row_product
 
 #: Below this many rows (e.g. greedy decoding of one sentence) MKL's matrix-vector kernels are the faster ones.
 ONEDNN_MIN_ROWS = 16
@@ -316,7 +318,10 @@ def _product_from_copy(inputs: torch.Tensor, prepared: PreparedWeight,
     if transposed is None or inputs.numel() != transposed.shape[0]:
         return None
     row = inputs.reshape(1, transposed.shape[0])
-    outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
+    if plain_row(row):
+        outputs = row_product(transposed, bias)(row)
+    else:
+        outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
     return outputs.view(*inputs.shape[:-1], transposed.shape[1])
 
 
@@ -432,7 +437,8 @@ def inference_memo(layer: nn.Module) -> dict[Any, Any] | None:
     prepared = _PREPARED_WEIGHTS.get(layer)
     if prepared is None or not _prepared_products_enabled():
         return None
-    return prepared.derived
+    # What was made for one kernel of single rows is not read under the other (`openblas_applies` may change).
+    return prepared.derived.setdefault(openblas_applies(), {})
 
 
 def _prepared_products_enabled() -> bool:
@@ -498,9 +504,8 @@ def _product_reading_copy(prepared: PreparedWeight, bias: torch.Tensor | None, m
         return lambda inputs: torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
     if transposed is None:
         return other_rows
-    if bias is None:
-        return lambda inputs: torch.mm(inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
-    return lambda inputs: torch.addmm(bias, inputs, transposed) if inputs.shape[0] == 1 else other_rows(inputs)
+    one_row = row_product(transposed, bias)
+    return lambda inputs: one_row(inputs) if inputs.shape[0] == 1 else other_rows(inputs)
 
 
 __all__ = ["Linear", "ONEDNN_MIN_ROWS", "OneDNNBlockLinearFunction", "OneDNNLinearFunction", "PREPARED_INFERENCE_WEIGHTS",

@@ -1,0 +1,68 @@
+"""The CPU product of one row by a weight (a greedy step of one sentence): through numpy's OpenBLAS where numpy has
+it and OpenBLAS runs as many threads as PyTorch, else through PyTorch (MKL).
+
+A one-row product reads the whole weight once and does two operations per weight it reads: how fast it runs is how
+fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matrix-vector kernel streams a decoder
+step's 19 weights about a quarter faster than the MKL kernel PyTorch calls, and a third faster when the cache holds
+little of them, as in a decoding loop (`benchmarks/batch1_alternatives.py`); greedy decoding of one sentence takes
+about a sixth less (`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS,
+and numpy (a dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors'
+memory, without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared
+copy (the decoding loops' steps and the layers' own calls) multiplies through the same function.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy
+import torch
+from threadpoolctl import ThreadpoolController
+
+#: False: one-row products through PyTorch (MKL) whatever numpy's BLAS (the benchmarks compare the two).
+OPENBLAS_SINGLE_ROWS = True
+
+
+@functools.cache
+def _loaded_openblas() -> tuple:
+    """threadpoolctl's controllers of the loaded OpenBLAS libraries where numpy's BLAS is OpenBLAS, else ()."""
+    try:
+        blas_name = str(numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"])
+    except (KeyError, TypeError):  # a numpy that does not report its BLAS
+        return ()
+    if "openblas" not in blas_name.lower():  # e.g. MKL, or Accelerate on macOS
+        return ()
+    return tuple(ThreadpoolController().select(internal_api="openblas").lib_controllers)
+
+
+def openblas_applies() -> bool:
+    """Whether one-row products go through numpy's OpenBLAS now: numpy has OpenBLAS and it runs as many threads as
+    PyTorch (`torch.get_num_threads()`), so that a product uses the cores PyTorch was given, no more, no fewer."""
+    if not OPENBLAS_SINGLE_ROWS:
+        return False
+    libraries, threads = _loaded_openblas(), torch.get_num_threads()
+    return bool(libraries) and all(library.num_threads == threads for library in libraries)
+
+
+def row_product(transposed: torch.Tensor, bias: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`lambda row: row @ transposed + bias` for one row [1, in_features] and a weight's transposed copy
+    [in_features, out_features] (contiguous, float32, no gradient), by the kernel `openblas_applies` chooses now."""
+    if not openblas_applies():
+        if bias is None:
+            return lambda row: torch.mm(row, transposed)
+        return lambda row: torch.addmm(bias, row, transposed)
+    array = transposed.numpy()
+    if bias is None:
+        return lambda row: torch.from_numpy(numpy.matmul(row.numpy(), array))
+    return lambda row: torch.from_numpy(numpy.matmul(row.numpy(), array)).add_(bias)
+
+
+def plain_row(inputs: torch.Tensor) -> bool:
+    """Whether numpy may read `inputs` in place: a plain CPU tensor (no subclass, no fake or functorch-wrapped
+    tensor) that autograd does not track."""
+    return (type(inputs) is torch.Tensor and not inputs.requires_grad
+            and not torch._C._functorch.is_functorch_wrapped_tensor(inputs))
+
+
+__all__ = ["OPENBLAS_SINGLE_ROWS", "openblas_applies", "plain_row", "row_product"]
