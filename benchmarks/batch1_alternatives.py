@@ -138,11 +138,12 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.provenance import code_version, processor_name
     from hf_srcfeat.safe_writing import write_json_atomically
+    from hf_srcfeat.single_row_products import set_cpu_threads
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import encoding_options
 
     code_version()  # read now: the run keeps the code it imported
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
     tokenizer = load_tokenizer(args.model)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
     sources = list(load_multi30k("test_2016_flickr", data_dir=args.data_dir, limit=args.sentences)["source"])

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_srcfeat import decoding
     from hf_srcfeat.linear import prepared_inference_weights
+    from hf_srcfeat.single_row_products import set_cpu_threads
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import encoding_options
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.no_repeat_ngram_size is not None and args.no_repeat_ngram_size < 0:
         parser.error(f"--no_repeat_ngram_size must be 0 or more, got {args.no_repeat_ngram_size}")
     code_version()
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
 
     try:
         sources, annotations = test_sources(args.sentences, args.data_dir, args.source_conllu)

@@ -38,6 +38,7 @@ from torch import nn
 from benchmarks.measure_decoding_speed import SETTINGS, identical_row_share, test_sources
 from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.single_row_products import set_cpu_threads
 
 #: Compiled arm -> (inductor options (`torch.compile(options=...)`), whether the step's products run the zoo's
 #: `Linear` as an opaque operation: its prepared weights and kernels, as the eager step multiplies).
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.max_new_tokens < 1:
         parser.error(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
     if model.config.model_type != "srcfeat_transformer":
         parser.error(f"--model {args.model} is a {model.config.model_type} model: this benchmark restates the "

@@ -14,8 +14,10 @@ previous one was decoded (the decoding not timed), as translating one sentence a
 decoder's weights having passed through the caches since. The products arm
 multiplies one row by every weight matrix a decoding step reads (each decoder layer's stacked query/key/value,
 outputs, cross-attention query and output, feed-forward, and the output projection), in that order, as one step;
-the `..._after_other_memory` arm writes as many bytes of other memory as the step's weights before each step, as a
-decoding loop's other work may push the weights out of the processor's last-level cache.
+the `..._after_other_memory` arms write as many bytes of other memory as the step's weights before each step, as a
+decoding loop's other work may push the weights out of the processor's last-level cache. Beside PyTorch's kernels,
+`openblas_over_transposed_copies` is numpy's OpenBLAS, which the zoo multiplies single rows by where it applies
+(`hf_srcfeat.single_row_products`).
 
 `--ctranslate2 EXPORT` times the baseline's CTranslate2 export the same way, taking turns with the other arms: its
 `translate_batch` over the same sources (tokenized outside the timing), one at a time (`max_batch_size=1`), greedy,
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     from torch.nn import functional
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_srcfeat import decoding, linear
+    from hf_srcfeat import decoding, linear, single_row_products
     from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
     from hf_srcfeat.generation_preparation import forget_preparations, matching_preparation
     from hf_srcfeat.provenance import code_version, processor_name
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import encoding_options
 
-    torch.set_num_threads(1)
+    single_row_products.set_cpu_threads(1)
     tokenizer = load_tokenizer(args.model)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
     sources = list(load_multi30k("test_2016_flickr", data_dir=args.data_dir, limit=args.sentences)["source"])
@@ -252,6 +254,9 @@ def main(argv: list[str] | None = None) -> dict:
         mkl = [torch.ops.mkl._mkl_reorder_linear_weight(weight, 1) for weight in weights]
         kernels["mkl_packed"] = lambda index: torch.ops.mkl._mkl_linear(rows[index], mkl[index], weights[index], None,
                                                                         1)
+    if single_row_products.openblas_applies():  # what the zoo multiplies single rows by where it applies
+        openblas = [single_row_products.row_product(copy, None) for copy in transposed]
+        kernels["openblas_over_transposed_copies"] = lambda index: openblas[index](rows[index])
     for name, kernel in kernels.items():  # every kernel computes the same products
         for index, weight in enumerate(weights):
             torch.testing.assert_close(kernel(index).reshape(-1), (rows[index] @ weight.t()).reshape(-1),
@@ -306,8 +311,9 @@ def main(argv: list[str] | None = None) -> dict:
             "paired_preparation": paired_preparation, "paired_inference_mode": paired_inference_mode,
             "loop_without_generate_front": loop_without_generate_front,
             **{f"step_products_{name}": (lambda kernel=kernel: products(kernel)) for name, kernel in kernels.items()},
-            "step_products_addmm_over_transposed_copies_after_other_memory":
-                lambda: products(kernels["addmm_over_transposed_copies"], touch_other_memory=True)}
+            **{f"step_products_{name}_after_other_memory": (
+                lambda kernel=kernels[name]: products(kernel, touch_other_memory=True))
+               for name in ("addmm_over_transposed_copies", "openblas_over_transposed_copies") if name in kernels}}
     if args.positions:
         arms["positions_generate"] = generate_by_position
     seconds: dict[str, list[float]] = {name: [] for name in arms}
@@ -343,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "python -m benchmarks.greedy_step_costs " + " ".join(
             f"--{key} {value}" for key, value in vars(args).items() if value is not None),
         "code_version": code_version(), "processor": processor_name(), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "model": str(args.model),
+        "threads": torch.get_num_threads(), "single_rows_through_openblas": single_row_products.openblas_applies(),
+        "model": str(args.model),
         "data": str(multi30k_file("test_2016_flickr", "en", args.data_dir)),
         "sentences": len(sources), "rounds": args.rounds, "tokens_per_sentence": tokens_per_sentence,
         "weight_matrices_per_step": len(weights),

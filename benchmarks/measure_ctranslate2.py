@@ -25,6 +25,7 @@ from hf_srcfeat.commands.train import code_version
 from hf_srcfeat.data.multi30k import load_multi30k, multi30k_file
 from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, export
 from hf_srcfeat.safe_writing import write_json_atomically
+from hf_srcfeat.single_row_products import set_cpu_threads
 
 
 def pytorch_decode(model, tokenizer, sources: list[str], batch_size: int, num_beams: int, max_new_tokens: int
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--output", required=True, help="JSON file for the results")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
 
     work = Path(args.work_dir)
     exports = {quantization: export(args.model, str(work / quantization), None if quantization == "float32"

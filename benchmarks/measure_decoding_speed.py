@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "fast" not in args.loops:
         parser.error(f"--loops {' '.join(args.loops)}: `fast` must be among them (every ratio is to the fast arm)")
     if not cuda:
-        torch.set_num_threads(1)
+        single_row_products.set_cpu_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     # On a GPU the kernels are PyTorch's whatever the arm: only the loops differ.
     loops = {loop: kernels for loop, kernels in LOOPS.items()
@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                                                   else sys.argv[1:]),
               "sentences": len(sources), "sorted_by_length": not args.input_order,
               "preparation_untimed": args.prepare_untimed, "loops": list(loops),
+              "single_rows_through_openblas": not cuda and single_row_products.openblas_applies(),
               "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
               "baseline": args.models[0], "grafted": {name: GRAFTS[name][0] for name in args.graft},
               "ctranslate2_export_error": export_error, "timings": timings,

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_srcfeat.data.multi30k import load_multi30k
     from hf_srcfeat.quantization import quantize_linear_layers
+    from hf_srcfeat.single_row_products import set_cpu_threads
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
     from hf_srcfeat.tokenization_source_features import encoding_options
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
     pairs = load_multi30k("test_2016_flickr", "en", "de", limit=args.sentences)
     sources, references = list(pairs["source"]), list(pairs["target"])
 

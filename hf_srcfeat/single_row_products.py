@@ -1,5 +1,5 @@
 """The CPU product of one row by a weight (a greedy step of one sentence): through numpy's OpenBLAS where numpy has
-it and OpenBLAS runs as many threads as PyTorch, else through PyTorch (MKL).
+it and both it and PyTorch run one thread, else through PyTorch (MKL).
 
 A one-row product reads the whole weight once and does two operations per weight it reads: how fast it runs is how
 fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matrix-vector kernel streams a decoder
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy
 import torch
-from threadpoolctl import ThreadpoolController
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 #: False: one-row products through PyTorch (MKL) whatever numpy's BLAS (the benchmarks compare the two).
 OPENBLAS_SINGLE_ROWS = True
@@ -37,12 +37,21 @@ def _loaded_openblas() -> tuple:
 
 
 def openblas_applies() -> bool:
-    """Whether one-row products go through numpy's OpenBLAS now: numpy has OpenBLAS and it runs as many threads as
-    PyTorch (`torch.get_num_threads()`), so that a product uses the cores PyTorch was given, no more, no fewer."""
-    if not OPENBLAS_SINGLE_ROWS:
+    """Whether one-row products go through numpy's OpenBLAS now: numpy has OpenBLAS, and it and PyTorch each run one
+    thread (`set_cpu_threads(1)`, or `OMP_NUM_THREADS=1`), as a process decoding one sentence at a time per core
+    does. With more threads the two libraries' thread pools would contend for the same cores (PyTorch's OpenMP
+    threads spin-wait between operations): a measured step then ran from as fast as MKL's to several times slower."""
+    if not OPENBLAS_SINGLE_ROWS or torch.get_num_threads() != 1:
         return False
-    libraries, threads = _loaded_openblas(), torch.get_num_threads()
-    return bool(libraries) and all(library.num_threads == threads for library in libraries)
+    libraries = _loaded_openblas()
+    return bool(libraries) and all(library.num_threads == 1 for library in libraries)
+
+
+def set_cpu_threads(threads: int) -> None:
+    """PyTorch's intra-op threads and every loaded BLAS's (numpy's OpenBLAS among them) set to `threads`: on one
+    thread, single rows are then multiplied through OpenBLAS (`openblas_applies`)."""
+    torch.set_num_threads(threads)
+    threadpool_limits(threads, user_api="blas")
 
 
 def row_product(transposed: torch.Tensor, bias: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -65,4 +74,4 @@ def plain_row(inputs: torch.Tensor) -> bool:
             and not torch._C._functorch.is_functorch_wrapped_tensor(inputs))
 
 
-__all__ = ["OPENBLAS_SINGLE_ROWS", "openblas_applies", "plain_row", "row_product"]
+__all__ = ["OPENBLAS_SINGLE_ROWS", "openblas_applies", "plain_row", "row_product", "set_cpu_threads"]

@@ -6,7 +6,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from hf_srcfeat import linear, single_row_products
-from hf_srcfeat.single_row_products import openblas_applies
+from hf_srcfeat.single_row_products import openblas_applies, set_cpu_threads
 
 needs_openblas = pytest.mark.skipif(not single_row_products._loaded_openblas(),
                                     reason="numpy's BLAS is not OpenBLAS here")
@@ -23,15 +23,16 @@ def one_thread():
 
 
 @needs_openblas
-def test_openblas_multiplies_single_rows_only_while_it_runs_as_many_threads_as_pytorch(one_thread, monkeypatch):
+def test_openblas_multiplies_single_rows_only_while_it_and_pytorch_run_one_thread_each(one_thread, monkeypatch):
     assert openblas_applies()
     with threadpool_limits(2, user_api="blas"):  # more cores than PyTorch was given
         assert not openblas_applies()
     torch.set_num_threads(2)
     assert not openblas_applies()
-    with threadpool_limits(2, user_api="blas"):
-        assert openblas_applies()
-    torch.set_num_threads(1)
+    with threadpool_limits(2, user_api="blas"):  # two pools on the same cores
+        assert not openblas_applies()
+    set_cpu_threads(1)
+    assert openblas_applies()
     monkeypatch.setattr(single_row_products, "OPENBLAS_SINGLE_ROWS", False)
     assert not openblas_applies()
 

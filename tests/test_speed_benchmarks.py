@@ -592,7 +592,10 @@ def test_greedy_step_costs_time_every_kernel_over_the_models_own_step_weights(mo
     assert isinstance(result["milliseconds_of_no_grad_mode_paired"], float)
     # The same greedy translations: as many tokens as generate's (each counting its </s>).
     assert result["ctranslate2"]["tokens_per_sentence"] == result["tokens_per_sentence"]
-    assert {"addmm_over_transposed_copies", "onednn_packed"} <= set(result["milliseconds_of_one_steps_products"])
+    kernels = set(result["milliseconds_of_one_steps_products"])
+    assert {"addmm_over_transposed_copies", "onednn_packed", "addmm_over_transposed_copies_after_other_memory"} <= kernels
+    # numpy's OpenBLAS, timed where the zoo multiplies single rows by it
+    assert ("openblas_over_transposed_copies" in kernels) == result["single_rows_through_openblas"]
     # Each side's first three tokens, timed one by one: the first (encoder and set-up included) the slowest
     by_position = result["milliseconds_to_token_by_position"]
     assert set(by_position) == {"generate", "ctranslate2"}
