@@ -8,10 +8,10 @@ layer (the output, the input's and the weight's gradients) all run through oneDN
 Within `prepared_inference_weights(model)` (translation: the translate command and the pipeline decode within
 it), products without gradients read the weight from a copy in the layout the kernel reads fastest, made on first
 use: packed into oneDNN's blocked layout for products of several rows, transposed for one row (greedy decoding of
-one sentence), where a matrix-vector kernel then streams it row by row (`single_row_products`: OpenBLAS or MKL). Decoding reads every weight of the decoder each step, from
-memory rather than cache once the model outgrows the cache; read in these layouts the products of a greedy step of
-one sentence take about half as long, those of a batched step about a tenth less
-(`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
+one sentence), where a matrix-vector kernel (OpenBLAS or MKL: `single_row_products`) then streams it row by row.
+Decoding reads every weight of the decoder each step, from memory rather than cache once the model outgrows the
+cache; read in these layouts the products of a greedy step of one sentence take about half as long, those of a
+batched step about a tenth less (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
 too), which costs the weight's size again until the block ends. The copy is remade when PyTorch counts a change of
 the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
 within the block, whose caller promises that the weights stay as they are. Layers that read the same input

@@ -2,13 +2,14 @@
 it and both it and PyTorch run one thread, else through PyTorch (MKL).
 
 A one-row product reads the whole weight once and does two operations per weight it reads: how fast it runs is how
-fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matrix-vector kernel streams a decoder
-step's 19 weights about a quarter faster than the MKL kernel PyTorch calls, and a third faster when the cache holds
-little of them, as in a decoding loop (`benchmarks/batch1_alternatives.py`); greedy decoding of one sentence takes
-about a sixth less (`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS,
-and numpy (a dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors'
-memory, without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared
-copy (the decoding loops' steps and the layers' own calls) multiplies through the same function.
+fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matrix-vector kernel multiplies a
+decoder step's 19 weights about as fast as the MKL kernel PyTorch calls while they are in the cache (0.38 against
+0.40 ms) and a third faster once as many bytes of other memory have passed through it (0.50 against 0.76 ms), as
+in a decoding loop (`benchmarks/greedy_step_costs.py`); greedy decoding of one sentence takes about a sixth less
+(`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS, and numpy (a
+dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors' memory,
+without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared copy (the
+decoding loops' steps and the layers' own calls) multiplies through the same function.
 """
 
 from __future__ import annotations
