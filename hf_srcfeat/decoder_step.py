@@ -262,7 +262,7 @@ class DecoderStep:
         copies = prepared_copies_state(self.products) if memo is not None else None  # the lookup may have made some
         if memo is not None and copies is not None:
             # Steps looked up from other copies would keep them alive until the block ends.
-            for stale in [other for other, steps in memo.items() if not self.reads_as_when_kept(steps)]:
+            for stale in [other for other, steps in list(memo.items()) if not self.reads_as_when_kept(steps)]:
                 del memo[stale]
             memo[key] = _LookedUpSteps(self.decoder_modules, copies, layers, logits)
         return layers, logits

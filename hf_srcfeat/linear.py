@@ -5,19 +5,19 @@ default (MKL) reaches about half of a core's float32 peak on AMD processors and 
 (`benchmarks/measure_decoding_speed.py`, `benchmarks/batching_efficiency.py`). In training the three products of a
 layer (the output, the input's and the weight's gradients) all run through oneDNN.
 
-Within `prepared_inference_weights(model)` (translation: the translate command and the pipeline decode within
-it), products without gradients read the weight from a copy in the layout the kernel reads fastest, made on first
-use: packed into oneDNN's blocked layout for products of several rows, transposed for one row (greedy decoding of
-one sentence), where a matrix-vector kernel (OpenBLAS or MKL: `single_row_products`) then streams it row by row.
+Within `prepared_inference_weights(model)` (translation: the translate command and the pipeline decode within it),
+products without gradients read the weight from a copy in the layout the kernel reads fastest, made on first use:
+packed into oneDNN's blocked layout for products of several rows, transposed for one row (greedy decoding of one
+sentence), where a matrix-vector kernel (OpenBLAS or MKL: `single_row_products`) then streams it row by row.
 Decoding reads every weight of the decoder each step, from memory rather than cache once the model outgrows the
 cache; read in these layouts the products of a greedy step of one sentence take about half as long, those of a
-batched step about a tenth less (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met several rows, for single rows
-too), which costs the weight's size again until the block ends. The copy is remade when PyTorch counts a change of
-the weight; updates it does not count (writes through `.data`, fused optimizers) are why the copies live only
-within the block, whose caller promises that the weights stay as they are. Layers that read the same input
-(an attention's query, key and value projections) can multiply it once with their weights stacked
-(`stacked_products`): one prepared copy of the stack then stands in for theirs. A layer over concatenated inputs
-can multiply each part by its own block of the weight (`products_of_concatenated_inputs`), so that a part shared by
+batched step about a tenth less (`benchmarks/measure_decoding_speed.py`). A layer keeps one copy (packed once it met
+several rows, for single rows too), which costs the weight's size again until the block ends. The copy is remade
+when PyTorch counts a change of the weight; updates it does not count (writes through `.data`, fused optimizers) are
+why the copies live only within the block, whose caller promises that the weights stay as they are. Layers that read
+the same input (an attention's query, key and value projections) can multiply it once with their weights stacked
+(`stacked_products`): one prepared copy of the stack then stands in for theirs. A layer over concatenated inputs can
+multiply each part by its own block of the weight (`products_of_concatenated_inputs`), so that a part shared by
 several rows (a phrase's summary beside each of its tokens) is multiplied once.
 
 Other dtypes and devices, autocast and compiled graphs take `nn.Linear`'s own path (`F.linear` on the weight's
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-from .single_row_products import openblas_applies, plain_row, row_product
+from .single_row_products import openblas_applies, row_product
 
 #: Below this many rows (e.g. greedy decoding of one sentence) MKL's matrix-vector kernels are the faster ones.
 ONEDNN_MIN_ROWS = 16
@@ -317,11 +317,7 @@ def _product_from_copy(inputs: torch.Tensor, prepared: PreparedWeight,
         return torch.ops.mkldnn._linear_pointwise(inputs, packed, bias, "none", [], "")
     if transposed is None or inputs.numel() != transposed.shape[0]:
         return None
-    row = inputs.reshape(1, transposed.shape[0])
-    if plain_row(row):
-        outputs = row_product(transposed, bias)(row)
-    else:
-        outputs = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
+    outputs = row_product(transposed, bias)(inputs.reshape(1, transposed.shape[0]))
     return outputs.view(*inputs.shape[:-1], transposed.shape[1])
 
 
@@ -433,11 +429,12 @@ def inference_memo(layer: nn.Module) -> dict[Any, Any] | None:
     """Where a caller keeps what it made from `layer`'s prepared copies for later calls (a decoding step's looked-up
     products): a dict that lives as long as the layer's `prepared_inference_weights` block. None outside one, and
     where products would not read the copies now (`PREPARED_INFERENCE_WEIGHTS` off, gradients, autocast, tracing or
-    compiling): what was made from them must not stand in then."""
+    compiling): what was made from them must not stand in then. What is kept under one kernel for single rows is kept
+    apart from what is kept under the other (`single_row_products.openblas_applies`, which follows the thread
+    counts)."""
     prepared = _PREPARED_WEIGHTS.get(layer)
     if prepared is None or not _prepared_products_enabled():
         return None
-    # What was made for one kernel of single rows is not read under the other (`openblas_applies` may change).
     return prepared.derived.setdefault(openblas_applies(), {})
 
 

@@ -4,9 +4,9 @@ it and both it and PyTorch run one thread, else through PyTorch (MKL).
 A one-row product reads the whole weight once and does two operations per weight it reads: how fast it runs is how
 fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matrix-vector kernel multiplies a
 decoder step's 19 weights about as fast as the MKL kernel PyTorch calls while they are in the cache (0.38 against
-0.40 ms) and a third faster once as many bytes of other memory have passed through it (0.50 against 0.76 ms), as
-in a decoding loop (`benchmarks/greedy_step_costs.py`); greedy decoding of one sentence takes about a sixth less
-(`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS, and numpy (a
+0.40 ms) and in two thirds of its time once as many bytes of other memory have passed through it (0.50 against
+0.76 ms), as in a decoding loop (`benchmarks/greedy_step_costs.py`); greedy decoding of one sentence takes about a
+sixth less (`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS, and numpy (a
 dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors' memory,
 without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared copy (the
 decoding loops' steps and the layers' own calls) multiplies through the same function.
@@ -27,7 +27,8 @@ OPENBLAS_SINGLE_ROWS = True
 
 @functools.cache
 def _loaded_openblas() -> tuple:
-    """threadpoolctl's controllers of the loaded OpenBLAS libraries where numpy's BLAS is OpenBLAS, else ()."""
+    """threadpoolctl's controllers of the OpenBLAS libraries loaded at the first call (numpy's among them) where
+    numpy's BLAS is OpenBLAS, else ()."""
     try:
         blas_name = str(numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"])
     except (KeyError, TypeError):  # a numpy that does not report its BLAS
@@ -38,10 +39,11 @@ def _loaded_openblas() -> tuple:
 
 
 def openblas_applies() -> bool:
-    """Whether one-row products go through numpy's OpenBLAS now: numpy has OpenBLAS, and it and PyTorch each run one
-    thread (`set_cpu_threads(1)`, or `OMP_NUM_THREADS=1`), as a process decoding one sentence at a time per core
-    does. With more threads the two libraries' thread pools would contend for the same cores (PyTorch's OpenMP
-    threads spin-wait between operations): a measured step then ran from as fast as MKL's to several times slower."""
+    """Whether one-row products go through numpy's OpenBLAS now: numpy's BLAS is OpenBLAS, and PyTorch and every
+    loaded OpenBLAS run one thread each (`set_cpu_threads(1)`, or `OMP_NUM_THREADS=1`), as a process decoding one
+    sentence at a time per core does. With more threads the two libraries' thread pools would contend for the same
+    cores (PyTorch's OpenMP threads spin-wait between operations): a measured step then ran from as fast as MKL's to
+    several times slower."""
     if not OPENBLAS_SINGLE_ROWS or torch.get_num_threads() != 1:
         return False
     libraries = _loaded_openblas()
@@ -56,23 +58,31 @@ def set_cpu_threads(threads: int) -> None:
 
 
 def row_product(transposed: torch.Tensor, bias: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`lambda row: row @ transposed + bias` for one row [1, in_features] and a weight's transposed copy
-    [in_features, out_features] (contiguous, float32, no gradient), by the kernel `openblas_applies` chooses now."""
+    """`lambda row: row @ transposed + bias` for one CPU row [1, in_features] and a weight's transposed copy
+    [in_features, out_features] (contiguous, float32, no gradient), by the kernel `openblas_applies` chooses now
+    (PyTorch's for a row numpy may not read: `plain_row`)."""
+    def through_pytorch(row: torch.Tensor) -> torch.Tensor:
+        return torch.mm(row, transposed) if bias is None else torch.addmm(bias, row, transposed)
+
     if not openblas_applies():
-        if bias is None:
-            return lambda row: torch.mm(row, transposed)
-        return lambda row: torch.addmm(bias, row, transposed)
+        return through_pytorch
     array = transposed.numpy()
-    if bias is None:
-        return lambda row: torch.from_numpy(numpy.matmul(row.numpy(), array))
-    return lambda row: torch.from_numpy(numpy.matmul(row.numpy(), array)).add_(bias)
+
+    def through_openblas(row: torch.Tensor) -> torch.Tensor:
+        if not plain_row(row):
+            return through_pytorch(row)
+        outputs = torch.from_numpy(numpy.matmul(row.numpy(), array))
+        return outputs if bias is None else outputs.add_(bias)
+    return through_openblas
 
 
 def plain_row(inputs: torch.Tensor) -> bool:
-    """Whether numpy may read `inputs` in place: a plain CPU tensor (no subclass, no fake or functorch-wrapped
-    tensor) that autograd does not track."""
+    """Whether numpy may stand in for PyTorch's product of `inputs` (a CPU tensor): a plain tensor (no subclass, no
+    fake or functorch-wrapped tensor) that autograd does not track, with no dispatch mode active (tracing, operation
+    timers and FLOP counters must see the product)."""
     return (type(inputs) is torch.Tensor and not inputs.requires_grad
-            and not torch._C._functorch.is_functorch_wrapped_tensor(inputs))
+            and not torch._C._functorch.is_functorch_wrapped_tensor(inputs)
+            and torch._C._len_torch_dispatch_stack() == 0)
 
 
 __all__ = ["OPENBLAS_SINGLE_ROWS", "openblas_applies", "plain_row", "row_product", "set_cpu_threads"]

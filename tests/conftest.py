@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_srcfeat.single_row_products import set_cpu_threads
+
 from .helpers import REPO, train_briefly
 
 SHARED = Path(os.environ.get("HF_SRCFEAT_SHARED", REPO.parent / "shared"))
@@ -47,7 +49,8 @@ def blind_source_slices() -> Path:
 os.environ["HF_SRCFEAT_MULTI30K_BLIND_DIR"] = str(blind_source_slices())
 # datasets' Arrow and map caches per test session too, never in ~/.cache/huggingface.
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="datasets_", dir=SESSION_FOLDER)
-torch.set_num_threads(1)
+# One thread for PyTorch and numpy's BLAS alike: single rows multiply through OpenBLAS, as one-thread decoding does.
+set_cpu_threads(1)
 
 
 @pytest.fixture(scope="session")

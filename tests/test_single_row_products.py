@@ -1,9 +1,12 @@
 """One-row products through numpy's OpenBLAS (`hf_srcfeat.single_row_products`): where they apply, that every path
-multiplying one row by a prepared copy uses the same kernel, and that what is kept for later calls follows it."""
+multiplying one row by a prepared copy uses the same kernel, which rows stay with PyTorch, and that what is kept for
+later calls follows the kernel."""
 
+import numpy
 import pytest
 import torch
 from threadpoolctl import threadpool_limits
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_srcfeat import linear, single_row_products
 from hf_srcfeat.single_row_products import openblas_applies, set_cpu_threads
@@ -14,7 +17,7 @@ needs_openblas = pytest.mark.skipif(not single_row_products._loaded_openblas(),
 
 @pytest.fixture
 def one_thread():
-    """PyTorch and OpenBLAS on one thread each (as the tests start them), restored after."""
+    """PyTorch and every BLAS on one thread each (as conftest starts them), restored after."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with threadpool_limits(1, user_api="blas"):
@@ -37,38 +40,81 @@ def test_openblas_multiplies_single_rows_only_while_it_and_pytorch_run_one_threa
     assert not openblas_applies()
 
 
+@pytest.mark.parametrize("reported", [{"name": "mkl-sdl"}, None])
+def test_a_numpy_without_openblas_or_that_does_not_say_leaves_single_rows_to_pytorch(one_thread, monkeypatch,
+                                                                                     reported):
+    def show_config(mode: str = "stdout"):
+        if reported is None:
+            raise TypeError("show_config() got an unexpected keyword argument 'mode'")  # numpy before 1.25
+        return {"Build Dependencies": {"blas": reported}}
+
+    monkeypatch.setattr(numpy, "show_config", show_config)
+    single_row_products._loaded_openblas.cache_clear()
+    try:
+        assert not openblas_applies()
+        weight, row = torch.randn(8, 4), torch.randn(1, 8)
+        assert torch.equal(single_row_products.row_product(weight, None)(row), torch.mm(row, weight))
+    finally:
+        single_row_products._loaded_openblas.cache_clear()
+
+
 @needs_openblas
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_layer_and_a_looked_up_product_multiply_one_row_alike_with_either_kernel(one_thread, monkeypatch, bias):
+def test_a_layer_and_a_looked_up_product_multiply_one_row_by_the_kernel_chosen(one_thread, monkeypatch, bias):
     torch.manual_seed(0)
     layer = linear.Linear(256, 768, bias=bias)
     row = torch.randn(1, 256)
+    transposed = layer.weight.detach().t().contiguous()
+    by_kernel = {  # each kernel's own result, to the bit
+        True: torch.from_numpy(row.numpy() @ transposed.numpy()),
+        False: torch.mm(row, transposed) if not bias else torch.addmm(layer.bias.detach(), row, transposed)}
+    if bias:
+        by_kernel[True] += layer.bias.detach()
+    assert not torch.equal(by_kernel[True], by_kernel[False])  # they round differently: the choice shows
     with torch.no_grad():
-        expected = torch.nn.functional.linear(row, layer.weight, layer.bias)
-        outputs = {}
         for openblas in (True, False):
             monkeypatch.setattr(single_row_products, "OPENBLAS_SINGLE_ROWS", openblas)
             with linear.prepared_inference_weights(layer):
                 from_layer, looked_up = layer(row), linear.inference_product(layer, rows=1)(row)
                 assert linear._PREPARED_WEIGHTS[layer].transposed is not None  # the one-row copy was read
-            assert torch.equal(from_layer, looked_up)  # the decoding loops' steps and the modules' path agree
-            torch.testing.assert_close(from_layer, expected)
-            outputs[openblas] = from_layer
-    # The two kernels round differently (were they the same, the switch would change nothing)
-    assert not torch.equal(outputs[True], outputs[False])
+            assert torch.equal(from_layer, by_kernel[openblas]) and torch.equal(looked_up, by_kernel[openblas])
+            torch.testing.assert_close(from_layer, torch.nn.functional.linear(row, layer.weight, layer.bias))
+
+
+class CountedOperations(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
 
 
 @needs_openblas
-def test_rows_numpy_cannot_read_in_place_go_through_pytorch(one_thread):
+def test_rows_numpy_may_not_read_are_multiplied_by_pytorch(one_thread):
     torch.manual_seed(0)
     layer = linear.Linear(64, 32)
-    row = torch.randn(1, 64, requires_grad=True)  # tracked, but no gradient is being recorded
-    with torch.no_grad(), linear.prepared_inference_weights(layer):
-        torch.testing.assert_close(layer(row), torch.nn.functional.linear(row, layer.weight, layer.bias))
-        # Under vmap each call sees a functorch-wrapped row of 64 values
-        rows = torch.randn(3, 64)
-        torch.testing.assert_close(torch.func.vmap(layer)(rows),
-                                   torch.nn.functional.linear(rows, layer.weight, layer.bias))
+    rows = torch.randn(3, 64)
+    expected = torch.nn.functional.linear(rows, layer.weight, layer.bias)
+    with linear.prepared_inference_weights(layer):
+        with torch.no_grad():
+            layer(rows[:1])  # the one-row copy
+            # A dispatch mode (tracing, timers, FLOP counters) sees the product
+            with CountedOperations() as counted:
+                torch.testing.assert_close(layer(rows[:1]), expected[:1])
+            assert "aten.addmm" in counted.names
+            # Under vmap each call sees a functorch-wrapped row of 64 values
+            torch.testing.assert_close(torch.func.vmap(layer)(rows), expected)
+        # A looked-up product (of frozen weights) given a row that autograd tracks keeps tracking it
+        layer.requires_grad_(False)
+        product = linear.inference_product(layer, rows=1)
+        assert product != layer.forward  # the prepared copy's product
+        tracked = rows[:1].clone().requires_grad_()
+        outputs = product(tracked)
+        outputs.sum().backward()
+        torch.testing.assert_close(outputs.detach(), expected[:1])
+        torch.testing.assert_close(tracked.grad, layer.weight.detach().sum(0, keepdim=True))
 
 
 @needs_openblas
@@ -83,4 +129,4 @@ def test_what_a_decoding_call_keeps_is_kept_per_kernel(trained_baseline, subword
         with_mkl = model.generate(**batch, max_new_tokens=8, num_beams=1, do_sample=False)
         kept_with_mkl = linear.inference_memo(model.lm_head)
     assert kept_with_openblas and kept_with_mkl and kept_with_openblas is not kept_with_mkl
-    assert torch.equal(with_openblas, with_mkl)  # the same tokens, a sentence apart by rounding only
+    assert torch.equal(with_openblas, with_mkl)  # the same tokens: the kernels differ by rounding only
