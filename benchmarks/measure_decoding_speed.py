@@ -31,8 +31,9 @@ generation runs to `--max_new_tokens` at most. The warm-up run also compares the
 `--device cuda` measures the same on a GPU: the `fast`, `fast_modules` and `transformers` arms only (oneDNN and
 CTranslate2's CPU export do not apply), float32 without TF32, timed with the device synchronised, and generated
 tokens/s reported beside sentences/s. `--source_conllu` reads the sources' parses from CoNLL-U
-(`hf-srcfeat-annotate`) for a machine without the parser. `--operation_breakdown` (CPU) also records, for the baseline's fast path in each setting, the
-time of each tensor operation per sentence (`benchmarks/op_timing.py`), after the timed rounds.
+(`hf-srcfeat-annotate`) for a machine without the parser. `--operation_breakdown` (CPU) also records, for the
+baseline's fast path in each setting, the time of each tensor operation per sentence (`benchmarks/op_timing.py`),
+after the timed rounds; single rows are multiplied by PyTorch's kernel there, since the timer would not see numpy's.
 """
 
 from __future__ import annotations
