@@ -19,7 +19,11 @@ from collections.abc import Callable
 
 import numpy
 import torch
-from threadpoolctl import ThreadpoolController, threadpool_limits
+
+try:  # a published model's code may run where only Transformers' own dependencies are: PyTorch's kernel then
+    import threadpoolctl
+except ImportError:
+    threadpoolctl = None  # type: ignore[assignment]
 
 #: False: one-row products through PyTorch (MKL) whatever numpy's BLAS (the benchmarks compare the two).
 OPENBLAS_SINGLE_ROWS = True
@@ -28,14 +32,14 @@ OPENBLAS_SINGLE_ROWS = True
 @functools.cache
 def _loaded_openblas() -> tuple:
     """threadpoolctl's controllers of the OpenBLAS libraries loaded at the first call (numpy's among them) where
-    numpy's BLAS is OpenBLAS, else ()."""
+    numpy's BLAS is OpenBLAS and threadpoolctl is installed, else ()."""
     try:
         blas_name = str(numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"])
     except (KeyError, TypeError):  # a numpy that does not report its BLAS
         return ()
-    if "openblas" not in blas_name.lower():  # e.g. MKL, or Accelerate on macOS
+    if "openblas" not in blas_name.lower() or threadpoolctl is None:  # e.g. MKL, or Accelerate on macOS
         return ()
-    return tuple(ThreadpoolController().select(internal_api="openblas").lib_controllers)
+    return tuple(threadpoolctl.ThreadpoolController().select(internal_api="openblas").lib_controllers)
 
 
 def openblas_applies() -> bool:
@@ -54,7 +58,8 @@ def set_cpu_threads(threads: int) -> None:
     """PyTorch's intra-op threads and every loaded BLAS's (numpy's OpenBLAS among them) set to `threads`: on one
     thread, single rows are then multiplied through OpenBLAS (`openblas_applies`)."""
     torch.set_num_threads(threads)
-    threadpool_limits(threads, user_api="blas")
+    if threadpoolctl is not None:
+        threadpoolctl.threadpool_limits(threads, user_api="blas")
 
 
 def row_product(transposed: torch.Tensor, bias: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:

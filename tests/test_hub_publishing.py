@@ -349,7 +349,8 @@ SHIPPED_WITH_EVERY_MODEL = [
     "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
     "subword_training.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py", "generation_preparation.py",
-            "label_smoothed_cross_entropy.py", "linear.py", "modeling_srcfeat_transformer.py"]
+            "label_smoothed_cross_entropy.py", "linear.py", "modeling_srcfeat_transformer.py",
+            "single_row_products.py"]
 #: What each model type ships besides: its own configuration and modeling files on top of the backbone.
 SHIPPED_PER_MODEL_TYPE = {
     "srcfeat_transformer": BACKBONE,

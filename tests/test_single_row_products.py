@@ -58,6 +58,18 @@ def test_a_numpy_without_openblas_or_that_does_not_say_leaves_single_rows_to_pyt
         single_row_products._loaded_openblas.cache_clear()
 
 
+def test_without_threadpoolctl_single_rows_stay_with_pytorch(one_thread, monkeypatch):
+    # A published model's code may run where only Transformers' dependencies are installed.
+    monkeypatch.setattr(single_row_products, "threadpoolctl", None)
+    single_row_products._loaded_openblas.cache_clear()
+    try:
+        assert not openblas_applies()
+        set_cpu_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        single_row_products._loaded_openblas.cache_clear()
+
+
 @needs_openblas
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_layer_and_a_looked_up_product_multiply_one_row_by_the_kernel_chosen(one_thread, monkeypatch, bias):
