@@ -136,6 +136,7 @@ def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test
     (["--do_sample"], "--do_sample draws each translation token by token: give --num_beams 1"),
     (["--repetition_penalty", "-1"], "--repetition_penalty must be a number above 0, got -1.0"),
     (["--seed", "3"], "--seed makes sampling reproducible: it needs --do_sample"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
 ])
 def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_path, capsys, options, message):
     source = write_lines(tmp_path / "input.en", ["A dog runs."])
@@ -144,6 +145,22 @@ def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_pa
         main(["--model", str(model_folder), "--input", source, *SETTINGS, *options])
     assert message in capsys.readouterr().err
     assert (tmp_path / "input.en").read_text() == "A dog runs.\n"
+
+
+def test_threads_set_pytorchs_and_the_blass_threads_and_translate_as_the_pipeline(model_folder, translator,
+                                                                                   test_sentences, tmp_path):
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from hf_srcfeat.single_row_products import set_cpu_threads
+
+    try:
+        output = translate(model_folder, tmp_path, "--threads", "2", "--device", "cpu", lines=test_sentences[:4])
+        assert torch.get_num_threads() == 2
+        assert all(library["num_threads"] == 2 for library in threadpool_info() if library["user_api"] == "blas")
+    finally:
+        set_cpu_threads(1)  # as conftest set them
+    assert output == [result["translation_text"] for result in translator(test_sentences[:4])]
 
 
 def test_cuda_on_a_machine_without_it_is_a_clear_error(model_folder, tmp_path):

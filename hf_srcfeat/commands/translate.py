@@ -316,11 +316,14 @@ def load_translator(args: argparse.Namespace):
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat.pipeline_translation import pipeline
+    from hf_srcfeat.single_row_products import set_cpu_threads
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = "cpu" if args.quantize else resolve_device(args.device)  # int8 dynamic quantization is CPU-only
     if args.seed is not None:
         torch.manual_seed(args.seed)
+    if args.threads is not None:  # the parser runs PyTorch in this process whatever the backend
+        set_cpu_threads(args.threads)
     if args.backend == "ctranslate2":
         from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator
 
@@ -332,7 +335,7 @@ def load_translator(args: argparse.Namespace):
         try:
             translator = CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
                                                num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256,
-                                               **given_decoding_options(args))
+                                               intra_threads=args.threads or 0, **given_decoding_options(args))
         except (ValueError, ImportError) as error:
             raise SystemExit(f"hf-srcfeat-translate: {error}") from None
         if translator.reads_parses and args.input_format in ("text", "factored"):
@@ -386,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_new_tokens", type=int, default=None,
                         help="longest translation in tokens (default: the model's generation config)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
+    parser.add_argument("--threads", type=int, default=None, help=(
+        "CPU threads for parsing and decoding: PyTorch's and numpy's BLAS's, or CTranslate2's threads per batch "
+        "(default: the libraries' own). With 1, as in one process per core, greedy decoding of one sentence "
+        "multiplies its single rows through numpy's OpenBLAS"))
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="weights' precision")
     parser.add_argument("--quantize", choices=["int8"], default=None, help=(
         "int8: dynamic int8 quantization of the linear layers, on the CPU with float32 weights (faster; a few "
@@ -406,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    check_counts(parser, args, ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size"))
+    check_counts(parser, args, ("batch_size", "num_beams", "num_return_sequences", "max_new_tokens", "buffer_size",
+                                "threads"))
     try:
         check_decoding_options(given_decoding_options(args))
     except ValueError as error:
