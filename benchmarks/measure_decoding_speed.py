@@ -58,8 +58,8 @@ SETTINGS = ((32, 4), (1, 1))  # (batch size, beams): the issue's two operating p
 LOOPS = {"fast": (True, "prepared", True), "fast_modules": (True, "prepared", False),
          "fast_unprepared": (True, "onednn", True), "transformers": (False, "prepared", True),
          "transformers_mkl": (False, "pytorch", True), "fast_mkl_rows": (True, "prepared_mkl_rows", True)}
-#: The arms run unless `--loops` names others.
-DEFAULT_LOOPS = ["fast", "fast_modules", "fast_unprepared", "transformers", "transformers_mkl"]
+#: The arms run unless `--loops` names others: all but the comparison of single-row kernels.
+DEFAULT_LOOPS = [loop for loop in LOOPS if loop != "fast_mkl_rows"]
 #: --graft name -> (model type, method arguments): the published method each stands for, in its graft form.
 GRAFTS = {
     "relevance_features": ("relevance_features", {}),

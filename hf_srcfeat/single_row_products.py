@@ -6,10 +6,10 @@ fast its kernel streams the weight in. On the AMD EPYC measured, OpenBLAS's matr
 decoder step's 19 weights about as fast as the MKL kernel PyTorch calls while they are in the cache (0.38 against
 0.40 ms) and in two thirds of its time once as many bytes of other memory have passed through it (0.50 against
 0.76 ms), as in a decoding loop (`benchmarks/greedy_step_costs.py`); greedy decoding of one sentence takes about a
-sixth less (`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS, and numpy (a
-dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors' memory,
-without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared copy (the
-decoding loops' steps and the layers' own calls) multiplies through the same function.
+sixth less (`benchmarks/measure_decoding_speed.py`, its `fast_mkl_rows` arm). PyTorch offers no other BLAS, and
+numpy (a dependency of Transformers) ships OpenBLAS in its wheels: the product calls it on views of the tensors'
+memory, without copies. It rounds otherwise than MKL; every path of the zoo that multiplies one row by a prepared
+copy (the decoding loops' steps and the layers' own calls) multiplies through the same function.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def openblas_applies() -> bool:
     """Whether one-row products go through numpy's OpenBLAS now: numpy's BLAS is OpenBLAS, and PyTorch and every
     loaded OpenBLAS run one thread each (`set_cpu_threads(1)`, or `OMP_NUM_THREADS=1`), as a process decoding one
     sentence at a time per core does. With more threads the two libraries' thread pools would contend for the same
-    cores (PyTorch's OpenMP threads spin-wait between operations): a measured step then ran from as fast as MKL's to
-    several times slower."""
+    cores (PyTorch's OpenMP threads spin-wait between operations): at two threads each, a measured step ran from a
+    little faster than MKL's to 4.6 times slower."""
     if not OPENBLAS_SINGLE_ROWS or torch.get_num_threads() != 1:
         return False
     libraries = _loaded_openblas()
