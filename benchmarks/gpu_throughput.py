@@ -22,7 +22,9 @@ with `--whole_model`, each system's whole forward with its loss as one graph ins
 `baseline_<parts>`: `eager` (not compiled), `eager_attention` (attention as plain tensor operations, which inductor
 fuses when compiled), `packed_attention` (SDPA over two sentences packed into each row under a block-diagonal mask,
 `benchmarks/packed_attention.py`), `opaque_layer_norm` (compiled, each LayerNorm calls ATen's forward and backward
-kernels, `benchmarks/opaque_kernels.py`), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as
+kernels, `benchmarks/opaque_kernels.py`), `separate_layer_norm_gradients` (compiled, each LayerNorm's weight and bias
+gradients are reduced by a product with a row of ones outside inductor's fused kernels, the rest of it compiled as
+before), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as
 recorded graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
 the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what
 of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to
@@ -53,7 +55,7 @@ from benchmarks import benchmark
 from benchmarks.batching_efficiency import batch_lengths, source_annotations, training_flops
 from benchmarks.gpu_time_breakdown import gpu_time_breakdown
 from benchmarks.op_timing import operation_breakdown
-from benchmarks.opaque_kernels import use_opaque_layer_norm
+from benchmarks.opaque_kernels import use_opaque_layer_norm, use_separate_layer_norm_gradients
 from benchmarks.packed_attention import use_packed_attention
 from hf_srcfeat.commands import train
 from hf_srcfeat.compilation import ONE_GRAPH_SETTINGS
@@ -66,7 +68,8 @@ SIZES = {
 }
 SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
 #: What a baseline variant may change, in the order its system's name lists them.
-VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "packed_attention", "opaque_layer_norm", "eager")
+VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "packed_attention", "opaque_layer_norm",
+                 "separate_layer_norm_gradients", "eager")
 
 
 def baseline_variant(text: str) -> tuple[str, ...]:
@@ -78,9 +81,13 @@ def baseline_variant(text: str) -> tuple[str, ...]:
             f"{text!r}: a variant is one or more of {', '.join(VARIANT_PARTS)}, each once, joined by '+'")
     if "eager_attention" in parts and "packed_attention" in parts:
         raise argparse.ArgumentTypeError(f"{text!r}: eager_attention and packed_attention each set the attention")
-    if "eager" in parts and {"whole_model", "cuda_graphs", "opaque_layer_norm"} & set(parts):
+    if "opaque_layer_norm" in parts and "separate_layer_norm_gradients" in parts:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs and opaque_layer_norm")
+            f"{text!r}: opaque_layer_norm and separate_layer_norm_gradients each set the LayerNorm")
+    if "eager" in parts and {"whole_model", "cuda_graphs", "opaque_layer_norm", "separate_layer_norm_gradients"} & set(
+            parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs, "
+                                         "opaque_layer_norm and separate_layer_norm_gradients")
     return tuple(part for part in VARIANT_PARTS if part in parts)
 
 
@@ -465,6 +472,8 @@ def main(argv: list[str] | None = None) -> None:
                     use_packed_attention(model)
                 if "opaque_layer_norm" in parts:
                     use_opaque_layer_norm(model)
+                if "separate_layer_norm_gradients" in parts:
+                    use_separate_layer_norm_gradients(model)
                 mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode
                 whole = "whole_model" in parts or (args.whole_model and "eager" not in parts)
                 if args.compile and not whole and "eager" not in parts:

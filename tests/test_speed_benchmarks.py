@@ -197,7 +197,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     gpu_throughput.main([
         "--device", "cpu", "--sizes", "benchmark", "--systems", "baseline", "--compile", "--baseline_variants",
         "eager", "cuda_graphs", "whole_model", "cuda_graphs+whole_model", "whole_model+cuda_graphs+eager_attention",
-        "opaque_layer_norm+whole_model", "whole_model+packed_attention", "--compile_backend", "eager", "--pairs",
+        "opaque_layer_norm+whole_model", "whole_model+packed_attention", "separate_layer_norm_gradients+whole_model",
+        "--compile_backend", "eager", "--pairs",
         "120", "--max_tokens", "1024", "--warmup", "1", "--steps", "2",
         "--rounds", "2", "--profile_steps", "1", "--tokenizer", str(tokenizer_folder), "--source_conllu",
         str(parses), "--data_dir", str(multi30k_dir), "--output", str(output)])
@@ -210,7 +211,8 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     # a variant is named by its parts in one order, however they were given; given twice, it is measured once
     assert set(systems) == {"baseline", "baseline_eager", "baseline_cuda_graphs", "baseline_whole_model",
                             "baseline_whole_model_cuda_graphs", "baseline_whole_model_cuda_graphs_eager_attention",
-                            "baseline_whole_model_opaque_layer_norm", "baseline_whole_model_packed_attention"}
+                            "baseline_whole_model_opaque_layer_norm", "baseline_whole_model_packed_attention",
+                            "baseline_whole_model_separate_layer_norm_gradients"}
     layers = 2 * gpu_throughput.SIZES["benchmark"]["encoder_layers"]  # as many decoder layers
     assert systems["baseline"]["compiled"] == systems["baseline_cuda_graphs"]["compiled"] == \
         f"{layers} layers, backend eager"
@@ -218,6 +220,7 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
     assert systems["baseline_whole_model"]["compiled"] == systems["baseline_whole_model_cuda_graphs"]["compiled"] == \
         systems["baseline_whole_model_opaque_layer_norm"]["compiled"] == \
         systems["baseline_whole_model_packed_attention"]["compiled"] == \
+        systems["baseline_whole_model_separate_layer_norm_gradients"]["compiled"] == \
         "whole forward with the loss, backend eager, mode none"
     for summary in systems.values():
         assert summary["computed_tflops_per_second"] >= summary["useful_tflops_per_second"] > 0
@@ -268,6 +271,8 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
                                                                      "more of whole_model, cuda_graphs"),
     (["--compile", "--baseline_variants", "eager+whole_model"], "'eager' (not compiled) excludes whole_model"),
     (["--baseline_variants", "eager_attention+packed_attention"], "eager_attention and packed_attention each set"),
+    (["--compile", "--baseline_variants", "opaque_layer_norm+separate_layer_norm_gradients"],
+     "opaque_layer_norm and separate_layer_norm_gradients each set the LayerNorm"),
     (["--whole_model"], "--whole_model only apply with --compile"),
     (["--profile_steps", "-1"], "--profile_steps must be at least 0, got -1"),
     (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
@@ -453,6 +458,56 @@ def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_a
     assert results[1][0].dtype == results[0][0].dtype == (torch.bfloat16 if autocast else torch.float32)
     for ours, expected in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(ours, expected)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_compiled_layer_norm_with_its_weight_gradients_reduced_apart_gives_nn_layer_norms_values_and_gradients(
+        autocast):
+    # The GPU benchmark's separate_layer_norm_gradients variant: compiled, the residual sublayer's LayerNorm leaves
+    # its weight and bias gradients to one `column_sums` call in the backward graph, not to a fused reduction.
+    # float32: nn.LayerNorm's values and gradients. Half-precision inputs under autocast, whose LayerNorm on the
+    # CPU rounds the weight gradients to bfloat16: within bfloat16's precision of the same computation in float64.
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from benchmarks.opaque_kernels import use_separate_layer_norm_gradients
+
+    graphs: dict[str, list[str]] = {"forward": [], "backward": []}
+
+    def recorder(kind):
+        def compiler(graph_module, example_inputs):
+            graphs[kind].append(str(graph_module.graph))
+            return make_boxed_func(graph_module.forward)
+        return compiler
+
+    torch.manual_seed(0)
+    reference = torch.nn.LayerNorm(48)
+    with torch.no_grad():
+        reference.weight.uniform_(0.5, 1.5)
+        reference.bias.uniform_(-0.5, 0.5)
+    separate = use_separate_layer_norm_gradients(torch.nn.Sequential(copy.deepcopy(reference)))[0]
+    residual, update = torch.randn(12, 9, 48), torch.randn(12, 9, 48)
+    dtype = torch.bfloat16 if autocast else torch.float32
+    results = []
+    torch._dynamo.reset()  # compiled code that an earlier test left for these layers' frames would be reused
+    for layer, run in ((reference.double() if autocast else reference, lambda function: function),
+                       (separate, lambda function: torch.compile(function, dynamic=True, backend=aot_autograd(
+                           fw_compiler=recorder("forward"), bw_compiler=recorder("backward"))))):
+        inputs = [residual.clone().requires_grad_(), update.clone().requires_grad_()]
+        half_precision = autocast and layer is separate
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half_precision):
+            sums = run(lambda x, y: (x + 2 * y).to(dtype))(*inputs)
+            output = run(layer)(sums.double() if autocast and layer is not separate else sums)
+        (output.float() * torch.linspace(-1, 1, 48)).sum().backward()
+        results.append((output, inputs[0].grad, inputs[1].grad, layer.weight.grad, layer.bias.grad))
+    assert any("hf_srcfeat_benchmarks.column_sums" in graph for graph in graphs["backward"])
+    assert not any("column_sums" in graph for graph in graphs["forward"])
+    assert results[1][0].dtype == dtype
+    for ours, expected in zip(results[1], results[0], strict=True):
+        if autocast:  # the output and its gradient rounded to bfloat16 once more than in float64
+            torch.testing.assert_close(ours, expected.to(ours.dtype), rtol=1.6e-2, atol=1e-3)
+        else:
+            torch.testing.assert_close(ours, expected)
 
 
 def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(test_sentences):
