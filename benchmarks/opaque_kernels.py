@@ -145,21 +145,25 @@ def use_opaque_layer_norm(model: nn.Module) -> nn.Module:
 
 
 @torch.library.custom_op("hf_srcfeat_benchmarks::column_sums", mutates_args=())
-def column_sums(scaled_gradients: torch.Tensor, gradients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The column sums of two [positions, features] matrices, each as a product with a row of ones, in their own
-    precision (autocast would round the products' operands to half precision)."""
-    ones = scaled_gradients.new_ones(1, scaled_gradients.shape[0])
-    with torch.autocast(scaled_gradients.device.type, enabled=False):
-        return (ones @ scaled_gradients)[0], (ones @ gradients)[0]
+def column_sums(rows: torch.Tensor) -> torch.Tensor:
+    """The column sums of a [positions, features] matrix, as its product with a row of ones, in its own precision
+    (autocast would round the operands to half precision, TF32 to a 10-bit mantissa)."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.autocast(rows.device.type, enabled=False):
+            return (rows.new_ones(1, rows.shape[0]) @ rows)[0]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 @column_sums.register_fake
-def _(scaled_gradients: torch.Tensor, gradients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return scaled_gradients.new_empty(scaled_gradients.shape[1]), gradients.new_empty(gradients.shape[1])
+def _(rows: torch.Tensor) -> torch.Tensor:
+    return rows.new_empty(rows.shape[1])
 
 
 class _AffineWithSeparateGradients(torch.autograd.Function):
-    """`normalised * weight + bias`, whose weight and bias gradients come from `column_sums`."""
+    """`normalised * weight + bias`, whose weight and bias gradients come from one `column_sums` call."""
 
     @staticmethod
     def forward(ctx, normalised: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -169,9 +173,14 @@ class _AffineWithSeparateGradients(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         normalised, weight = ctx.saved_tensors
-        gradients = grad_output.reshape(-1, grad_output.shape[-1])
-        grad_weight, grad_bias = column_sums(gradients * normalised.reshape(gradients.shape), gradients)
-        return grad_output * weight, grad_weight, grad_bias
+        grad_input = grad_output * weight
+        if not (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
+            return grad_input, None, None
+        features = grad_output.shape[-1]
+        gradients = grad_output.reshape(-1, features)
+        # One product for both: inductor writes the two halves from the kernel that computes them.
+        sums = column_sums(torch.cat([gradients * normalised.reshape(gradients.shape), gradients], dim=1))
+        return grad_input, sums[:features], sums[features:]
 
 
 class SeparateGradientLayerNorm(nn.LayerNorm):
@@ -182,7 +191,7 @@ class SeparateGradientLayerNorm(nn.LayerNorm):
         if torch.compiler.is_compiling() and len(self.normalized_shape) == 1:
             if inputs.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
                 inputs = inputs.float()  # as autocast runs LayerNorm on CUDA
-            # Half-precision inputs normalised in the weights' precision and rounded once, as ATen's LayerNorm does
+            # Half-precision inputs with float32 weights normalised in float32 and rounded once, as ATen does
             computed = torch.promote_types(inputs.dtype, self.weight.dtype)
             normalised = nn.functional.layer_norm(inputs.to(computed), self.normalized_shape, None, None, self.eps)
             return _AffineWithSeparateGradients.apply(normalised, self.weight, self.bias).to(inputs.dtype)

@@ -464,9 +464,9 @@ def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_a
 def test_compiled_layer_norm_with_its_weight_gradients_reduced_apart_gives_nn_layer_norms_values_and_gradients(
         autocast):
     # The GPU benchmark's separate_layer_norm_gradients variant: compiled, the residual sublayer's LayerNorm leaves
-    # its weight and bias gradients to one `column_sums` call in the backward graph, not to a fused reduction.
-    # float32: nn.LayerNorm's values and gradients. Half-precision inputs under autocast, whose LayerNorm on the
-    # CPU rounds the weight gradients to bfloat16: within bfloat16's precision of the same computation in float64.
+    # its weight and bias gradients to one `column_sums` call in the backward graph, not to a fused reduction, and
+    # gives nn.LayerNorm's values and gradients: in float32 as they are; with half-precision inputs under autocast
+    # within bfloat16's rounding (ATen's CPU LayerNorm rounds its weight gradients to bfloat16, ours are float32 sums).
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -486,28 +486,46 @@ def test_compiled_layer_norm_with_its_weight_gradients_reduced_apart_gives_nn_la
         reference.weight.uniform_(0.5, 1.5)
         reference.bias.uniform_(-0.5, 0.5)
     separate = use_separate_layer_norm_gradients(torch.nn.Sequential(copy.deepcopy(reference)))[0]
-    residual, update = torch.randn(12, 9, 48), torch.randn(12, 9, 48)
+    residual, update, upstream = torch.randn(12, 9, 48), torch.randn(12, 9, 48), torch.randn(12, 9, 48)
     dtype = torch.bfloat16 if autocast else torch.float32
     results = []
     torch._dynamo.reset()  # compiled code that an earlier test left for these layers' frames would be reused
-    for layer, run in ((reference.double() if autocast else reference, lambda function: function),
+    for layer, run in ((reference, lambda function: function),
                        (separate, lambda function: torch.compile(function, dynamic=True, backend=aot_autograd(
                            fw_compiler=recorder("forward"), bw_compiler=recorder("backward"))))):
         inputs = [residual.clone().requires_grad_(), update.clone().requires_grad_()]
-        half_precision = autocast and layer is separate
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half_precision):
-            sums = run(lambda x, y: (x + 2 * y).to(dtype))(*inputs)
-            output = run(layer)(sums.double() if autocast and layer is not separate else sums)
-        (output.float() * torch.linspace(-1, 1, 48)).sum().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            output = run(lambda x, y, layer=layer: layer((x + 2 * y).to(dtype)))(*inputs)
+        (output.float() * upstream).sum().backward()
         results.append((output, inputs[0].grad, inputs[1].grad, layer.weight.grad, layer.bias.grad))
     assert any("hf_srcfeat_benchmarks.column_sums" in graph for graph in graphs["backward"])
     assert not any("column_sums" in graph for graph in graphs["forward"])
-    assert results[1][0].dtype == dtype
-    for ours, expected in zip(results[1], results[0], strict=True):
-        if autocast:  # the output and its gradient rounded to bfloat16 once more than in float64
-            torch.testing.assert_close(ours, expected.to(ours.dtype), rtol=1.6e-2, atol=1e-3)
-        else:
+    assert results[1][0].dtype == results[0][0].dtype == dtype
+    if not autocast:
+        for ours, expected in zip(results[1], results[0], strict=True):
             torch.testing.assert_close(ours, expected)
+        return
+    for ours, expected in zip(results[1][:3], results[0][:3], strict=True):
+        torch.testing.assert_close(ours.to(torch.bfloat16), expected.to(torch.bfloat16))
+    # The weight and bias gradients against float64 from the same rounded inputs and output gradient
+    exact = copy.deepcopy(reference).double()
+    inputs = (residual + 2 * update).to(torch.bfloat16).double()
+    (exact(inputs) * upstream.to(torch.bfloat16).double()).sum().backward()
+    torch.testing.assert_close(results[1][3].double(), exact.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results[1][4].double(), exact.bias.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_column_sums_keep_their_rows_precision_under_autocast():
+    # The separate LayerNorm gradients' reduction: 4,096 rows summed in float32 even where autocast would multiply
+    # in bfloat16 (which rounds each row to 8 bits of mantissa).
+    from benchmarks.opaque_kernels import column_sums
+
+    torch.manual_seed(0)
+    rows = torch.randn(4096, 24) + 1.0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sums = column_sums(rows)
+    assert sums.dtype == torch.float32
+    torch.testing.assert_close(sums.double(), rows.double().sum(0), rtol=1e-5, atol=1e-3)
 
 
 def test_operation_timer_times_every_operation_of_a_forward_and_backward_pass(test_sentences):
