@@ -423,6 +423,16 @@ def test_compiled_dropout_with_opaque_kernels_draws_the_zoos_lane_masks(monkeypa
     assert abs((~kept).float().mean().item() - 0.25) < 0.02  # 81,920 elements
 
 
+def layer_norm_with_random_affine(features: int) -> torch.nn.LayerNorm:
+    """An nn.LayerNorm whose weight and bias are not their initial ones (seeded), and the random state seeded."""
+    torch.manual_seed(0)
+    layer = torch.nn.LayerNorm(features)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.uniform_(-0.5, 0.5)
+    return layer
+
+
 @pytest.mark.parametrize("autocast", [False, True])
 def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_and_gradients(autocast):
     # The GPU benchmark's opaque_layer_norm variant: compiled, the residual sublayer's LayerNorm is one call of ATen's
@@ -436,11 +446,7 @@ def test_compiled_layer_norm_through_atens_kernels_gives_nn_layer_norms_values_a
         graphs.append(str(graph_module.graph))
         return graph_module.forward
 
-    torch.manual_seed(0)
-    reference = torch.nn.LayerNorm(48)
-    with torch.no_grad():
-        reference.weight.uniform_(0.5, 1.5)
-        reference.bias.uniform_(-0.5, 0.5)
+    reference = layer_norm_with_random_affine(48)
     opaque = use_opaque_layer_norm(torch.nn.Sequential(copy.deepcopy(reference)))[0]
     residual, update = torch.randn(12, 9, 48), torch.randn(12, 9, 48)
     results = []
@@ -480,11 +486,7 @@ def test_compiled_layer_norm_with_its_weight_gradients_reduced_apart_gives_nn_la
             return make_boxed_func(graph_module.forward)
         return compiler
 
-    torch.manual_seed(0)
-    reference = torch.nn.LayerNorm(48)
-    with torch.no_grad():
-        reference.weight.uniform_(0.5, 1.5)
-        reference.bias.uniform_(-0.5, 0.5)
+    reference = layer_norm_with_random_affine(48)
     separate = use_separate_layer_norm_gradients(torch.nn.Sequential(copy.deepcopy(reference)))[0]
     residual, update, upstream = torch.randn(12, 9, 48), torch.randn(12, 9, 48), torch.randn(12, 9, 48)
     dtype = torch.bfloat16 if autocast else torch.float32
