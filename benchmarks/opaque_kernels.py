@@ -124,24 +124,35 @@ def _layer_norm_gradients(ctx, grad_output: torch.Tensor, _grad_mean: torch.Tens
 layer_norm.register_autograd(_layer_norm_gradients, setup_context=_save_layer_norm_operands)
 
 
+def _as_autocast_gives_layer_norm(inputs: torch.Tensor) -> torch.Tensor:
+    """`inputs` in the dtype autocast runs LayerNorm in: float32 on CUDA (the CPU's autocast leaves it to the inputs'
+    dtype)."""
+    if inputs.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        return inputs.float()
+    return inputs
+
+
+def _layer_norms_turned_into(model: nn.Module, kind: type[nn.LayerNorm]) -> nn.Module:
+    """`model` with each `nn.LayerNorm` that has a weight and a bias turned into `kind` (in place: the parameters stay
+    the same)."""
+    for module in model.modules():
+        if type(module) is nn.LayerNorm and module.weight is not None and module.bias is not None:
+            module.__class__ = kind
+    return model
+
+
 class OpaqueLayerNorm(nn.LayerNorm):
     """`nn.LayerNorm` (with weight and bias) that a compiled graph calls as ATen's kernels (`layer_norm`)."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() and len(self.normalized_shape) == 1:
-            # As autocast runs LayerNorm: in float32 on CUDA (the CPU's autocast leaves it to the inputs' dtype).
-            if inputs.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-                inputs = inputs.float()
-            return layer_norm(inputs, self.weight, self.bias, self.eps)[0]
+            return layer_norm(_as_autocast_gives_layer_norm(inputs), self.weight, self.bias, self.eps)[0]
         return super().forward(inputs)
 
 
 def use_opaque_layer_norm(model: nn.Module) -> nn.Module:
     """`model` with each `nn.LayerNorm` that has a weight and a bias turned into `OpaqueLayerNorm` (in place)."""
-    for module in model.modules():
-        if type(module) is nn.LayerNorm and module.weight is not None and module.bias is not None:
-            module.__class__ = OpaqueLayerNorm
-    return model
+    return _layer_norms_turned_into(model, OpaqueLayerNorm)
 
 
 @torch.library.custom_op("hf_srcfeat_benchmarks::column_sums", mutates_args=())
@@ -189,8 +200,7 @@ class SeparateGradientLayerNorm(nn.LayerNorm):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() and len(self.normalized_shape) == 1:
-            if inputs.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-                inputs = inputs.float()  # as autocast runs LayerNorm on CUDA
+            inputs = _as_autocast_gives_layer_norm(inputs)
             # Half-precision inputs with float32 weights normalised in float32 and rounded once, as ATen does
             computed = torch.promote_types(inputs.dtype, self.weight.dtype)
             normalised = nn.functional.layer_norm(inputs.to(computed), self.normalized_shape, None, None, self.eps)
@@ -201,10 +211,7 @@ class SeparateGradientLayerNorm(nn.LayerNorm):
 def use_separate_layer_norm_gradients(model: nn.Module) -> nn.Module:
     """`model` with each `nn.LayerNorm` that has a weight and a bias turned into `SeparateGradientLayerNorm` (in
     place)."""
-    for module in model.modules():
-        if type(module) is nn.LayerNorm and module.weight is not None and module.bias is not None:
-            module.__class__ = SeparateGradientLayerNorm
-    return model
+    return _layer_norms_turned_into(model, SeparateGradientLayerNorm)
 
 
 class OpaqueKernelLinear(linear.Linear):
