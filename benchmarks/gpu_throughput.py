@@ -28,7 +28,10 @@ before), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched a
 recorded graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
 the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what
 of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to
-multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them). The result file is
+multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them);
+`--batch_size_multiple N` rounds every batch's sentences down to a multiple of N and leaves out the batches that
+still are not one (with 2, packed attention pairs every sentence and compiles one graph instead of two). The result
+file is
 rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
 `--profile_steps N` then runs N more steps of each system twice, unprofiled and under `torch.profiler`: the device's
 busy time against the unprofiled step's, by kind of kernel and by kernel, and the launches and host synchronisations
@@ -118,17 +121,18 @@ def encoded_pairs(args) -> tuple[object, list[dict], float]:
 
 
 def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int,
-                  pad_to_multiple_of: int | None = None) -> list[dict]:
+                  pad_to_multiple_of: int | None = None, batch_size_multiple: int = 1) -> list[dict]:
     """The rows in token-budget batches, collated; lengths padded up to a multiple of `pad_to_multiple_of` where
-    given (fewer distinct batch shapes, each of which CUDA graphs record apart)."""
+    given (fewer distinct batch shapes, each of which CUDA graphs record apart); only batches of a multiple of
+    `batch_size_multiple` sentences (the sampler rounds them; the epoch's last may still not be one)."""
     from transformers import DataCollatorForSeq2Seq
 
     from hf_srcfeat.data.batching import TokenBudgetBatchSampler
 
     lengths = [(len(row["input_ids"]), len(row["labels"])) for row in rows]
     collate = DataCollatorForSeq2Seq(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
-    return [collate([rows[index] for index in batch])
-            for batch in TokenBudgetBatchSampler(lengths, max_tokens, seed=seed)]
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens, seed=seed, batch_size_multiple=batch_size_multiple)
+    return [collate([rows[index] for index in batch]) for batch in sampler if len(batch) % batch_size_multiple == 0]
 
 
 def build(system: str, size: str, tokenizer):
@@ -371,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pad_to_multiple_of", type=int, default=None,
                         help="pad each batch's source and target lengths up to a multiple of this (fewer distinct "
                              "batch shapes for CUDA graphs to record)")
+    parser.add_argument("--batch_size_multiple", type=int, default=1,
+                        help="sentences per batch rounded down to a multiple of this; batches that are not one are "
+                             "left out (default 1)")
     parser.add_argument("--compile_backend", default="inductor", choices=["inductor", "aot_eager", "eager"],
                         help="torch.compile's backend for --compile (default inductor; the others, without kernels "
                              "of their own, check the script quickly, and take no --compile_mode)")
@@ -404,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--profile_steps must be at least 0, got {args.profile_steps}")
     if args.pad_to_multiple_of is not None and args.pad_to_multiple_of < 1:
         parser.error(f"--pad_to_multiple_of must be at least 1, got {args.pad_to_multiple_of}")
+    if args.batch_size_multiple < 1:
+        parser.error(f"--batch_size_multiple must be at least 1, got {args.batch_size_multiple}")
     if needs_compile and not args.compile:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
@@ -423,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cuda.enable_cudnn_sdp(False)
     peak = matmul_peak_bf16() if cuda else None
     tokenizer, rows, parse_seconds = encoded_pairs(args)
-    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1, pad_to_multiple_of=args.pad_to_multiple_of)
+    batches = token_batches(tokenizer, rows, args.max_tokens, seed=1, pad_to_multiple_of=args.pad_to_multiple_of,
+                            batch_size_multiple=args.batch_size_multiple)
     if args.pin_memory and cuda:
         batches = [{name: value.pin_memory() for name, value in batch.items()} for batch in batches]
     # Compiled layers meet some batch shapes for the first time with a recompilation (seconds): the warm-up
@@ -440,7 +450,8 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m benchmarks.gpu_throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
         "matmul_peak_tflops_bf16": round(peak / 1e12, 1) if peak else None,
         "settings": {"pairs": args.pairs, "max_tokens": args.max_tokens, "batches": len(batches),
-                     "pad_to_multiple_of": args.pad_to_multiple_of,
+                     "pad_to_multiple_of": args.pad_to_multiple_of, "batch_size_multiple": args.batch_size_multiple,
+                     "sentences": sum(len(batch["input_ids"]) for batch in batches),
                      "distinct_batch_shapes": len({(tuple(batch["input_ids"].shape), tuple(batch["labels"].shape))
                                                    for batch in batches}),
                      "warmup": warmup, "steps": args.steps, "rounds": args.rounds,

@@ -8,7 +8,8 @@ call). Here `PACKED_SENTENCES` consecutive sentences of the batch share one row:
 attended under a block-diagonal mask built from the sentences' own masks (padding, and causality in the decoder's
 self-attention), so that each sentence still sees only its own positions. The sentences left over when the batch is
 not a multiple are attended unpacked (compiled with dynamic sizes, a batch with and one without a leftover sentence
-trace apart). `use_packed_attention(model)` makes a model's attention layers use it; score
+trace apart; `gpu_throughput --batch_size_multiple 2` gives only batches without one).
+`use_packed_attention(model)` makes a model's attention layers use it; score
 modifications and attention weights keep their own paths (`hf_srcfeat.attention`).
 """
 

@@ -195,6 +195,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--dropout", "1.5", "--dropout must be at least 0 and below 1, got 1.5"),
     ("--generation_num_beams", "0", "--generation_num_beams must be 1 or more, got 0"),
     ("--max_tokens_per_batch", "-5", "--max_tokens_per_batch must be 1 or more, got -5"),
+    ("--batch_size_multiple", "0", "--batch_size_multiple must be 1 or more, got 0"),
     ("--learning_rate", "nan", "--learning_rate must be 0 or more, got nan"),
     ("--top_p", "0.5", "top_p only act when sampling: add do_sample"),
     ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),

@@ -79,14 +79,62 @@ def test_an_example_longer_than_the_budget_is_named(pair_lengths):
         TokenBudgetBatchSampler(pair_lengths, max_tokens=20)
 
 
+@pytest.mark.parametrize("multiple", [2, 8])
+def test_batches_hold_a_multiple_of_batch_size_multiple_rows_unless_fewer_fill_the_budget(pair_lengths, multiple):
+    batches = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, seed=1, batch_size_multiple=multiple))
+    assert sorted(index for batch in batches for index in batch) == list(range(len(pair_lengths)))
+    assert all(len(batch) * max(pair_lengths[i] for i in batch) <= 1000 for batch in batches)
+    # In length order every batch but the last is full: a multiple, or fewer rows than one that reach the budget
+    in_order = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, shuffle=False,
+                                            batch_size_multiple=multiple))
+    for batch in in_order[:-1]:
+        assert len(batch) % multiple == 0 or (len(batch) < multiple and
+                                              (len(batch) + 1) * max(pair_lengths[i] for i in batch) > 1000)
+    rounded = sum(len(batch) % multiple != 0 for batch in in_order)
+    unrounded = sum(len(batch) % multiple != 0 for batch in TokenBudgetBatchSampler(
+        pair_lengths, max_tokens=1000, shuffle=False))
+    assert rounded <= 1 < unrounded, (rounded, unrounded)
+
+
+def test_a_batch_size_multiple_that_cannot_hold_is_refused(pair_lengths):
+    with pytest.raises(ValueError, match="batch_size_multiple must be at least 1, got 0"):
+        TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, batch_size_multiple=0)
+    with pytest.raises(ValueError, match="max_sentences=12 is not a multiple of batch_size_multiple=8"):
+        TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, max_sentences=12, batch_size_multiple=8)
+
+
+def test_the_trainer_batches_a_multiple_of_rows(subword_tokenizer, train_pairs, tiny_config, tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+    from hf_srcfeat import SrcFeatTransformerForConditionalGeneration
+    from hf_srcfeat.data.batching import TokenBatchingSeq2SeqTrainer
+
+    encodings = subword_tokenizer(list(train_pairs["source"][:300]), text_target=list(train_pairs["target"][:300]))
+    trainer = TokenBatchingSeq2SeqTrainer(
+        model=SrcFeatTransformerForConditionalGeneration(tiny_config()),
+        args=Seq2SeqTrainingArguments(tmp_path / "run", use_cpu=True, report_to="none", seed=1),
+        train_dataset=Dataset.from_dict(dict(encodings)), processing_class=subword_tokenizer,
+        data_collator=DataCollatorForSeq2Seq(subword_tokenizer), max_tokens_per_batch=600, batch_size_multiple=4)
+    rows = [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()]
+    assert sum(rows) == 300 and sum(count % 4 != 0 for count in rows) <= 1, rows
+
+
 @pytest.mark.slow
 def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
     results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "400",
                                  "--max_steps", "40", "--max_tokens_per_batch", "600", "--learning_rate", "3e-3",
-                                 "--warmup_steps", "5", "--logging_steps", "5"])
+                                 "--warmup_steps", "5", "--logging_steps", "5", "--batch_size_multiple", "4"])
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
-    assert results["data_args"]["max_tokens_per_batch"] == 600
+    assert results["data_args"]["max_tokens_per_batch"] == 600 and results["data_args"]["batch_size_multiple"] == 4
+
+
+def test_a_batch_size_multiple_for_sentence_batches_is_refused_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match="--batch_size_multiple 4 rounds token batches"):
+        train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "50",
+                           "--max_steps", "2", "--per_device_train_batch_size", "16", "--batch_size_multiple", "4"])
+    assert not (tmp_path / "run").exists()
 
 
 def test_early_stopping_without_keeping_the_best_model_is_refused_before_any_work(tmp_path):

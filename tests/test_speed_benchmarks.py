@@ -261,6 +261,18 @@ def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple
         assert (after["labels"][:, before["labels"].shape[1]:] == -100).all()
 
 
+def test_the_gpu_benchmark_keeps_only_batches_of_a_multiple_of_sentences(feature_tokenizer, train_annotations,
+                                                                         train_pairs):
+    from benchmarks import gpu_throughput
+
+    rows = encoded_rows(feature_tokenizer, train_annotations, train_pairs, 200)
+    plain = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1)
+    even = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1, batch_size_multiple=2)
+    assert any(len(batch["input_ids"]) % 2 for batch in plain)  # the rounding below is not the data's own
+    assert even and all(len(batch["input_ids"]) % 2 == 0 for batch in even)
+    assert sum(len(batch["input_ids"]) for batch in even) >= 199
+
+
 @pytest.mark.parametrize("arguments, named", [
     (["--baseline_variants", "eager_attention", "whole_model"], "--baseline_variants whole_model only apply with "
                                                                  "--compile"),

@@ -156,7 +156,7 @@ def check_vocabulary_arguments(model_args: ModelArguments) -> None:
 NUMERIC_RANGES: dict[str, tuple[float, float, bool]] = {
     **dict.fromkeys(["vocab_size", "d_model", "encoder_layers", "decoder_layers",
                      "attention_heads", "ffn_dim", "max_train_samples", "max_eval_samples", "max_predict_samples",
-                     "preprocessing_num_workers", "annotation_num_proc", "max_tokens_per_batch",
+                     "preprocessing_num_workers", "annotation_num_proc", "max_tokens_per_batch", "batch_size_multiple",
                      "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                      "generation_num_beams", "generation_max_length", "eval_steps", "save_steps", "logging_steps"],
                     (1, math.inf, False)),
@@ -182,6 +182,13 @@ def check_numeric_arguments(*arguments, ranges: dict[str, tuple[float, float, bo
                 allowed = f"{smallest} or more" if largest == math.inf else \
                     f"at least {smallest} and below {largest}" if largest_excluded else f"from {smallest} to {largest}"
                 raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
+
+
+def check_batching(data_args: DataArguments) -> None:
+    """`--batch_size_multiple` shapes token batches; sentence batches hold --per_device_train_batch_size rows."""
+    if data_args.batch_size_multiple > 1 and not data_args.max_tokens_per_batch:
+        raise SystemExit(f"--batch_size_multiple {data_args.batch_size_multiple} rounds token batches "
+                         "(--max_tokens_per_batch); sentence batches hold --per_device_train_batch_size rows.")
 
 
 def evaluates_during_training(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> bool:
@@ -779,6 +786,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     assert training_args.output_dir is not None  # TrainingArguments sets a default output folder
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
+    check_batching(data_args)
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
@@ -895,7 +903,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         compute_metrics=compute_metrics,
         callbacks=callbacks, optimizers=optimizers,
     )
-    trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch) \
+    trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=data_args.max_tokens_per_batch,
+                                          batch_size_multiple=data_args.batch_size_multiple) \
         if data_args.max_tokens_per_batch else SrcFeatSeq2SeqTrainer(**trainer_options)
 
     results: dict = {

@@ -39,17 +39,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         lengths: each example's cost in tokens, or each translation pair's (source, target) lengths.
         max_tokens: padded tokens per batch; an example longer than this is an error naming it.
         max_sentences: optional cap on rows per batch.
+        batch_size_multiple: rows per batch rounded down to a multiple of this (fairseq's
+            `--required-batch-size-multiple`, Sockeye's `--batch-sentences-multiple-of`), the rows cut off starting
+            the next batch; a batch that fills the budget with fewer rows keeps them, and the epoch's last batch
+            takes what is left.
         shuffle: shuffle examples and batches (False: batches in length order, for evaluation).
         seed, num_replicas, rank: as `torch.utils.data.DistributedSampler`.
     """
 
     def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int,
                  max_sentences: int | None = None, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0):
+                 rank: int = 0, batch_size_multiple: int = 1):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
         if max_sentences is not None and max_sentences < 1:
             raise ValueError(f"max_sentences must be at least 1, got {max_sentences}.")
+        if batch_size_multiple < 1:
+            raise ValueError(f"batch_size_multiple must be at least 1, got {batch_size_multiple}.")
+        if max_sentences is not None and max_sentences % batch_size_multiple:
+            raise ValueError(f"max_sentences={max_sentences} is not a multiple of "
+                             f"batch_size_multiple={batch_size_multiple}.")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in 0..{num_replicas - 1}.")
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -64,7 +73,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if len(too_long):
             raise ValueError(f"example {int(too_long[0])} has {int(self.costs[too_long[0]])} tokens, more than "
                              f"max_tokens={max_tokens} ({len(too_long)} such examples); raise the budget or truncate.")
-        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.max_tokens, self.max_sentences, self.batch_size_multiple = max_tokens, max_sentences, batch_size_multiple
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.num_replicas, self.rank = num_replicas, rank
         self._batches: tuple[int, list[list[int]]] | None = None  # (epoch, its batches): len() and iter() share them
@@ -90,11 +99,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         longest = 0
         for index in order.tolist():
             length = int(self.costs[index])
-            full = max(longest, length) * (len(current) + 1) > self.max_tokens or \
-                (self.max_sentences is not None and len(current) == self.max_sentences)
-            if current and full:
-                batches.append(current)
-                current, longest = [], 0
+            # A cut to the multiple carries rows over, which may still leave no room: cut until there is.
+            while current and self._full(len(current), max(longest, length)):
+                kept = len(current) - len(current) % self.batch_size_multiple or len(current)
+                batches.append(current[:kept])
+                current = current[kept:]
+                longest = int(self.costs[current].max()) if current else 0
             current.append(index)
             longest = max(longest, length)
         if current:
@@ -104,6 +114,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if self.num_replicas > 1:
             batches = batches[:len(batches) - len(batches) % self.num_replicas]
         return batches
+
+    def _full(self, rows: int, longest: int) -> bool:
+        """Whether a batch of `rows` rows has no room for one more, the longest row among them and it `longest` tokens."""
+        return longest * (rows + 1) > self.max_tokens or (self.max_sentences is not None and rows == self.max_sentences)
 
     def __iter__(self) -> Iterator[list[int]]:
         yield from self.batches()[self.rank::self.num_replicas]
@@ -136,13 +150,15 @@ class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
     taking whole batches. Evaluation and prediction batch as usual. `lengths` gives each training example's cost in
     tokens, or its (source, target) lengths, where the dataset holds no token ids yet (e.g. raw text that the
     collator tokenizes); by default the (source, target) lengths are read from the `input_ids` and `labels`
-    columns."""
+    columns. `batch_size_multiple` rounds each batch's rows down to a multiple of it (`TokenBudgetBatchSampler`)."""
 
     def __init__(self, *args, max_tokens_per_batch: int,
-                 lengths: Sequence[int] | Sequence[tuple[int, int]] | None = None, **kwargs):
+                 lengths: Sequence[int] | Sequence[tuple[int, int]] | None = None, batch_size_multiple: int = 1,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch = max_tokens_per_batch
         self.lengths = lengths
+        self.batch_size_multiple = batch_size_multiple
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
@@ -151,7 +167,8 @@ class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
         lengths = example_lengths(dataset) if self.lengths is None else self.lengths
         if len(lengths) != len(dataset):
             raise ValueError(f"{len(lengths)} lengths given for {len(dataset)} training examples.")
-        sampler = TokenBudgetBatchSampler(lengths, self.max_tokens_per_batch, seed=self.args.seed)
+        sampler = TokenBudgetBatchSampler(lengths, self.max_tokens_per_batch, seed=self.args.seed,
+                                          batch_size_multiple=self.batch_size_multiple)
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
