@@ -25,7 +25,8 @@ fuses when compiled), `packed_attention` (SDPA over two sentences packed into ea
 kernels, `benchmarks/opaque_kernels.py`), `separate_layer_norm_gradients` (compiled, each LayerNorm's weight and bias
 gradients are reduced by a product with a row of ones outside inductor's fused kernels, the rest of it compiled as
 before), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as
-recorded graphs) and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
+recorded graphs), `cpp_wrapper` (inductor's kernels launched by generated C++ instead of Python, torch.compile's
+option "cpp_wrapper") and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
 the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what
 of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to
 multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them);
@@ -71,8 +72,10 @@ SIZES = {
 }
 SYSTEMS = [system for system in benchmark.SYSTEMS if system != "lfe_dae"]
 #: What a baseline variant may change, in the order its system's name lists them.
-VARIANT_PARTS = ("whole_model", "cuda_graphs", "eager_attention", "packed_attention", "opaque_layer_norm",
-                 "separate_layer_norm_gradients", "eager")
+VARIANT_PARTS = ("whole_model", "cuda_graphs", "cpp_wrapper", "eager_attention", "packed_attention",
+                 "opaque_layer_norm", "separate_layer_norm_gradients", "eager")
+#: Inductor's settings for a `cpp_wrapper` variant (torch.compile's `options`, which exclude a `mode`).
+CPP_WRAPPER_OPTIONS = {"cpp_wrapper": True}
 
 
 def baseline_variant(text: str) -> tuple[str, ...]:
@@ -87,10 +90,13 @@ def baseline_variant(text: str) -> tuple[str, ...]:
     if "opaque_layer_norm" in parts and "separate_layer_norm_gradients" in parts:
         raise argparse.ArgumentTypeError(
             f"{text!r}: opaque_layer_norm and separate_layer_norm_gradients each set the LayerNorm")
-    if "eager" in parts and {"whole_model", "cuda_graphs", "opaque_layer_norm", "separate_layer_norm_gradients"} & set(
-            parts):
+    if "cuda_graphs" in parts and "cpp_wrapper" in parts:
+        raise argparse.ArgumentTypeError(f"{text!r}: cuda_graphs (a compile mode) and cpp_wrapper (inductor options) "
+                                         "cannot be given to one torch.compile")
+    if "eager" in parts and {"whole_model", "cuda_graphs", "cpp_wrapper", "opaque_layer_norm",
+                             "separate_layer_norm_gradients"} & set(parts):
         raise argparse.ArgumentTypeError(f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs, "
-                                         "opaque_layer_norm and separate_layer_norm_gradients")
+                                         "cpp_wrapper, opaque_layer_norm and separate_layer_norm_gradients")
     return tuple(part for part in VARIANT_PARTS if part in parts)
 
 
@@ -157,15 +163,16 @@ def configure_dynamo() -> None:
         torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
-def compile_layers(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> int:
-    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode` and
-    `backend` as torch.compile takes them, e.g. mode "reduce-overhead" for CUDA graphs). Layers of one class share
-    the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
+def compile_layers(model: nn.Module, mode: str | None = None, backend: str = "inductor",
+                   options: dict | None = None) -> int:
+    """Regional compilation: each layer of every `*layers` stack under `torch.compile` (dynamic shapes; `mode`,
+    `backend` and `options` as torch.compile takes them, e.g. mode "reduce-overhead" for CUDA graphs). Layers of one
+    class share the compiled code, so compiling costs one graph per layer type. Returns the layers compiled."""
     configure_dynamo()
     layers = [layer for name, module in model.named_modules()
               if isinstance(module, nn.ModuleList) and name.endswith("layers") for layer in module]
     for layer in layers:
-        layer.compile(dynamic=True, mode=inductor_mode(mode, backend), backend=backend)
+        layer.compile(dynamic=True, mode=inductor_mode(mode, backend), backend=backend, options=options)
     return len(layers)
 
 
@@ -193,29 +200,31 @@ def inductor_mode(mode: str | None, backend: str) -> str | None:
     return mode if backend == "inductor" else None
 
 
-def compilation(model: nn.Module, forward, backend: str, mode: str | None) -> str:
+def compilation(model: nn.Module, forward, backend: str, mode: str | None, options: dict | None = None) -> str:
     """What of `model` runs compiled, read off the objects: the whole forward (`forward` an OptimizedModule) or how
-    many of its layers (`nn.Module.compile` sets `_compiled_call_impl`), with backend and mode."""
+    many of its layers (`nn.Module.compile` sets `_compiled_call_impl`), with backend, mode and inductor's options."""
+    given = f", options {json.dumps(options, sort_keys=True)}" if options else ""
     if isinstance(forward, torch._dynamo.eval_frame.OptimizedModule):
-        mode_name = (mode or "default") if backend == "inductor" else "none"
-        return f"whole forward with the loss, backend {backend}, mode {mode_name}"
+        mode_name = (mode or "default") if backend == "inductor" and not options else "none"
+        return f"whole forward with the loss, backend {backend}, mode {mode_name}{given}"
     layers = [module for module in model.modules() if getattr(module, "_compiled_call_impl", None) is not None]
-    return f"{len(layers)} layers, backend {backend}" if layers else "eager"
+    return f"{len(layers)} layers, backend {backend}{given}" if layers else "eager"
 
 
 class Trainee:
     """One system's model and optimiser, stepping through the shared batches (autocast bf16, fp32 weights)."""
 
     def __init__(self, model, device: str, whole_model: bool = False, mode: str | None = None,
-                 backend: str = "inductor"):
+                 backend: str = "inductor", options: dict | None = None):
         """`whole_model`: the whole forward (embeddings, masks, every layer, the loss) as one graph compiled in
-        `mode` by `backend`; else the model as built (its layers compiled or not)."""
+        `mode` (or with inductor's `options`) by `backend`; else the model as built (its layers compiled or not)."""
         self.model, self.device = model.to(device).train(), device
         self.forward = model
         if whole_model:
             configure_dynamo()
-            self.forward = torch.compile(model, dynamic=True, backend=backend, mode=inductor_mode(mode, backend))
-        self.compiled = compilation(model, self.forward, backend, mode)
+            self.forward = torch.compile(model, dynamic=True, backend=backend, mode=inductor_mode(mode, backend),
+                                         options=options)
+        self.compiled = compilation(model, self.forward, backend, mode, options)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith("cuda"))
         self.cudagraph_skips = 0
         self.seconds, self.steps, self.target_tokens, self.source_tokens, self.padded = 0.0, 0, 0, 0, 0
@@ -417,6 +426,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{', '.join(needs_compile)} only apply with --compile")
     if args.compile_mode is not None and args.compile_backend != "inductor":
         parser.error(f"--compile_mode is inductor's; --compile_backend {args.compile_backend} takes none")
+    cpp_wrapper_variants = ["+".join(parts) for parts in variants if "cpp_wrapper" in parts]
+    if cpp_wrapper_variants and (args.compile_backend != "inductor" or args.compile_mode is not None):
+        parser.error(f"--baseline_variants {' '.join(cpp_wrapper_variants)}: cpp_wrapper sets inductor's options, "
+                     "which take neither another --compile_backend nor a --compile_mode")
     if args.whole_model and any("whole_model" in parts for parts in variants):
         parser.error("--whole_model already compiles every system whole; a whole_model variant would repeat the "
                      "baseline")
@@ -486,10 +499,11 @@ def main(argv: list[str] | None = None) -> None:
                 if "separate_layer_norm_gradients" in parts:
                     use_separate_layer_norm_gradients(model)
                 mode = "reduce-overhead" if "cuda_graphs" in parts else args.compile_mode
+                options = CPP_WRAPPER_OPTIONS if "cpp_wrapper" in parts else None
                 whole = "whole_model" in parts or (args.whole_model and "eager" not in parts)
                 if args.compile and not whole and "eager" not in parts:
-                    compile_layers(model, mode, args.compile_backend)
-                trainees[name] = Trainee(model, args.device, whole, mode, args.compile_backend)
+                    compile_layers(model, mode, args.compile_backend, options)
+                trainees[name] = Trainee(model, args.device, whole, mode, args.compile_backend, options)
             except Exception as error:  # noqa: BLE001 - recorded in the results, the other systems go on
                 errors[name] = f"{type(error).__name__}: {str(error)[:2000]}"
         if cuda:

@@ -241,6 +241,31 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
                    for operation in profile["operations"])
 
 
+def test_the_cpp_wrapper_variant_gives_inductor_its_option_for_the_whole_forward_and_for_each_layer(
+        feature_tokenizer, monkeypatch):
+    from benchmarks import gpu_throughput
+
+    settings_given, real_compile = [], torch.compile
+
+    def recording_compile(model, **settings):  # compiles lazily with the eager backend: nothing is lowered here
+        settings_given.append(settings)
+        return real_compile(model, dynamic=settings["dynamic"], backend="eager")
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    options = gpu_throughput.CPP_WRAPPER_OPTIONS
+    layered = gpu_throughput.build("baseline", "benchmark", feature_tokenizer)
+    layers = gpu_throughput.compile_layers(layered, None, "inductor", options)
+    whole = gpu_throughput.Trainee(gpu_throughput.build("baseline", "benchmark", feature_tokenizer), "cpu",
+                                   whole_model=True, options=options)
+    assert options == {"cpp_wrapper": True}
+    assert len(settings_given) == layers + 1
+    assert all(settings["options"] == options and settings["mode"] is None and settings["backend"] == "inductor"
+               for settings in settings_given)
+    assert whole.compiled == 'whole forward with the loss, backend inductor, mode none, options {"cpp_wrapper": true}'
+    assert gpu_throughput.Trainee(layered, "cpu", options=options).compiled == \
+        f'{layers} layers, backend inductor, options {{"cpp_wrapper": true}}'
+
+
 def test_the_gpu_benchmark_pads_every_feature_of_its_token_batches_to_a_multiple(feature_tokenizer,
                                                                                   train_annotations, train_pairs):
     from benchmarks import gpu_throughput
@@ -289,6 +314,12 @@ def test_the_gpu_benchmark_keeps_only_batches_of_a_multiple_of_sentences(feature
     (["--profile_steps", "-1"], "--profile_steps must be at least 0, got -1"),
     (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
      "--whole_model already compiles every system whole"),
+    (["--compile", "--baseline_variants", "cuda_graphs+cpp_wrapper"],
+     "cuda_graphs (a compile mode) and cpp_wrapper (inductor options) cannot be given to one torch.compile"),
+    (["--compile", "--compile_backend", "eager", "--baseline_variants", "whole_model+cpp_wrapper"],
+     "--baseline_variants whole_model+cpp_wrapper: cpp_wrapper sets inductor's options"),
+    (["--compile", "--compile_mode", "max-autotune", "--baseline_variants", "cpp_wrapper"],
+     "--baseline_variants cpp_wrapper: cpp_wrapper sets inductor's options, which take neither"),
 ])
 def test_the_gpu_benchmark_refuses_options_that_would_not_apply(arguments, named, tmp_path, capsys):
     from benchmarks import gpu_throughput
