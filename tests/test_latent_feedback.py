@@ -99,13 +99,14 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
                  "--ffn_dim", "32", "--max_train_samples", "200", "--max_eval_samples", "4", "--max_length", "24",
                  "--do_train", "--max_steps", "3", "--learning_rate", "1e-3", "--logging_steps", "1",
                  "--save_strategy", "no", "--use_cpu", "--report_to", "none", "--disable_tqdm", "true"]
-    results = pretrain_dae.main([*arguments, "--max_tokens_per_batch", "256"])
-    assert results["dae_args"]["max_tokens_per_batch"] == 256
+    results = pretrain_dae.main([*arguments, "--max_tokens_per_batch", "256", "--batch_size_multiple", "4"])
+    assert results["dae_args"]["max_tokens_per_batch"] == 256 and results["dae_args"]["batch_size_multiple"] == 4
     assert len([entry for entry in results["log_history"] if "loss" in entry]) == 3
     refused = {"--max_tokens_per_batch must be 1 or more, got 0": ["--max_tokens_per_batch", "0"],
                "--max_tokens_per_batch 16 is below --max_length 24": ["--max_tokens_per_batch", "16"],
                "--mask_ratio must be from 0 to 1, got -0.2": ["--mask_ratio", "-0.2"],
-               "--swaps must be 0 or more, got -1": ["--swaps", "-1"]}
+               "--swaps must be 0 or more, got -1": ["--swaps", "-1"],
+               "--batch_size_multiple 4 rounds token batches": ["--batch_size_multiple", "4"]}
     for message, bad in refused.items():
         with pytest.raises(SystemExit, match=message):
             pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "refused"), *bad])

@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     train.check_numeric_arguments(args, training_args, ranges={**train.NUMERIC_RANGES, **NOISE_RANGES})
     if train.flags_ask_for_sentence_batches(training_args):
         args.max_tokens_per_batch = None
+    train.check_batch_size_multiple(args.batch_size_multiple, args.max_tokens_per_batch)
     if args.max_tokens_per_batch and args.max_tokens_per_batch < args.max_length:
         raise SystemExit(f"--max_tokens_per_batch {args.max_tokens_per_batch} is below --max_length "
                          f"{args.max_length}: a sentence of that length would fit in no batch.")
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.max_tokens_per_batch and training_args.do_train:
         lengths = sentence_lengths(tokenizer, sentences, args.max_length, args.mask_ratio)
         trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=args.max_tokens_per_batch,
-                                              lengths=lengths)
+                                              lengths=lengths, batch_size_multiple=args.batch_size_multiple)
     else:
         trainer = SrcFeatSeq2SeqTrainer(**trainer_options)
     results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,

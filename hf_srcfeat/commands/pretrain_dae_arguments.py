@@ -40,6 +40,9 @@ class DaeArguments:
         "help": "Token-based batching (fairseq --max-tokens): batches of sentences of similar length holding at most "
                 "this many padded tokens (rows x longest sentence), instead of per_device_train_batch_size "
                 "sentences."})
+    batch_size_multiple: int = field(default=1, metadata={
+        "help": "With --max_tokens_per_batch: sentences per batch rounded down to a multiple of this (fairseq "
+                "--required-batch-size-multiple), as hf-srcfeat-train's option."})
     swaps: int = 3
     drop_ratio: float = 0.1
     mask_ratio: float = 0.2

@@ -184,10 +184,10 @@ def check_numeric_arguments(*arguments, ranges: dict[str, tuple[float, float, bo
                 raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
 
 
-def check_batching(data_args: DataArguments) -> None:
+def check_batch_size_multiple(batch_size_multiple: int, max_tokens_per_batch: int | None) -> None:
     """`--batch_size_multiple` shapes token batches; sentence batches hold --per_device_train_batch_size rows."""
-    if data_args.batch_size_multiple > 1 and not data_args.max_tokens_per_batch:
-        raise SystemExit(f"--batch_size_multiple {data_args.batch_size_multiple} rounds token batches "
+    if batch_size_multiple > 1 and not max_tokens_per_batch:
+        raise SystemExit(f"--batch_size_multiple {batch_size_multiple} rounds token batches "
                          "(--max_tokens_per_batch); sentence batches hold --per_device_train_batch_size rows.")
 
 
@@ -786,7 +786,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     assert training_args.output_dir is not None  # TrainingArguments sets a default output folder
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
-    check_batching(data_args)
+    check_batch_size_multiple(data_args.batch_size_multiple, data_args.max_tokens_per_batch)
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
