@@ -26,14 +26,13 @@ kernels, `benchmarks/opaque_kernels.py`), `separate_layer_norm_gradients` (compi
 gradients are reduced by a product with a row of ones outside inductor's fused kernels, the rest of it compiled as
 before), `cuda_graphs` (compiled with mode "reduce-overhead": kernels launched as
 recorded graphs), `cpp_wrapper` (inductor's kernels launched by generated C++ instead of Python, torch.compile's
-option "cpp_wrapper") and `whole_model` (the whole forward with the loss as one compiled graph, and with it the backward;
-the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result records what
-of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch lengths up to
-multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them);
+option "cpp_wrapper") and `whole_model` (the whole forward with the loss as one compiled graph, and with it the
+backward; the optimiser step stays outside), joined by `+`, e.g. `whole_model+cuda_graphs`. Each system's result
+records what of it ran compiled and how often inductor skipped CUDA graphs; `--pad_to_multiple_of N` pads batch
+lengths up to multiples of N, so that CUDA graphs meet fewer distinct batch shapes (the settings count them);
 `--batch_size_multiple N` rounds every batch's sentences down to a multiple of N and leaves out the batches that
 still are not one (with 2, packed attention pairs every sentence and compiles one graph instead of two). The result
-file is
-rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
+file is rewritten after each system's warm-up and after every round, so a run stopped early keeps what it measured.
 `--profile_steps N` then runs N more steps of each system twice, unprofiled and under `torch.profiler`: the device's
 busy time against the unprofiled step's, by kind of kernel and by kernel, and the launches and host synchronisations
 a step (`benchmarks/gpu_time_breakdown.py`; with `--device cpu`, the operations' times, `benchmarks/op_timing.py`).
@@ -91,8 +90,8 @@ def baseline_variant(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: opaque_layer_norm and separate_layer_norm_gradients each set the LayerNorm")
     if "cuda_graphs" in parts and "cpp_wrapper" in parts:
-        raise argparse.ArgumentTypeError(f"{text!r}: cuda_graphs (a compile mode) and cpp_wrapper (inductor options) "
-                                         "cannot be given to one torch.compile")
+        raise argparse.ArgumentTypeError(f"{text!r}: cuda_graphs (compile mode \"reduce-overhead\") and cpp_wrapper "
+                                         "(inductor options) are not combined here: measure them apart")
     if "eager" in parts and {"whole_model", "cuda_graphs", "cpp_wrapper", "opaque_layer_norm",
                              "separate_layer_norm_gradients"} & set(parts):
         raise argparse.ArgumentTypeError(f"{text!r}: 'eager' (not compiled) excludes whole_model, cuda_graphs, "
@@ -130,7 +129,8 @@ def token_batches(tokenizer, rows: list[dict], max_tokens: int, seed: int,
                   pad_to_multiple_of: int | None = None, batch_size_multiple: int = 1) -> list[dict]:
     """The rows in token-budget batches, collated; lengths padded up to a multiple of `pad_to_multiple_of` where
     given (fewer distinct batch shapes, each of which CUDA graphs record apart); only batches of a multiple of
-    `batch_size_multiple` sentences (the sampler rounds them; the epoch's last may still not be one)."""
+    `batch_size_multiple` sentences: the sampler rounds them, and the few it cannot round (the last, or one before a
+    sentence longer than `max_tokens / batch_size_multiple`) are left out."""
     from transformers import DataCollatorForSeq2Seq
 
     from hf_srcfeat.data.batching import TokenBudgetBatchSampler

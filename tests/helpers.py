@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.data.batching import TokenBudgetBatchSampler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,3 +110,23 @@ def pre_norm_model(tokenizer, **overrides):
     with torch.no_grad():
         model.final_logits_bias.normal_()
     return model
+
+
+class RecordingSampler(TokenBudgetBatchSampler):
+    """The sampler, keeping every instance's batches: what a training command asked of it."""
+
+    made: list[list[list[int]]] = []
+
+    def _make_batches(self) -> list[list[int]]:
+        batches = super()._make_batches()
+        RecordingSampler.made.append(batches)
+        return batches
+
+
+def sampled_batches(monkeypatch) -> list[list[list[int]]]:
+    """The batches of every token-batch sampler the trainers make from now on (in this test)."""
+    from hf_srcfeat.data import batching
+
+    monkeypatch.setattr(batching, "TokenBudgetBatchSampler", RecordingSampler)
+    monkeypatch.setattr(RecordingSampler, "made", [])
+    return RecordingSampler.made

@@ -8,6 +8,7 @@ import pytest
 
 from hf_srcfeat.data.batching import TokenBudgetBatchSampler, padding_fraction
 
+from .helpers import sampled_batches
 from .test_training import TINY, train
 
 
@@ -84,16 +85,21 @@ def test_batches_hold_a_multiple_of_batch_size_multiple_rows_unless_fewer_fill_t
     batches = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, seed=1, batch_size_multiple=multiple))
     assert sorted(index for batch in batches for index in batch) == list(range(len(pair_lengths)))
     assert all(len(batch) * max(pair_lengths[i] for i in batch) <= 1000 for batch in batches)
-    # In length order every batch but the last is full: a multiple, or fewer rows than one that reach the budget
+    # No pair is longer than 1000 / 8 tokens, so in length order only the last batch may hold a remainder
+    assert max(pair_lengths) < 1000 / 8
     in_order = list(TokenBudgetBatchSampler(pair_lengths, max_tokens=1000, shuffle=False,
                                             batch_size_multiple=multiple))
-    for batch in in_order[:-1]:
-        assert len(batch) % multiple == 0 or (len(batch) < multiple and
-                                              (len(batch) + 1) * max(pair_lengths[i] for i in batch) > 1000)
+    assert all(len(batch) % multiple == 0 for batch in in_order[:-1])
     rounded = sum(len(batch) % multiple != 0 for batch in in_order)
     unrounded = sum(len(batch) % multiple != 0 for batch in TokenBudgetBatchSampler(
         pair_lengths, max_tokens=1000, shuffle=False))
     assert rounded <= 1 < unrounded, (rounded, unrounded)
+
+
+def test_rows_cut_off_to_a_multiple_make_a_batch_of_their_own_where_the_next_example_does_not_fit_beside_them():
+    # 33 x 3 fits 100 tokens; rounded to two rows, the third cannot take the 60-token example beside it (120 > 100)
+    batches = list(TokenBudgetBatchSampler([33, 33, 33, 60], max_tokens=100, shuffle=False, batch_size_multiple=2))
+    assert batches == [[0, 1], [2], [3]]
 
 
 def test_a_batch_size_multiple_that_cannot_hold_is_refused(pair_lengths):
@@ -121,13 +127,15 @@ def test_the_trainer_batches_a_multiple_of_rows(subword_tokenizer, train_pairs, 
 
 
 @pytest.mark.slow
-def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path):
+def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path, monkeypatch):
+    sampled = sampled_batches(monkeypatch)
     results = train.main(TINY + ["--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "400",
                                  "--max_steps", "40", "--max_tokens_per_batch", "600", "--learning_rate", "3e-3",
                                  "--warmup_steps", "5", "--logging_steps", "5", "--batch_size_multiple", "4"])
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
     assert results["data_args"]["max_tokens_per_batch"] == 600 and results["data_args"]["batch_size_multiple"] == 4
+    assert sampled and all(len(batch) % 4 == 0 for batch in sampled[-1][:-1]), "the trainer was given the multiple"
 
 
 def test_a_batch_size_multiple_for_sentence_batches_is_refused_before_any_work(tmp_path):

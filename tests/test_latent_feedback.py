@@ -23,7 +23,7 @@ from hf_srcfeat.data.monolingual import load_monolingual
 from hf_srcfeat.modeling_latent_feedback import FeedbackContext, top_down_feedback
 
 from .end_to_end import EndToEndFromRawText, tiny_method_config, train_from_raw_text
-from .helpers import REPO, random_model
+from .helpers import REPO, random_model, sampled_batches
 
 SENTENCE = "A little girl in a pink dress is climbing up a set of stairs in an entry way with her dog".split()
 
@@ -92,7 +92,9 @@ def test_autoencoder_token_batches_hold_whole_corrupted_pairs_within_the_budget(
         trainer(lengths[1:]).get_train_dataloader()
 
 
-def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_settings_by_name(feature_tokenizer, tmp_path):
+def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_settings_by_name(feature_tokenizer, tmp_path,
+                                                                                       monkeypatch):
+    sampled = sampled_batches(monkeypatch)
     feature_tokenizer.save_pretrained(tmp_path / "tokenizer")
     arguments = ["--output_dir", str(tmp_path / "dae"), "--tokenizer_name_or_path", str(tmp_path / "tokenizer"),
                  "--d_model", "16", "--encoder_layers", "1", "--decoder_layers", "1", "--attention_heads", "2",
@@ -101,6 +103,7 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
                  "--save_strategy", "no", "--use_cpu", "--report_to", "none", "--disable_tqdm", "true"]
     results = pretrain_dae.main([*arguments, "--max_tokens_per_batch", "256", "--batch_size_multiple", "4"])
     assert results["dae_args"]["max_tokens_per_batch"] == 256 and results["dae_args"]["batch_size_multiple"] == 4
+    assert sampled and all(len(batch) % 4 == 0 for batch in sampled[-1][:-1]), "the trainer was given the multiple"
     assert len([entry for entry in results["log_history"] if "loss" in entry]) == 3
     refused = {"--max_tokens_per_batch must be 1 or more, got 0": ["--max_tokens_per_batch", "0"],
                "--max_tokens_per_batch 16 is below --max_length 24": ["--max_tokens_per_batch", "16"],

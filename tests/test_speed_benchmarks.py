@@ -295,7 +295,8 @@ def test_the_gpu_benchmark_keeps_only_batches_of_a_multiple_of_sentences(feature
     even = gpu_throughput.token_batches(feature_tokenizer, rows, 1024, seed=1, batch_size_multiple=2)
     assert any(len(batch["input_ids"]) % 2 for batch in plain)  # the rounding below is not the data's own
     assert even and all(len(batch["input_ids"]) % 2 == 0 for batch in even)
-    assert sum(len(batch["input_ids"]) for batch in even) >= 199
+    # here only the epoch's last batch can be odd (no sentence is longer than half the budget): one left out at most
+    assert len(plain) - len(even) <= 1 and sum(len(batch["input_ids"]) for batch in even) >= 200 - len(even[-1])
 
 
 @pytest.mark.parametrize("arguments, named", [
@@ -315,7 +316,7 @@ def test_the_gpu_benchmark_keeps_only_batches_of_a_multiple_of_sentences(feature
     (["--compile", "--whole_model", "--baseline_variants", "whole_model+cuda_graphs"],
      "--whole_model already compiles every system whole"),
     (["--compile", "--baseline_variants", "cuda_graphs+cpp_wrapper"],
-     "cuda_graphs (a compile mode) and cpp_wrapper (inductor options) cannot be given to one torch.compile"),
+     'cuda_graphs (compile mode "reduce-overhead") and cpp_wrapper (inductor options) are not combined'),
     (["--compile", "--compile_backend", "eager", "--baseline_variants", "whole_model+cpp_wrapper"],
      "--baseline_variants whole_model+cpp_wrapper: cpp_wrapper sets inductor's options"),
     (["--compile", "--compile_mode", "max-autotune", "--baseline_variants", "cpp_wrapper"],

@@ -133,8 +133,8 @@ class DataArguments:
     batch_size_multiple: int = field(default=1, metadata={
         "help": "With --max_tokens_per_batch: sentences per training batch rounded down to a multiple of this "
                 "(fairseq --required-batch-size-multiple, Sockeye --batch-sentences-multiple-of), the rest starting "
-                "the next batch; fewer sentences than this fill a batch only where they reach the budget, and the "
-                "epoch's last batch takes what is left."})
+                "the next batch; fewer sentences than this make a batch only before a sentence longer than "
+                "max_tokens_per_batch / batch_size_multiple, and the epoch's last batch takes what is left."})
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "Stop after this many evaluations without a better --metric_for_best_model and keep the best "
                 "checkpoint (needs --load_best_model_at_end, eval and save every eval_steps); train to convergence "

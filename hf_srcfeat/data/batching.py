@@ -41,8 +41,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         max_sentences: optional cap on rows per batch.
         batch_size_multiple: rows per batch rounded down to a multiple of this (fairseq's
             `--required-batch-size-multiple`, Sockeye's `--batch-sentences-multiple-of`), the rows cut off starting
-            the next batch; a batch that fills the budget with fewer rows keeps them, and the epoch's last batch
-            takes what is left.
+            the next batch; fewer rows than this make a batch only where the next example is longer than
+            `max_tokens / batch_size_multiple`, and the epoch's last batch takes what is left. `max_sentences` must
+            be a multiple of it.
         shuffle: shuffle examples and batches (False: batches in length order, for evaluation).
         seed, num_replicas, rank: as `torch.utils.data.DistributedSampler`.
     """
@@ -116,7 +117,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return batches
 
     def _full(self, rows: int, longest: int) -> bool:
-        """Whether a batch of `rows` rows has no room for one more, the longest row among them and it `longest` tokens."""
+        """Whether `rows` rows leave no room for one more row, `longest` tokens the longest of all of them."""
         return longest * (rows + 1) > self.max_tokens or (self.max_sentences is not None and rows == self.max_sentences)
 
     def __iter__(self) -> Iterator[list[int]]:
