@@ -136,6 +136,14 @@ def test_train_script_trains_with_a_token_budget(multi30k_dir, tmp_path, monkeyp
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
     assert results["data_args"]["max_tokens_per_batch"] == 600 and results["data_args"]["batch_size_multiple"] == 4
     assert sampled and all(len(batch) % 4 == 0 for batch in sampled[-1][:-1]), "the trainer was given the multiple"
+    # The throughput counts the rows of the 40 batches trained on (one epoch's batches after another's), not 40 x
+    # the default batch size
+    trained = [batch for epoch in sampled for batch in epoch][:40]
+    rows = sum(map(len, trained))
+    assert len(trained) == 40 and len(sampled) > 1
+    metrics = results["train_metrics"]
+    assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(rows, rel=1e-3)
+    assert rows != 40 * 8
 
 
 def test_a_batch_size_multiple_for_sentence_batches_is_refused_before_any_work(tmp_path):

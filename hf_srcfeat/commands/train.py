@@ -184,6 +184,17 @@ def check_numeric_arguments(*arguments, ranges: dict[str, tuple[float, float, bo
                 raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
 
 
+def check_token_budget(data_args: DataArguments) -> None:
+    """A token budget that holds the longest pair the truncation lets through: otherwise the sampler would find
+    one only after the parsing and tokenizing, with the output folder already written."""
+    budget, longest = data_args.max_tokens_per_batch, max(data_args.max_source_length, data_args.max_target_length)
+    if budget and budget < longest:
+        raise SystemExit(f"--max_tokens_per_batch {budget} is below the longest pair the truncation keeps "
+                         f"(--max_source_length {data_args.max_source_length}, --max_target_length "
+                         f"{data_args.max_target_length}): such a pair would fit in no batch; raise the budget or "
+                         "lower the lengths.")
+
+
 def check_batch_size_multiple(batch_size_multiple: int, max_tokens_per_batch: int | None) -> None:
     """`--batch_size_multiple` shapes token batches; sentence batches hold --per_device_train_batch_size rows."""
     if batch_size_multiple > 1 and not max_tokens_per_batch:
@@ -787,6 +798,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
     check_batch_size_multiple(data_args.batch_size_multiple, data_args.max_tokens_per_batch)
+    check_token_budget(data_args)
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
@@ -923,7 +935,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     }
     if training_args.do_train:
         start = time.monotonic()
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=resumed_from)
         results["train_seconds_this_run"] = time.monotonic() - start
         results["train_seconds"] = training_time.seconds  # across resumptions
         results["earlier_results"] = earlier_results(Path(training_args.output_dir), resumed_from)

@@ -151,7 +151,9 @@ class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
     taking whole batches. Evaluation and prediction batch as usual. `lengths` gives each training example's cost in
     tokens, or its (source, target) lengths, where the dataset holds no token ids yet (e.g. raw text that the
     collator tokenizes); by default the (source, target) lengths are read from the `input_ids` and `labels`
-    columns. `batch_size_multiple` rounds each batch's rows down to a multiple of it (`TokenBudgetBatchSampler`)."""
+    columns. `batch_size_multiple` rounds each batch's rows down to a multiple of it (`TokenBudgetBatchSampler`).
+    The training metrics' `train_samples_per_second` counts the rows the batches held (the Trainer's own count
+    assumes `per_device_train_batch_size` rows a batch)."""
 
     def __init__(self, *args, max_tokens_per_batch: int,
                  lengths: Sequence[int] | Sequence[tuple[int, int]] | None = None, batch_size_multiple: int = 1,
@@ -160,6 +162,23 @@ class TokenBatchingSeq2SeqTrainer(SrcFeatSeq2SeqTrainer):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.lengths = lengths
         self.batch_size_multiple = batch_size_multiple
+        self.rows_trained = 0  # this process's, in the current `train` call
+
+    def train(self, *args, **kwargs):
+        self.rows_trained = 0
+        return super().train(*args, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.rows_trained += len(inputs["input_ids"])
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "train_samples_per_second" in logs and logs.get("train_runtime"):
+            # In place: the same dict is the metrics `train` returns. Every process logs these, so all take part.
+            rows = self.accelerator.reduce(torch.tensor(self.rows_trained, device=self.accelerator.device),
+                                           reduction="sum")
+            logs["train_samples_per_second"] = round(int(rows) / logs["train_runtime"], 3)
+        super().log(logs, start_time)
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
