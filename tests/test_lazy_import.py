@@ -51,6 +51,16 @@ def test_help_of_a_training_command_lists_its_options_without_torch_and_points_t
     assert output.split() == ["True", "True", "False"]
 
 
+def test_the_training_commands_help_states_the_trainer_defaults_it_applies_from_scratch():
+    from hf_srcfeat.commands import console_scripts, train
+
+    stated = {"learning_rate": (1e-3, "learning rate 1e-3"), "warmup_steps": (400, "400 warm-up steps"),
+              "lr_scheduler_type": ("inverse_sqrt", "inverse square root schedule"),
+              "adam_beta2": (0.98, "Adam beta2 0.98")}
+    for name, (value, phrase) in stated.items():
+        assert train.FROM_SCRATCH_DEFAULTS[name] == value and phrase in console_scripts.TRAIN_DESCRIPTION, name
+
+
 def test_help_all_lists_the_trainers_options_too(capsys):
     from hf_srcfeat.commands import train
 

@@ -37,6 +37,15 @@ def help_or_run(run: Callable[[], int], prog: str, description: str, argument_cl
     return run()
 
 
+#: `hf-srcfeat-train --help`'s summary; the values are `train.FROM_SCRATCH_DEFAULTS`' (not imported: the help
+#: comes without torch).
+TRAIN_DESCRIPTION = ("Train a source-feature translation model with Seq2SeqTrainer, on Multi30k or your own corpus. "
+                     "`--help_model TYPE` lists a model type's settings. From scratch, the Trainer options not given "
+                     "take the recipes' values instead of Transformers' defaults: learning rate 1e-3, inverse square "
+                     "root schedule, 400 warm-up steps, Adam beta2 0.98, and token batches (--max_tokens_per_batch) "
+                     "unless a batch size is given.")
+
+
 def train() -> int:
     """`hf-srcfeat-train`."""
     def run() -> int:
@@ -44,9 +53,7 @@ def train() -> int:
 
         return command.cli()
 
-    return help_or_run(run, "hf-srcfeat-train", "Train a source-feature translation model with Seq2SeqTrainer, on "
-                       "Multi30k or your own corpus. `--help_model TYPE` lists a model type's settings.",
-                       (ModelArguments, DataArguments))
+    return help_or_run(run, "hf-srcfeat-train", TRAIN_DESCRIPTION, (ModelArguments, DataArguments))
 
 
 def pretrain_dae() -> int:

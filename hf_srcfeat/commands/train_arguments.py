@@ -58,14 +58,16 @@ class ModelArguments:
         "help": "Only build the feature-aware tokenizer (parsing the sources, cached) into --output_dir, then stop: "
                 "e.g. the joint tokenizer that a pre-trained latent feature encoder shares with its translation "
                 "model (hf-srcfeat-pretrain-dae --tokenizer_name_or_path)."})
-    d_model: int = 256
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    attention_heads: int = 4
-    ffn_dim: int = 1024
-    dropout: float = 0.3
-    label_smoothing: float = 0.1
-    layernorm_position: str = "pre"
+    d_model: int = field(default=256, metadata={"help": "Model width, from scratch (the recipes' size)."})
+    encoder_layers: int = field(default=3, metadata={"help": "Encoder layers, from scratch."})
+    decoder_layers: int = field(default=3, metadata={"help": "Decoder layers, from scratch."})
+    attention_heads: int = field(default=4, metadata={"help": "Attention heads of every layer, from scratch."})
+    ffn_dim: int = field(default=1024, metadata={"help": "Width of the feed-forward sublayers, from scratch."})
+    dropout: float = field(default=0.3, metadata={"help": "Dropout of the model's sublayers and embeddings."})
+    label_smoothing: float = field(default=0.1, metadata={
+        "help": "Label smoothing of the model's own loss (training and evaluation losses alike)."})
+    layernorm_position: str = field(default="pre", metadata={
+        "help": "pre (LayerNorm before each sublayer) or post (after the residual sum, as the original Transformer)."})
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'."})
 
@@ -96,13 +98,13 @@ class DataArguments:
     target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
-    source_lang: str = "en"
-    target_lang: str = "de"
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    max_predict_samples: int | None = None
-    max_source_length: int = 128
-    max_target_length: int = 128
+    source_lang: str = field(default="en", metadata={"help": "Source language code (file suffixes, columns)."})
+    target_lang: str = field(default="de", metadata={"help": "Target language code."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N pairs of each test set."})
+    max_source_length: int = field(default=128, metadata={"help": "Sources are truncated to this many tokens."})
+    max_target_length: int = field(default=128, metadata={"help": "Targets are truncated to this many tokens."})
     annotator: str = field(default="stanza", metadata={
         "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
                 "have been built with the same one."})
@@ -129,12 +131,13 @@ class DataArguments:
     max_tokens_per_batch: int | None = field(default=None, metadata={
         "help": "Token-based batching (fairseq --max-tokens): training batches of sentences of similar length holding "
                 "at most this many padded tokens (rows x longest of source and target), instead of "
-                "per_device_train_batch_size sentences."})
+                "per_device_train_batch_size sentences. From scratch, when no batch size is given: the larger of 1024 "
+                "and the longest pair the truncation keeps."})
     batch_size_multiple: int = field(default=1, metadata={
         "help": "With --max_tokens_per_batch: sentences per training batch rounded down to a multiple of this "
                 "(fairseq --required-batch-size-multiple, Sockeye --batch-sentences-multiple-of), the rest starting "
                 "the next batch; fewer sentences than this make a batch only before a sentence longer than "
-                "max_tokens_per_batch / batch_size_multiple, and the epoch's last batch takes what is left."})
+                "max_tokens_per_batch / batch_size_multiple, and the batch cut last takes what is left."})
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "Stop after this many evaluations without a better --metric_for_best_model and keep the best "
                 "checkpoint (needs --load_best_model_at_end, eval and save every eval_steps); train to convergence "

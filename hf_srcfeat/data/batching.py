@@ -42,8 +42,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         batch_size_multiple: rows per batch rounded down to a multiple of this (fairseq's
             `--required-batch-size-multiple`, Sockeye's `--batch-sentences-multiple-of`), the rows cut off starting
             the next batch; fewer rows than this make a batch only where the next example is longer than
-            `max_tokens / batch_size_multiple`, and the epoch's last batch takes what is left. `max_sentences` must
-            be a multiple of it.
+            `max_tokens / batch_size_multiple`, and the batch cut last (before the batches are shuffled) takes what
+            is left. `max_sentences` must be a multiple of it.
         shuffle: shuffle examples and batches (False: batches in length order, for evaluation).
         seed, num_replicas, rank: as `torch.utils.data.DistributedSampler`.
     """
