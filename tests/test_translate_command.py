@@ -116,6 +116,18 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
     assert statistics["arguments"]["num_beams"] == 4
 
 
+def test_quiet_writes_nothing_to_stderr_and_leaves_transformers_progress_bars_as_they_were(
+        model_folder, test_sentences, tmp_path, capsys):
+    from transformers.utils import logging as transformers_logging
+
+    assert transformers_logging.is_progress_bar_enabled()
+    capsys.readouterr()
+    # --quiet, parsing with a cold cache
+    translate(model_folder, tmp_path, "--annotation_cache", str(tmp_path / "cold.sqlite"), lines=test_sentences[:2])
+    assert capsys.readouterr().err == "", "no bar, loading the weights and parsing included"
+    assert transformers_logging.is_progress_bar_enabled()
+
+
 @pytest.mark.slow
 def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test_sentences, tmp_path):
     completed = subprocess.run(

@@ -472,6 +472,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def without_transformers_progress_bars() -> Iterator[None]:
+    """Transformers' progress bars (loading the weights) off inside, as they were after."""
+    from transformers.utils import logging as transformers_logging
+
+    were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if were_on:
+            transformers_logging.enable_progress_bar()
+
+
 def translate_files(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -485,7 +499,8 @@ def translate_files(argv: list[str] | None = None) -> int:
     from hf_srcfeat.linear import prepared_inference_weights
 
     started = time.perf_counter()
-    translator = load_translator(args)
+    with contextlib.nullcontext() if not args.quiet else without_transformers_progress_bars():
+        translator = load_translator(args)
     file_translator = FileTranslator(translator, args.num_return_sequences, args.batch_size,
                                      sort_by_length=not args.no_sort,
                                      factor_names=args.factor_names if args.input_format == "factored" else None,
