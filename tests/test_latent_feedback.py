@@ -356,6 +356,14 @@ def test_monolingual_data_without_validation_holds_out_the_last_sentences(monoli
     assert files == [str(monolingual_files["text"])] and "held out" in origin
 
 
+def test_the_autoencoder_commands_data_errors_are_one_line_naming_the_file(monolingual_files, tmp_path):
+    (tmp_path / "corpus.en").write_text("A dog runs.\n")
+    for train_file, message in ((tmp_path / "corpus.en", r"corpus.en: monolingual data must be a .txt file"),
+                                (tmp_path / "missing.txt", r"no monolingual file .*missing.txt")):
+        with pytest.raises(SystemExit, match=message):
+            pretrain_dae.monolingual_data(pretrain_dae.DaeArguments(train_file=str(train_file)))
+
+
 def test_an_empty_line_of_monolingual_text_is_named(tmp_path):
     (tmp_path / "mono.txt").write_text("A dog runs.\n\nA cat sleeps.\n")
     with pytest.raises(ValueError, match="mono.txt line 2 is empty"):

@@ -171,8 +171,11 @@ def monolingual_data(args: DaeArguments) -> tuple[list[str], list[str], list[str
         files = [str(multi30k_file("train", args.source_lang, args.data_dir))]
         validation_origin = str(multi30k_file("val", args.source_lang, args.data_dir))
     else:
-        corpus = load_monolingual(args.source_lang, args.dataset_name, args.dataset_config_name, args.train_file,
-                                  args.validation_file, args.text_column)
+        try:
+            corpus = load_monolingual(args.source_lang, args.dataset_name, args.dataset_config_name, args.train_file,
+                                      args.validation_file, args.text_column)
+        except (FileNotFoundError, ValueError) as error:  # a file's name, kind or line: say it without a traceback
+            raise SystemExit(str(error)) from None
         train = corpus.train
         if corpus.validation is None:
             if len(train) <= args.max_eval_samples:
