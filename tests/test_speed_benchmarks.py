@@ -242,7 +242,7 @@ def test_compiled_training_benchmark_warms_up_over_every_batch_and_counts_flops(
 
 
 def test_the_cpp_wrapper_variant_gives_inductor_its_option_for_the_whole_forward_and_for_each_layer(
-        feature_tokenizer, monkeypatch):
+        feature_tokenizer, monkeypatch, compiler_settings_kept):
     from benchmarks import gpu_throughput
 
     settings_given, real_compile = [], torch.compile
