@@ -7,6 +7,7 @@ as the task `source-feature-translation` for `transformers.pipeline(...)`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -214,10 +215,24 @@ def register_pipeline() -> None:
                                         pt_model=AutoModelForSeq2SeqLM, type="text")
 
 
+#: What `pipeline` passes on to a tokenizer it loads itself.
+TOKENIZER_LOADING_OPTIONS = ("revision", "token", "trust_remote_code")
+
+
 def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, **kwargs) -> Pipeline:
     """`transformers.pipeline`, with `translation` (and `translation_xx_to_yy`) mapped to this library's
-    source-feature translation pipeline; every other task goes to Transformers unchanged."""
+    source-feature translation pipeline; every other task goes to Transformers unchanged. Translation runs this
+    installed library's pipeline class, also for a published repository, whose config names its own copy (which
+    Transformers would run only with `trust_remote_code=True`), and a model given by name gets its tokenizer as
+    `load_tokenizer` reads it (a model started from a pretrained checkpoint keeps that checkpoint's tokenizer)."""
     if task is not None and (task == "translation" or task.startswith("translation_")):
         task = TASK
         check_generation_options(kwargs)
+    if task == TASK:
+        kwargs.setdefault("pipeline_class", SourceFeatureTranslationPipeline)
+        if tokenizer is None and isinstance(model, (str, os.PathLike)):
+            from .tokenization_pretrained_source_features import load_tokenizer
+
+            tokenizer = load_tokenizer(model, **{name: kwargs[name] for name in TOKENIZER_LOADING_OPTIONS
+                                                 if name in kwargs})
     return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)  # type: ignore[arg-type]  # its overloads name the tasks

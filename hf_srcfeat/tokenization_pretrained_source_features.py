@@ -61,7 +61,12 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any):
     checkpoint), else `AutoTokenizer`'s (a `SourceFeatureTokenizer` for the zoo's own models)."""
     if Path(name_or_path).is_dir():
         check_json_files(name_or_path)  # a cut-off tokenizer.json would otherwise fail without its name
-    if cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False) is not None:
+    try:
+        wrapped = cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False,
+                              **{name: kwargs[name] for name in ("revision", "token") if name in kwargs})
+    except OSError:  # some Hub mirrors answer a missing file as a missing repository: AutoTokenizer says which
+        wrapped = None
+    if wrapped is not None:
         return PretrainedSourceFeatureTokenizer.from_pretrained(name_or_path, **kwargs)
     return AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
 

@@ -43,9 +43,13 @@ if mode == "installed":
     import hf_srcfeat  # registers the classes
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 remote = mode != "installed"
-if mode == "pipeline":  # transformers.pipeline alone, the task read from the repository's config
-    from transformers import pipeline
-    translator = pipeline(model=sys.argv[3], trust_remote_code=True)
+if mode in ("pipeline", "installed_pipeline"):
+    if mode == "pipeline":  # transformers.pipeline alone, the task read from the repository's config
+        from transformers import pipeline
+        translator = pipeline(model=sys.argv[3], trust_remote_code=True)
+    else:  # as the docs load a published model: hf_srcfeat's pipeline, no remote code
+        import hf_srcfeat
+        translator = hf_srcfeat.pipeline("translation", model=sys.argv[3])
     outputs = translator(json.loads(sys.stdin.read()), num_beams=4, max_new_tokens=20)
     print(json.dumps({"module": type(translator).__module__, "class": type(translator).__name__,
                       "translations": [output["translation_text"] for output in outputs]}))
@@ -281,6 +285,16 @@ def test_loads_by_repo_id_with_hf_srcfeat_installed(published, hub_endpoint, tes
     loaded = load_in_fresh_process("installed", {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0",
                                                  "HF_HOME": str(tmp_path / "hf")}, test_sentences[:3])
     assert loaded["module"].startswith("hf_srcfeat.") and loaded["translations"] == expected
+
+
+@pytest.mark.slow
+def test_hf_srcfeats_pipeline_translates_by_repo_id_with_the_installed_code(published, hub_endpoint, test_sentences,
+                                                                            tmp_path):
+    _, expected = published
+    loaded = load_in_fresh_process("installed_pipeline", {"HF_ENDPOINT": hub_endpoint, "HF_HUB_OFFLINE": "0",
+                                                          "HF_HOME": str(tmp_path / "hf")}, test_sentences[:3])
+    assert loaded["module"] == "hf_srcfeat.pipeline_translation"
+    assert loaded["translations"] == [text.strip() for text in expected]
 
 
 @pytest.mark.slow

@@ -114,6 +114,21 @@ def test_the_translate_command_runs_a_grafted_model_with_its_checkpoint_tokenize
 
 
 @pytest.mark.slow
+def test_the_pipeline_loads_a_grafted_run_by_its_folder_with_its_checkpoint_tokenizer(grafted_run, test_sentences):
+    import hf_srcfeat
+
+    folder, _ = grafted_run
+    translator = hf_srcfeat.pipeline("translation", model=str(folder), num_beams=2, max_new_tokens=10)
+    assert isinstance(translator.tokenizer, PretrainedSourceFeatureTokenizer)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    batch = translator.tokenizer(test_sentences[:3], padding=True, return_tensors="pt")
+    expected = translator.tokenizer.batch_decode(model.generate(**batch, num_beams=2, max_new_tokens=10),
+                                                 skip_special_tokens=True)
+    assert [output["translation_text"] for output in translator(test_sentences[:3])] == [
+        text.strip() for text in expected]
+
+
+@pytest.mark.slow
 def test_freeze_pretrained_trains_only_the_added_parameters_until_unfrozen(marian_checkpoint, tmp_path):
     original = {name: tensor for name, tensor in load_file(marian_checkpoint / "model.safetensors").items()}
     train.main(["--init_from", str(marian_checkpoint), "--model_type", "relevance_features",
