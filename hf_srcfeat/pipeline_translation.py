@@ -7,9 +7,9 @@ as the task `source-feature-translation` for `transformers.pipeline(...)`.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -230,7 +230,7 @@ def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, 
         check_generation_options(kwargs)
     if task == TASK:
         kwargs.setdefault("pipeline_class", SourceFeatureTranslationPipeline)
-        if tokenizer is None and isinstance(model, (str, os.PathLike)):
+        if tokenizer is None and isinstance(model, (str, Path)):
             from .tokenization_pretrained_source_features import load_tokenizer
 
             tokenizer = load_tokenizer(model, **{name: kwargs[name] for name in TOKENIZER_LOADING_OPTIONS
