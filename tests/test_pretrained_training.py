@@ -19,7 +19,10 @@ from transformers import (
 )
 
 from hf_srcfeat.commands import train
-from hf_srcfeat.tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer
+from hf_srcfeat.tokenization_pretrained_source_features import (
+    PretrainedSourceFeatureTokenizer,
+    load_tokenizer,
+)
 
 from .test_pretrained_tokenizer import checkpoint_tokenizers  # noqa: F401  (a fixture)
 
@@ -126,6 +129,25 @@ def test_the_pipeline_loads_a_grafted_run_by_its_folder_with_its_checkpoint_toke
                                                  skip_special_tokens=True)
     assert [output["translation_text"] for output in translator(test_sentences[:3])] == [
         text.strip() for text in expected]
+
+
+@pytest.mark.slow
+def test_averaged_checkpoints_of_a_grafted_run_keep_the_checkpoint_tokenizer(marian_checkpoint, test_sentences,
+                                                                             tmp_path):
+    from hf_srcfeat.commands.average_checkpoints import main as average_main
+    from hf_srcfeat.commands.translate import main as translate_main
+
+    run = tmp_path / "run"
+    train.main(["--init_from", str(marian_checkpoint), "--output_dir", str(run), "--max_steps", "4", *RUN,
+                "--save_strategy", "steps", "--save_steps", "2", "--do_predict", "false"])
+    assert average_main([str(run), "--last", "2", "--output", str(tmp_path / "averaged")]) == 0
+    tokenizer = load_tokenizer(tmp_path / "averaged")
+    assert isinstance(tokenizer, PretrainedSourceFeatureTokenizer)
+    assert tokenizer("A dog runs.")["input_ids"] == load_tokenizer(run)("A dog runs.")["input_ids"]
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences[:2]), encoding="utf-8")
+    assert translate_main(["--model", str(tmp_path / "averaged"), "--input", str(source), "--output",
+                           str(tmp_path / "out.de"), "--max_new_tokens", "8", "--quiet", "--device", "cpu"]) == 0
 
 
 @pytest.mark.slow

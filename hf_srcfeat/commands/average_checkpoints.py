@@ -8,7 +8,8 @@ Reads and writes safetensors only (a checkpoint saved as a pickle is refused). E
 model type and the same parameter names and shapes; floating-point tensors are averaged in float64 and stored in
 their own dtype, any other tensor must be equal in every checkpoint. The output gets the configuration, generation
 configuration and tokenizer of the newest checkpoint (the tokenizer from its run folder where the checkpoint has
-none) and `averaged_from.json`, which names the checkpoints.
+none; with a run started from a pretrained checkpoint, that checkpoint's tokenizer too) and `averaged_from.json`,
+which names the checkpoints.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
     """Average `checkpoints` into the new model folder `output` (see the module docstring); returns it."""
     from safetensors.torch import save_file
 
+    from hf_srcfeat.tokenization_pretrained_source_features import BASE_FOLDER
+
     if len(checkpoints) < 2:
         raise SystemExit(f"averaging needs at least two checkpoints, got {len(checkpoints)}.")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
@@ -129,6 +132,11 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
         if path.name not in {"config.json", "generation_config.json", "results.json", "eval_results.json",
                              "model.safetensors.index.json"} and not (output / path.name).exists():
             shutil.copy2(path, output / path.name)
+    # A model started from a pretrained checkpoint keeps that checkpoint's tokenizer in a folder of its own.
+    for holder in (newest, newest.parent):
+        if (holder / BASE_FOLDER).is_dir():
+            shutil.copytree(holder / BASE_FOLDER, output / BASE_FOLDER)
+            break
     with output_path(output / "model.safetensors") as writable:  # whole or not at all
         save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, writable, metadata={"format": "pt"})
     write_json_atomically(output / "averaged_from.json", {
