@@ -78,6 +78,31 @@ def test_the_translate_command_runs_the_export_line_for_line(exported, test_sent
     assert outputs["ctranslate2"] == outputs["transformers"] and outputs["ctranslate2"][1] == ""
 
 
+def test_the_export_decodes_with_the_models_saved_generation_settings_as_pytorch_does(
+        trained_baseline, feature_tokenizer, test_sentences, tmp_path):
+    model, _ = trained_baseline
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    settings = json.loads((folder / "generation_config.json").read_text())
+    settings.pop("max_new_tokens")  # the fixture's; the saved max_length then limits the length
+    (folder / "generation_config.json").write_text(json.dumps({**settings, "no_repeat_ngram_size": 2,
+                                                               "max_length": 9}))
+    assert main([str(folder), str(tmp_path / "ct2")]) == 0
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in test_sentences[:30]), encoding="utf-8")
+    outputs = {}
+    for backend, model_folder in (("transformers", folder), ("ctranslate2", tmp_path / "ct2")):
+        target = tmp_path / f"{backend}.de"
+        assert translate_main(["--model", str(model_folder), "--backend", backend, "--input", str(source),
+                               "--output", str(target), "--num_beams", "1", "--quiet", "--device", "cpu"]) == 0
+        outputs[backend] = target.read_text(encoding="utf-8").splitlines()
+    assert outputs["ctranslate2"] == outputs["transformers"]
+    unlimited = CTranslate2Translator(tmp_path / "ct2", intra_threads=1, no_repeat_ngram_size=0, max_new_tokens=64)
+    assert outputs["ctranslate2"] != unlimited.translate(test_sentences[:30], num_beams=1, max_new_tokens=64), \
+        "the saved settings change these translations"
+
+
 def test_a_source_longer_than_the_export_takes_is_cut_with_a_warning(exported, test_sentences):
     translator = CTranslate2Translator(exported[1], intra_threads=1)
     translator.max_length = 16

@@ -334,7 +334,7 @@ def load_translator(args: argparse.Namespace):
             ctranslate2.set_random_seed(args.seed)
         try:
             translator = CTranslate2Translator(args.model, device=device.split(":")[0], compute_type=compute_type,
-                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens or 256,
+                                               num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                                                intra_threads=args.threads or 0, **given_decoding_options(args))
         except (ValueError, ImportError) as error:
             raise SystemExit(f"hf-srcfeat-translate: {error}") from None

@@ -48,6 +48,11 @@ ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"
 #: CTranslate2's separator of a token's factors (OpenNMT-py's).
 FACTOR_SEPARATOR = "￨"
 CONFIG_FILE = "hf_srcfeat_export.json"
+#: The model's generation settings an export keeps (and the translator applies unless given), as the PyTorch model
+#: applies its generation config.
+SAVED_DECODING_OPTIONS = ("no_repeat_ngram_size", "length_penalty", "repetition_penalty")
+#: New tokens at most, for an export that records no generation length.
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 def _numpy(tensor: torch.Tensor):
@@ -205,7 +210,10 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
          # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
          "forced_bos_token": tokenizer.convert_ids_to_tokens(forced) if forced is not None else None,
          # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
-         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None}, indent=1)
+         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None,
+         "generation": {name: getattr(model.generation_config, name)
+                        for name in (*SAVED_DECODING_OPTIONS, "max_new_tokens", "max_length")
+                        if getattr(model.generation_config, name, None) is not None}}, indent=1)
     return output
 
 
@@ -246,11 +254,14 @@ class CTranslate2Translator:
         compute_type: CTranslate2's compute type ("default" keeps the export's quantization; "int8",
             "float32", "int8_float16", ...).
         inter_threads, intra_threads: CTranslate2's parallelism (batches in parallel, threads per batch).
+        num_beams, max_new_tokens, decoding: how `__call__` decodes; the length, `no_repeat_ngram_size`,
+            `length_penalty` and `repetition_penalty` not given come from the model's generation config as the
+            export kept it (as the PyTorch model decodes).
     """
 
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
-                 inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int = 256,
+                 inter_threads: int = 1, intra_threads: int = 0, num_beams: int = 4, max_new_tokens: int | None = None,
                  **decoding: Any):
         import ctranslate2
 
@@ -270,7 +281,13 @@ class CTranslate2Translator:
         self.reads_parses = bool(self.factors)
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=inter_threads, intra_threads=intra_threads)
-        self.num_beams, self.max_new_tokens = num_beams, max_new_tokens
+        # As the PyTorch model's generation config decodes, unless told otherwise: max_new_tokens before max_length,
+        # which counts the decoder's start token (CTranslate2's length does not).
+        saved = settings.get("generation", {})
+        self.num_beams = num_beams
+        self.max_new_tokens = max_new_tokens or saved.get("max_new_tokens") or (
+            saved["max_length"] - 1 if saved.get("max_length") else DEFAULT_MAX_NEW_TOKENS)
+        decoding = {**{name: saved[name] for name in SAVED_DECODING_OPTIONS if name in saved}, **decoding}
         check_decoding_options(decoding)
         self.decoding = ctranslate2_decoding_options(decoding)
 
