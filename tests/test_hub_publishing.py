@@ -155,6 +155,15 @@ def test_publishing_never_overwrites_a_folder(published):
                       "--dry-run"])
 
 
+def test_an_upload_without_a_token_is_refused_before_the_folder_is_built(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    (tmp_path / "run").mkdir()
+    with pytest.raises(SystemExit, match="set HF_TOKEN"):
+        publish.main([str(tmp_path / "run"), "--repo_id", REPO_ID, "--output", str(tmp_path / "repository"),
+                      "--upload"])
+    assert not (tmp_path / "repository").exists(), "a rerun with the token would find the folder there"
+
+
 def test_a_card_takes_its_results_from_the_run_and_lists_them_in_the_model_index(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"test_metrics": {"test_bleu": 31.234, "test_chrf": 55.5}}))
     results = publish.run_results(tmp_path, None, None)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Turn a trained run into a Hugging Face Hub repository folder, then upload it or serve it from a git mirror.
 
-    hf-srcfeat-publish runs/deps_san_multi30k_en_de --repo_id hf-srcfeat/deps-san-multi30k-en-de \
+    hf-srcfeat-publish runs/deps_san_multi30k_en_de --repo_id hf-srcfeat/deps-san-multi30k-en-de \\
         --output runs/publish/deps-san-multi30k-en-de --dry-run          # build the folder only
     ... --upload                                                         # HfApi.upload_folder, token: $HF_TOKEN
     ... --mirror /srv/hf-mirrors                                          # commit into <mirror>/models/<org>/<name>
@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--repo_id", required=True, help="org/name on the Hub")
     parser.add_argument("--output", type=Path, required=True, help="where to build the repository folder")
     parser.add_argument("--benchmark_system", help="take the card's results from this benchmark system")
-    parser.add_argument("--benchmark_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark")
+    parser.add_argument("--benchmark_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark",
+                        help="the benchmark's result files, for --benchmark_system (default: the project's)")
     parser.add_argument("--registry", type=Path, default=None,
                         help="also record the publication in this JSON list (the project's zoo command passes its "
                              "own; by default nothing is recorded)")
@@ -351,6 +352,8 @@ def main(argv: list[str] | None = None) -> Path:
     target.add_argument("--mirror", type=Path, help="commit into this local mirror folder for self-hosting")
     args = parser.parse_args(argv)
     check_repo_id(args.repo_id)
+    if args.upload and not os.environ.get("HF_TOKEN"):  # before the folder is built: a rerun would find it there
+        raise SystemExit("set HF_TOKEN to a Hub token with write access to upload (or use --dry-run / --mirror).")
     results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)
     folder = build_repository(args.run_dir, args.repo_id, args.output, results, args.language, args.dataset)
     print(f"built {folder}")
