@@ -128,6 +128,14 @@ def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_ar
     assert f"--output {target} is an input file; it would be overwritten" in capsys.readouterr().err
 
 
+def test_a_missing_source_or_target_file_is_named_by_its_option(model_folder, tmp_path):
+    present = write_lines(tmp_path / "present.txt", ["A dog runs."])
+    for source, target, option in ((str(tmp_path / "nosuch.en"), present, "--source"),
+                                   (present, str(tmp_path / "nosuch.de"), "--target")):
+        with pytest.raises(SystemExit, match=f"^{option} .*nosuch.*: no such file"):
+            main(["--model", str(model_folder), "--source", source, "--target", target])
+
+
 def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_folder, trained_baseline,
                                                                        feature_tokenizer, multi30k_dir, tmp_path):
     """On a stand-in set made of Multi30k pairs (the real set is blind): one line per item, `score_a<TAB>score_b`,

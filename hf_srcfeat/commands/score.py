@@ -54,10 +54,10 @@ def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSente
     """(target line number, source text or parse, target text, why the pair cannot be scored) for every pair."""
     if args.source == "-":
         raise SystemExit("--source must be a file (the targets may come from stdin).")
-    with open_binary_input(args.source) as stream:
+    with open_binary_input(args.source, "--source") as stream:
         reader = read_conllu_sentences if args.source_format == "conllu" else read_raw_lines
         sources = list(reader(stream))
-    with open_binary_input(args.target) as stream:
+    with open_binary_input(args.target, "--target") as stream:
         targets = list(read_raw_lines(stream))
     if len(sources) != len(targets):
         unit = "sentences" if args.source_format == "conllu" else "lines"

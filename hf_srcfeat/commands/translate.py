@@ -100,13 +100,15 @@ class TranslationStatistics:
                 f"({rate(self.translated, self.translate_seconds)}), overall {rate(self.sentences, self.total_seconds)}")
 
 
-def open_binary_input(path: str) -> IO[bytes]:
+def open_binary_input(path: str, option: str = "--input") -> IO[bytes]:
+    """The file (gzip read through, `-` stdin) that `option` names; a directory or a missing file stops the command
+    with a message naming the option."""
     if path == "-":
         return sys.stdin.buffer
     if Path(path).is_dir():
-        raise SystemExit(f"--input {path} is a directory; give a file.")
+        raise SystemExit(f"{option} {path} is a directory; give a file.")
     if not Path(path).exists():
-        raise SystemExit(f"--input {path}: no such file.")
+        raise SystemExit(f"{option} {path}: no such file.")
     return cast(IO[bytes], gzip.open(path, "rb")) if path.endswith(".gz") else open(path, "rb")
 
 
