@@ -261,3 +261,13 @@ def test_a_line_too_long_to_parse_at_once_is_parsed_in_pieces_and_the_rest_stays
     assert f"input.en line 2 has {len(long):,} characters, more than the parser takes at once (300)" in message
     assert json.loads(report.read_text())["long_lines"][0]["line"] == 2
     assert json.loads(report.read_text())["long_lines"][0]["pieces"] >= pieces
+
+
+def test_the_annotate_command_names_a_missing_input_before_loading_a_parser(tmp_path, capsys):
+    from hf_srcfeat.commands.annotate import main
+
+    for missing, what in ((tmp_path / "nosuch.txt", "no such file"), (tmp_path, "a folder")):
+        with pytest.raises(SystemExit):
+            main(["--input", str(missing), "--output", str(tmp_path / "out.conllu")])
+        assert f"--input {missing}: {what}" in capsys.readouterr().err
+    assert not (tmp_path / "out.conllu").exists()

@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(problem)
     if Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
+    if not Path(args.input).is_file():
+        parser.error(f"--input {args.input}: {'a folder' if Path(args.input).is_dir() else 'no such file'}; "
+                     "give a file of one sentence a line.")
     try:
         check_cache_path(args.annotation_cache)
     except ValueError as error:
