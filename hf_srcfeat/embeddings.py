@@ -143,7 +143,8 @@ class SinusoidalTokenEmbedding(nn.Module):
 
     def with_positions(self, embeddings: torch.Tensor, positions: torch.Tensor,
                        longest: int | None = None) -> torch.Tensor:
-        """Dropout([LayerNorm](embeddings + positions)): the representation the first layer reads."""
+        """Dropout(LayerNorm(embeddings + positions)), the LayerNorm where the model has one: the representation the
+        first layer reads."""
         hidden_states = embeddings + self.positional(positions, embeddings.dtype, longest)
         if self.layernorm_embedding is not None:
             hidden_states = self.layernorm_embedding(hidden_states)

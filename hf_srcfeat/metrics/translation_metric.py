@@ -32,7 +32,7 @@ Returns:
     bleu, bleu_lowercase, chrf (`float`), and their sacreBLEU signatures (`str`).
 Examples:
     >>> metric = hf_srcfeat.metrics.evaluation.load_translation_metric()
-    >>> metric.compute(predictions=["a dog runs"], references=["a dog runs"])["bleu"]
+    >>> metric.compute(predictions=["a dog runs in the park"], references=["a dog runs in the park"])["bleu"]
     100.00000000000004
 """
 
