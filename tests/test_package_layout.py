@@ -204,3 +204,12 @@ def test_the_deps_san_paper_recipe_decodes_with_the_papers_length_penalty():
     assert recipe["length_penalty"] == 0.6 and "length_penalty" in train.DataArguments.__dataclass_fields__
     with pytest.raises(SystemExit, match="--length_penalty must be a finite number"):
         train.check_averaging(*train.parse_arguments(["--output_dir", "runs/x", "--length_penalty", "nan"])[1:])
+
+
+@pytest.mark.parametrize(("script", "command"), [("train.py", "hf-srcfeat-train"),
+                                                 ("pretrain_dae.py", "hf-srcfeat-pretrain-dae")])
+def test_the_old_script_paths_answer_help_as_the_installed_commands(script, command):
+    completed = subprocess.run([sys.executable, str(REPO / "training" / script), "--help"], capture_output=True,
+                               text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.startswith(f"usage: {command} [--config FILE] [options]")
