@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
+from .configuration_srcfeat_transformer import (
+    SrcFeatTransformerConfig,
+    check_choice,
+    check_positive_int,
+    mapping_argument,
+)
 
 #: The input functions of Sections II-A and III-A..C, in the concatenation order of Fig. 2.
 FEATURE_GROUPS = ("global", "recurrence", "local", "syntactic")
@@ -67,7 +72,7 @@ class DiverseInputConfig(SrcFeatTransformerConfig):
         **kwargs,
     ):
         self.diverse_variant = diverse_variant
-        self.feature_group_widths = dict(feature_group_widths) if feature_group_widths is not None else None
+        self.feature_group_widths = mapping_argument("feature_group_widths", feature_group_widths)
         self.recurrent_cell = recurrent_cell
         self.local_kernel_width = local_kernel_width
         self.num_pos_tags = num_pos_tags
@@ -107,8 +112,8 @@ class DiverseInputConfig(SrcFeatTransformerConfig):
             check_positive_int(f"feature_group_widths[{name!r}]", width)
             if width % head_size:
                 raise ValueError(
-                    f"the {name} group is {width} wide, not a multiple of the head size {head_size} (d_model "
-                    f"{self.d_model} / {self.encoder_attention_heads} heads).")
+                    f"`feature_group_widths`: the {name} group is {width} wide, not a multiple of the head size "
+                    f"{head_size} (d_model {self.d_model} / {self.encoder_attention_heads} heads).")
         if sum(widths.values()) != self.d_model:
             raise ValueError(f"the feature groups {widths} are {sum(widths.values())} wide in total; they must sum "
                              f"to d_model ({self.d_model}).")

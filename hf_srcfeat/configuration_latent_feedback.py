@@ -94,6 +94,8 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
     def check_arguments(self) -> None:
         super().check_arguments()
         check_choice("lfe_mode", self.lfe_mode, LFE_MODES)
+        if not isinstance(self.share_lfe_parameters, bool):
+            raise ValueError(f"`share_lfe_parameters` must be true or false, got {self.share_lfe_parameters!r}.")
         if self.lfe_own_embeddings is not None and not isinstance(self.lfe_own_embeddings, bool):
             raise ValueError(f"`lfe_own_embeddings` must be True, False or None, got {self.lfe_own_embeddings!r}.")
         if self.lfe_own_embeddings and self.share_lfe_parameters:

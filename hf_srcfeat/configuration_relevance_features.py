@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig, check_choice, check_positive_int
+from .configuration_srcfeat_transformer import (
+    SrcFeatTransformerConfig,
+    check_choice,
+    check_positive_int,
+    mapping_argument,
+)
 from .source_features import user_factor_feature
 
 #: The linguistic factors a source token can carry, in the order of Table 1 (the subword itself comes first), and
@@ -100,13 +105,13 @@ class RelevanceFeaturesConfig(SrcFeatTransformerConfig):
     ):
         self.relevance_combine = relevance_combine
         self.source_factors = list(source_factors)
-        self.factor_embedding_sizes = dict(factor_embedding_sizes) if factor_embedding_sizes is not None else None
+        self.factor_embedding_sizes = mapping_argument("factor_embedding_sizes", factor_embedding_sizes)
         self.num_lemmas = num_lemmas
         self.num_subword_tags = num_subword_tags
         self.num_pos_tags = num_pos_tags
         self.num_dependency_relations = num_dependency_relations
         self.num_morph_features = num_morph_features
-        self.extra_factors = dict(extra_factors) if extra_factors else {}
+        self.extra_factors = mapping_argument("extra_factors", extra_factors) or {}
         super().__init__(share_embeddings=share_embeddings, **kwargs)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from transformers import PretrainedConfig
 
@@ -45,6 +46,15 @@ def check_indices(name: str, values: object, limit: int, what: str) -> None:
         raise ValueError(f"`{name}` must be distinct 0-based indices below {what} ({limit}), got {values!r}.")
 
 
+def mapping_argument(name: str, value: object) -> dict | None:
+    """`value` (a mapping, or None) as a dict; anything else a ValueError naming `name`."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"`{name}` must be a mapping (a dict of names to values), got {value!r}.")
+    return dict(value)
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise a ValueError naming `name` unless `value` is one of `choices`."""
     if value not in choices:
@@ -74,7 +84,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         decoder_ffn_dim (`int`, *optional*, defaults to 2048):
             Inner width of the decoder feed-forward sublayers.
         activation_function (`str`, *optional*, defaults to `"relu"`):
-            Feed-forward non-linearity, `"relu"` or `"gelu"`.
+            Feed-forward non-linearity: `"relu"`, `"gelu"`, `"swish"` or `"silu"`.
         dropout (`float`, *optional*, defaults to 0.1):
             Dropout on embeddings and on every sublayer output before the residual addition.
         attention_dropout (`float`, *optional*, defaults to 0.0):
@@ -250,9 +260,13 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         check_choice("layernorm_position", self.layernorm_position, LAYERNORM_POSITIONS)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_positive_int("position_offset", self.position_offset, allow_zero=True)
-        for name in ("layernorm_embedding", "final_logits_bias", "scale_embedding", "graft_gates"):
+        for name in ("layernorm_embedding", "final_logits_bias", "scale_embedding", "graft_gates", "share_embeddings",
+                     "tie_word_embeddings", "use_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
+        if self.is_encoder_decoder is not True:
+            raise ValueError(f"`is_encoder_decoder` must be True (every model of the zoo is an encoder-decoder), got "
+                             f"{self.is_encoder_decoder!r}.")
         if self.init_std is not None:
             check_positive_number("init_std", self.init_std)
         self.check_size()

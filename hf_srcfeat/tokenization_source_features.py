@@ -87,6 +87,20 @@ class SourceFeatureTokenizer(TokenizersBackend):
     vocab_files_names = {"tokenizer_file": "tokenizer.json", "feature_vocab_file": FEATURE_VOCAB_FILE}
     model_input_names = ["input_ids", "attention_mask", *SOURCE_FEATURE_NAMES]
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except ValueError as error:
+            # A model started from a pretrained checkpoint keeps that checkpoint's own tokenizer in a folder: the
+            # error Transformers gives then (about sentencepiece) would not say so.
+            if Path(str(pretrained_model_name_or_path), "checkpoint_tokenizer").is_dir():
+                raise ValueError(
+                    f"{pretrained_model_name_or_path} holds a pretrained checkpoint's tokenizer with source features; "
+                    "load it with hf_srcfeat.tokenization_pretrained_source_features.load_tokenizer(...) "
+                    "(AutoTokenizer reads the zoo's own tokenizers only).") from error
+            raise
+
     def __init__(self, *args, feature_vocab_file: str | None = None,
                  feature_vocabularies: FeatureVocabularies | None = None, language: str = "en",
                  annotator: Annotator | None = None, annotator_settings: dict | None = None, **kwargs):

@@ -183,6 +183,25 @@ def test_configs_refuse_nan_infinity_and_a_bare_integer_for_a_list(config_class,
         getattr(hf_srcfeat, config_class)(**arguments)
 
 
+@pytest.mark.parametrize(("config_class", "arguments", "message"), [
+    ("SrcFeatTransformerConfig", {"share_embeddings": "no"}, "`share_embeddings` must be true or false, got 'no'"),
+    ("SrcFeatTransformerConfig", {"tie_word_embeddings": "no"}, "`tie_word_embeddings` must be true or false"),
+    ("SrcFeatTransformerConfig", {"use_cache": "x"}, "`use_cache` must be true or false"),
+    ("SrcFeatTransformerConfig", {"is_encoder_decoder": False}, "`is_encoder_decoder` must be True"),
+    ("LatentFeedbackConfig", {"share_lfe_parameters": "no"}, "`share_lfe_parameters` must be true or false"),
+    ("RelevanceFeaturesConfig", {"factor_embedding_sizes": [8, 8]}, "`factor_embedding_sizes` must be a mapping"),
+    ("RelevanceFeaturesConfig", {"extra_factors": ["ner"]}, "`extra_factors` must be a mapping"),
+    ("DiverseInputConfig", {"feature_group_widths": [8, 8]}, "`feature_group_widths` must be a mapping"),
+])
+def test_configs_refuse_a_flag_that_is_not_a_boolean_and_a_list_for_a_mapping(config_class, arguments, message):
+    """A truthy string would silently act as True (sharing the embeddings, the LFE); a list would fail inside
+    `dict()` without the argument's name."""
+    import hf_srcfeat
+
+    with pytest.raises(ValueError, match=message):
+        getattr(hf_srcfeat, config_class)(**arguments)
+
+
 def test_a_corrupt_annotation_cache_is_an_error_naming_the_file(tmp_path):
     from hf_srcfeat.annotation_cache import AnnotationCacheError
 

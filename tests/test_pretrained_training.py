@@ -132,6 +132,16 @@ def test_the_pipeline_loads_a_grafted_run_by_its_folder_with_its_checkpoint_toke
 
 
 @pytest.mark.slow
+def test_auto_tokenizer_on_a_grafted_run_points_to_load_tokenizer(grafted_run):
+    from transformers import AutoTokenizer
+
+    folder, _ = grafted_run
+    with pytest.raises(ValueError, match="holds a pretrained checkpoint's tokenizer with source features; load it "
+                                         r"with hf_srcfeat.tokenization_pretrained_source_features.load_tokenizer"):
+        AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.mark.slow
 def test_averaged_checkpoints_of_a_grafted_run_keep_the_checkpoint_tokenizer(marian_checkpoint, test_sentences,
                                                                              tmp_path):
     from hf_srcfeat.commands.average_checkpoints import main as average_main

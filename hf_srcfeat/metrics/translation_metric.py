@@ -31,6 +31,7 @@ Args:
 Returns:
     bleu, bleu_lowercase, chrf (`float`), and their sacreBLEU signatures (`str`).
 Examples:
+    >>> import hf_srcfeat.metrics.evaluation
     >>> metric = hf_srcfeat.metrics.evaluation.load_translation_metric()
     >>> metric.compute(predictions=["a dog runs in the park"], references=["a dog runs in the park"])["bleu"]
     100.00000000000004
