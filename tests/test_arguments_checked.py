@@ -212,6 +212,17 @@ def test_the_training_command_refuses_a_numeric_option_out_of_range_before_any_w
     assert not (tmp_path / "run").exists(), "refused before anything was written"
 
 
+def test_a_tokenizer_folder_that_is_not_there_is_named_before_any_parsing(tmp_path):
+    from hf_srcfeat.commands import train
+
+    missing = tmp_path / "runs" / "latent_feedback_dae"
+    with pytest.raises(SystemExit, match=f"--tokenizer_name_or_path {missing}: no such folder, and it does not load "
+                                         "as a Hub id"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--dataset_name", "multi30k",
+                    "--max_steps", "1", "--tokenizer_name_or_path", str(missing)])
+    assert not (tmp_path / "run").exists()
+
+
 def test_averaging_checkpoints_refuses_a_count_below_two(tmp_path, capsys):
     from hf_srcfeat.commands.average_checkpoints import main
 

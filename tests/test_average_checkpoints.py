@@ -110,3 +110,8 @@ def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoint
         train.main(tiny + ["--output_dir", str(tmp_path / "other"), "--do_train", "--max_steps", "4",
                            "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "2",
                            "--average_last_checkpoints", "3"])
+    # Too few checkpoints for the count: refused before any work, not after training
+    with pytest.raises(SystemExit, match=r"--max_steps 4 with --save_steps 2 saves 2 checkpoint\(s\)"):
+        train.main(tiny + ["--output_dir", str(tmp_path / "short"), "--do_train", "--max_steps", "4",
+                           "--save_strategy", "steps", "--save_steps", "2", "--average_last_checkpoints", "3"])
+    assert not (tmp_path / "short").exists()

@@ -142,6 +142,20 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
                          f"{model_args.unfreeze_after_steps}.")
 
 
+def check_tokenizer_source(model_args: ModelArguments) -> None:
+    """A `--tokenizer_name_or_path` that is no folder here must load as a Hub id: checked before the parsing, which
+    would otherwise come first (minutes on a large corpus) and end in a connection error that names no option."""
+    name = model_args.tokenizer_name_or_path
+    if not name or Path(name).is_dir():
+        return
+    try:
+        load_tokenizer(name)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SystemExit(f"--tokenizer_name_or_path {name}: no such folder, and it does not load as a Hub id "
+                         f"({reason}).") from None
+
+
 def check_vocabulary_arguments(model_args: ModelArguments) -> None:
     """Refuse, before any work, feature vocabulary limits that make no sense."""
     if model_args.max_lemmas < 0:
@@ -242,6 +256,14 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
     if training_args.save_total_limit is not None and training_args.save_total_limit < count:
         raise SystemExit(f"--average_last_checkpoints {count} needs --save_total_limit >= {count} (got "
                          f"{training_args.save_total_limit}): older checkpoints would be deleted.")
+    # The Trainer saves every save_steps steps and at the last step. A resumed run also has its earlier checkpoints,
+    # and an epoch-based or fractional schedule is known only once the data is: those are checked after training.
+    steps, every = training_args.max_steps, training_args.save_steps
+    if not training_args.resume_from_checkpoint and steps > 0 and isinstance(every, int) and every >= 1:
+        saved = math.ceil(steps / every)
+        if saved < count:
+            raise SystemExit(f"--average_last_checkpoints {count}: --max_steps {steps} with --save_steps {every} "
+                             f"saves {saved} checkpoint(s); lower it or save more often.")
 
 
 def load_checkpoint_average(model: PreTrainedModel, output_dir: Path, count: int) -> list[str]:
@@ -803,6 +825,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
     check_pretrained_start(model_args)
+    check_tokenizer_source(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     resumed_from = None
