@@ -97,9 +97,14 @@ def metrics_line(metrics: dict[str, float], prefix: str) -> str:
 
 class MetricsReport(TrainerCallback):
     """Prints each evaluation's BLEU, chrF, loss and perplexity as it is computed (the Trainer's own log line
-    goes to the progress bar, or nowhere with some reporters)."""
+    goes to the progress bar, or nowhere with some reporters). `evaluated_model` names what is evaluated where it
+    is not the model of the current step (the best checkpoint, loaded at the end)."""
+
+    def __init__(self) -> None:
+        self.evaluated_model: str | None = None
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if state.is_world_process_zero and metrics:
             with_perplexity(metrics, "eval")
-            logger.info("step %d, validation: %s", state.global_step, metrics_line(metrics, "eval"))
+            logger.info("%s, validation: %s", self.evaluated_model or f"step {state.global_step}",
+                        metrics_line(metrics, "eval"))

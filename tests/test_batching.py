@@ -161,12 +161,16 @@ def test_early_stopping_without_keeping_the_best_model_is_refused_before_any_wor
 
 
 @pytest.mark.slow
-def test_early_stopping_keeps_the_best_checkpoint_and_records_it(multi30k_dir, tmp_path):
-    results = train.main(TINY + [
-        "--output_dir", str(tmp_path / "run"), "--do_train", "--max_train_samples", "200", "--max_eval_samples", "20",
-        "--max_steps", "12", "--eval_strategy", "steps", "--eval_steps", "4", "--save_strategy", "steps",
-        "--save_steps", "4", "--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss",
-        "--early_stopping_patience", "2", "--per_device_train_batch_size", "16"])
+def test_early_stopping_keeps_the_best_checkpoint_and_records_it(multi30k_dir, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="hf_srcfeat"):
+        results = train.main(TINY + [
+            "--output_dir", str(tmp_path / "run"), "--do_train", "--do_eval", "--max_train_samples", "200",
+            "--max_eval_samples", "20", "--max_steps", "12", "--eval_strategy", "steps", "--eval_steps", "4",
+            "--save_strategy", "steps", "--save_steps", "4", "--load_best_model_at_end", "true",
+            "--metric_for_best_model", "eval_loss", "--early_stopping_patience", "2",
+            "--per_device_train_batch_size", "16"])
     evaluations = [entry["eval_loss"] for entry in results["log_history"] if "eval_loss" in entry]
     assert results["best_metric"]["eval_loss"] == min(evaluations)
-    assert results["best_model_checkpoint"].endswith(f"checkpoint-{4 * (evaluations.index(min(evaluations)) + 1)}")
+    best = f"checkpoint-{4 * (evaluations.index(min(evaluations)) + 1)}"
+    assert results["best_model_checkpoint"].endswith(best)
+    assert f"{best} (the best, loaded at the end), validation:" in caplog.text, "the final evaluation names its model"

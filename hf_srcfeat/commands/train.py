@@ -931,7 +931,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
     training_args.remove_unused_columns = False
     training_time = TrainingTimeCallback(resumed_from if training_args.do_train else None)
-    callbacks += [training_time, MetricsReport()]
+    metrics_report = MetricsReport()
+    callbacks += [training_time, metrics_report]
     trainer_options = dict(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
         processing_class=tokenizer, data_collator=SourceFeatureCollator(tokenizer, model=model),
@@ -982,6 +983,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
             write_json_atomically(Path(training_args.output_dir, f"parameters_rank{training_args.process_index}.json"),
                                   fingerprint)
     if training_args.do_eval:
+        best = trainer.state.best_model_checkpoint
+        if training_args.load_best_model_at_end and best:
+            metrics_report.evaluated_model = f"{Path(best).name} (the best, loaded at the end)"
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
     written_predictions: set[str] = set()
     if test_sets:
