@@ -370,7 +370,7 @@ SHIPPED_WITH_EVERY_MODEL = [
     "annotators.py", "configuration_srcfeat_transformer.py", "damaged_files.py", "decoding_options.py",
     "dependency_tree.py", "feature_dropout.py",
     "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
-    "subword_training.py", "tokenization_source_features.py"]
+    "subword_training.py", "tokenization_pretrained_source_features.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py", "generation_preparation.py",
             "label_smoothed_cross_entropy.py", "linear.py", "modeling_srcfeat_transformer.py",
             "single_row_products.py"]
