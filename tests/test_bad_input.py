@@ -124,6 +124,12 @@ def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_
     first = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
     (run / "checkpoint-99").mkdir()
     (run / "notes.txt").write_text("user data")
+    # A corpus that fails its checks leaves the previous run as it was
+    (tmp_path / "broken.tsv").write_text("A dog runs.\tEin Hund rennt.\nno tab here\n")
+    with pytest.raises(ValueError, match="broken.tsv line 2"):
+        train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--overwrite_output_dir",
+                               "--train_file", str(tmp_path / "broken.tsv")])
+    assert (run / "model.safetensors").exists() and (run / "checkpoint-99").exists()
     train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--overwrite_output_dir", "--vocab_size", "600"])
     second = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
     assert len(second) < len(first), "a new tokenizer of the new size, not the old one"

@@ -3,6 +3,7 @@ and the same script under torchrun with 2 CPU processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -97,6 +98,26 @@ def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the
     write_conllu([parses[0], parses[2], parses[1], *parses[3:]], tmp_path / "train.en.conllu.gz")
     with pytest.raises(ValueError, match=r"train.en.conllu.gz: sentence 2 .* but train source 2 is"):
         train.main(run[:-1] + ["10"])
+    # Without `# text` (not every parser writes it) the words show the swap
+    untexted = [dataclasses.replace(parse, text="") for parse in parses]
+    write_conllu([untexted[0], untexted[2], untexted[1], *untexted[3:]], tmp_path / "train.en.conllu.gz")
+    with pytest.raises(ValueError, match=r"sentence 2 .* is the parse of 'A little girl climbing into a wooden "
+                                         r"playhouse \.', but train source 2 is 'Several men in hard hats"):
+        train.main(run[:-1] + ["10"])
+
+
+def test_a_parse_without_its_text_is_matched_to_its_source_by_its_words(stanza_annotator, test_sentences):
+    from hf_srcfeat.annotated_sentence import AnnotatedSentence, AnnotatedWord
+
+    parses = stanza_annotator.annotate(test_sentences[:20], show_progress=False)
+    untexted = [dataclasses.replace(parse, text="") for parse in parses]
+    assert not any(train.parses_another_sentence(parse, source) for parse, source in zip(untexted, test_sentences[:20], strict=True))
+    assert all(train.parses_another_sentence(parse, source)
+               for parse, source in zip(untexted, test_sentences[1:21], strict=True))
+    # French "du" as its syntactic words "de le" is still this sentence
+    words = [AnnotatedWord(text, "X", "X", text, "dep", 0 if index == 0 else 1)
+             for index, text in enumerate(["Il", "mange", "de", "le", "pain", "."])]
+    assert not train.parses_another_sentence(AnnotatedSentence(words), "Il mange du pain.")
 
 
 @pytest.mark.slow

@@ -116,6 +116,15 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
     assert statistics["arguments"]["num_beams"] == 4
 
 
+def test_a_cut_short_gzip_input_is_named_and_nothing_is_written(model_folder, test_sentences, tmp_path):
+    whole = gzip.compress("".join(line + "\n" for line in test_sentences[:200]).encode())
+    (tmp_path / "cut.en.gz").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(SystemExit, match=r"--input .*cut.en.gz is a truncated or damaged gzip file"):
+        main(["--model", str(model_folder), "--input", str(tmp_path / "cut.en.gz"), "--output",
+              str(tmp_path / "out.de")])
+    assert not (tmp_path / "out.de").exists()
+
+
 def test_quiet_writes_nothing_to_stderr_and_leaves_transformers_progress_bars_as_they_were(
         model_folder, test_sentences, tmp_path, capsys):
     from transformers.utils import logging as transformers_logging

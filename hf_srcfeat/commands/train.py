@@ -14,6 +14,7 @@ several processes: `torchrun --nproc_per_node 2 -m hf_srcfeat.commands.train ...
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import hashlib
 import inspect
@@ -379,9 +380,24 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
 PARSE_COLUMN = "source_parse"
 
 
+#: Without `# text`, how alike (difflib's ratio) a parse's words and its source must spell, whitespace aside: a
+#: multi-word token expanded into its syntactic words (French "du" as "de le") changes a few characters, a parse of
+#: another sentence most of them.
+SAME_SENTENCE_RATIO = 0.6
+
+
 def parses_another_sentence(sentence: AnnotatedSentence, source: str) -> bool:
-    """Whether a parse that gives its text (`# text`) is of another sentence than the source it is paired with."""
-    return bool(sentence.text) and sentence.text.strip() != source.strip()
+    """Whether a parse is of another sentence than the source it is paired with: by its `# text` where it gives one,
+    else by its words."""
+    if sentence.text:
+        return sentence.text.strip() != source.strip()
+    parsed, given = "".join(word.text for word in sentence.words), "".join(source.split())
+    return parsed != given and difflib.SequenceMatcher(None, parsed, given).ratio() < SAME_SENTENCE_RATIO
+
+
+def parse_shown(sentence: AnnotatedSentence) -> str:
+    """What a parse spells, for a message: its `# text`, else its words."""
+    return sentence.text or " ".join(word.text for word in sentence.words)
 
 
 def source_parses(path: str, split_name: str, data, cut: bool):
@@ -398,8 +414,8 @@ def source_parses(path: str, split_name: str, data, cut: bool):
                              "the parses must follow the sources one to one.")
         source = data[index]["source"]
         if parses_another_sentence(sentence, source):
-            raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of {sentence.text!r}, "
-                             f"but {split_name} source {index + 1} is {source!r}.")
+            raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of "
+                             f"{parse_shown(sentence)!r}, but {split_name} source {index + 1} is {source!r}.")
         count += 1
     if count < len(data):
         raise ValueError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
@@ -452,8 +468,8 @@ def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
         if len(sentences) != 1:
             raise ValueError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
         if parses_another_sentence(sentences[0], source):
-            raise ValueError(f"{origin} row {index + 1}: the parse is of {sentences[0].text!r}, the source is "
-                             f"{source!r}.")
+            raise ValueError(f"{origin} row {index + 1}: the parse is of {parse_shown(sentences[0])!r}, the source "
+                             f"is {source!r}.")
         parses.append(sentences[0].to_json())
     return {PARSE_COLUMN: parses}
 
@@ -832,12 +848,6 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if training_args.do_train or model_args.tokenizer_only:
         check_output_dir(training_args, data_args)
         resumed_from = check_resumed_checkpoint(training_args)
-        if (data_args.overwrite_output_dir and not training_args.resume_from_checkpoint
-                and training_args.process_index == 0 and Path(training_args.output_dir).is_dir()):
-            removed = clear_previous_run(Path(training_args.output_dir))
-            if removed:
-                logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed,
-                               training_args.output_dir)
     else:
         model_to_evaluate(model_args, training_args)
     set_seed(training_args.seed)
@@ -880,6 +890,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                                      data_args.test_source_conllu if index == 0 else None)
     train_data = splits["train"]
 
+    # The previous run goes only now that the data has passed its checks: a refused corpus leaves it as it was.
+    if ((training_args.do_train or model_args.tokenizer_only) and data_args.overwrite_output_dir
+            and not training_args.resume_from_checkpoint and training_args.process_index == 0
+            and Path(training_args.output_dir).is_dir()):
+        removed = clear_previous_run(Path(training_args.output_dir))
+        if removed:
+            logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed,
+                           training_args.output_dir)
     unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
     if model_args.tokenizer_only:

@@ -30,6 +30,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -456,8 +457,11 @@ def count_lines(path: str, input_format: str) -> int | None:
     """The input's lines, for the progress bar; None for stdin, a FIFO or a process substitution (read once)."""
     if path == "-" or input_format not in ("text", "factored") or is_special_file(Path(path)):
         return None
-    with open_binary_input(path) as stream:
-        return sum(1 for _ in stream)
+    try:
+        with open_binary_input(path) as stream:
+            return sum(1 for _ in stream)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:  # read before anything is written
+        raise SystemExit(f"--input {path} is a truncated or damaged gzip file ({error}).") from None
 
 
 def main(argv: list[str] | None = None) -> int:
