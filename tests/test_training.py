@@ -109,11 +109,12 @@ def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the
 def test_a_parse_without_its_text_is_matched_to_its_source_by_its_words(stanza_annotator, test_sentences):
     from hf_srcfeat.annotated_sentence import AnnotatedSentence, AnnotatedWord
 
-    parses = stanza_annotator.annotate(test_sentences[:20], show_progress=False)
+    parses = stanza_annotator.annotate(test_sentences, show_progress=False)
     untexted = [dataclasses.replace(parse, text="") for parse in parses]
-    assert not any(train.parses_another_sentence(parse, source) for parse, source in zip(untexted, test_sentences[:20], strict=True))
-    assert all(train.parses_another_sentence(parse, source)
-               for parse, source in zip(untexted, test_sentences[1:21], strict=True))
+    assert not any(train.parses_another_sentence(parse, source)
+                   for parse, source in zip(untexted, test_sentences, strict=True))
+    assert all(train.parses_another_sentence(parse, source)  # each paired with the next sentence
+               for parse, source in zip(untexted[:-1], test_sentences[1:], strict=True))
     # French "du" as its syntactic words "de le" is still this sentence
     words = [AnnotatedWord(text, "X", "X", text, "dep", 0 if index == 0 else 1)
              for index, text in enumerate(["Il", "mange", "de", "le", "pain", "."])]
