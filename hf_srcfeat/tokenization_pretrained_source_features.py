@@ -33,6 +33,7 @@ from .feature_vocabulary import FeatureVocabularies
 from .safe_writing import write_json_atomically
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import (
+    BASE_FOLDER,
     FEATURE_VOCAB_FILE,
     TREE_COLUMN,
     SourceFeatureTokenizer,
@@ -46,8 +47,6 @@ from .tokenization_source_features import (
 )
 
 SETTINGS_FILE = "source_features_config.json"
-#: The checkpoint tokenizer's own files go into this subfolder, so that its tokenizer_config.json stays its own.
-BASE_FOLDER = "checkpoint_tokenizer"
 #: `from_pretrained` options handed on to the checkpoint tokenizer's loading (AutoTokenizer adds others).
 LOADING_OPTIONS = ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
 
@@ -63,7 +62,7 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any):
         check_json_files(name_or_path)  # a cut-off tokenizer.json would otherwise fail without its name
     try:
         wrapped = cached_file(str(name_or_path), SETTINGS_FILE, _raise_exceptions_for_missing_entries=False,
-                              **{name: kwargs[name] for name in ("revision", "token") if name in kwargs})
+                              **{name: kwargs[name] for name in LOADING_OPTIONS if name in kwargs})
     except OSError:  # some Hub mirrors answer a missing file as a missing repository: AutoTokenizer says which
         wrapped = None
     if wrapped is not None:

@@ -54,6 +54,9 @@ from .source_features import (
 from .subword_training import SPECIAL_TOKENS, build_subword_tokenizer
 
 FEATURE_VOCAB_FILE = "feature_vocab.json"
+#: Where a tokenizer wrapping a pretrained checkpoint's own (`tokenization_pretrained_source_features`) saves
+#: that tokenizer's files, so that its tokenizer_config.json stays its own.
+BASE_FOLDER = "checkpoint_tokenizer"
 #: Value of each per-token feature at padding positions ([S, S] `dep_distance` pads rows and columns with -1).
 FEATURE_PADDING = {"pos_ids": PAD_ID, "lemma_ids": PAD_ID, "deprel_ids": PAD_ID, "subword_tag_ids": PAD_ID,
                    "feats_ids": PAD_ID,
@@ -94,7 +97,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
         except ValueError as error:
             # A model started from a pretrained checkpoint keeps that checkpoint's own tokenizer in a folder: the
             # error Transformers gives then (about sentencepiece) would not say so.
-            if Path(str(pretrained_model_name_or_path), "checkpoint_tokenizer").is_dir():
+            if Path(str(pretrained_model_name_or_path), BASE_FOLDER).is_dir():
                 raise ValueError(
                     f"{pretrained_model_name_or_path} holds a pretrained checkpoint's tokenizer with source features; "
                     "load it with hf_srcfeat.tokenization_pretrained_source_features.load_tokenizer(...) "

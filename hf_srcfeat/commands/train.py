@@ -65,6 +65,7 @@ from hf_srcfeat.tokenization_pretrained_source_features import (
     load_tokenizer,
 )
 from hf_srcfeat.tokenization_source_features import (
+    BASE_FOLDER,
     check_tokenizer_matches,
     storage_features,
     stored_columns,
@@ -114,7 +115,7 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "model.safetensors.index.json", "results.json", "eval_results.json", "test_predictions.txt",
                "training_args.json", "parameters_rank*.json", "checkpoint-*",
                # a tokenizer wrapping a pretrained checkpoint's (--init_from): its settings and the checkpoint's files
-               "source_features_config.json", "checkpoint_tokenizer")
+               SETTINGS_FILE, BASE_FOLDER)
 
 
 def check_pretrained_start(model_args: ModelArguments) -> None:
