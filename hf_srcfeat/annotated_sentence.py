@@ -83,6 +83,13 @@ class AnnotatedSentence:
             reaches_root.update(path)
 
     @property
+    def raw_text(self) -> str:
+        """The text the parse is of: its `# text`, else its words with their recorded spacing (`SpaceAfter=No`)."""
+        if self.text:
+            return self.text
+        return "".join(word.text + (" " if word.space_after else "") for word in self.words).rstrip()
+
+    @property
     def heads(self) -> list[int]:
         return [word.head for word in self.words]
 

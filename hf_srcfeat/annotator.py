@@ -21,6 +21,10 @@ from .annotation_cache import AnnotationCache, default_cache_path
 #: Part of the cache key: raise it when AnnotatedWord changes, so older cache entries are not reused.
 ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
 
+#: Longest text an annotator parses unless told otherwise (about 1,800 words): a parser's time and memory grow
+#: quickly with a text's length, and the models translate sentences.
+DEFAULT_MAX_CHARACTERS = 10_000
+
 
 class AnnotatorLoadError(RuntimeError):
     """The parser's models cannot be loaded: nothing can be parsed, a failure of the whole run, not of one text."""
@@ -52,7 +56,7 @@ class Annotator:
     backend = ""
 
     def __init__(self, language: str, pretokenized: bool = False, cache_path: str | os.PathLike | None = None,
-                 use_cache: bool = True, batch_size: int = 256, max_characters: int = 10000):
+                 use_cache: bool = True, batch_size: int = 256, max_characters: int = DEFAULT_MAX_CHARACTERS):
         self.language = language
         self.pretokenized = pretokenized
         self.words_only = False  # see `with_words_only`

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord
-from .annotator import Annotator, join_sentence_roots
+from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, join_sentence_roots
 
 SENTENCE_MODES = ("join", "refuse")
 
@@ -42,7 +42,7 @@ class SpacyAnnotator(Annotator):
 
     def __init__(self, model: str | os.PathLike, sentences: str = "join", language: str | None = None,
                  pretokenized: bool = False, cache_path: str | os.PathLike | None = None, use_cache: bool = True,
-                 batch_size: int = 256, max_characters: int = 10000):
+                 batch_size: int = 256, max_characters: int = DEFAULT_MAX_CHARACTERS):
         if sentences not in SENTENCE_MODES:
             raise ValueError(f"sentences must be one of {list(SENTENCE_MODES)}, got {sentences!r}.")
         self.model = str(model)

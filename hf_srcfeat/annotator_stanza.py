@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
-from .annotator import ANNOTATION_FORMAT, Annotator
+from .annotator import ANNOTATION_FORMAT, DEFAULT_MAX_CHARACTERS, Annotator
 
 STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
 STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
@@ -62,7 +62,7 @@ class StanzaAnnotator(Annotator):
 
     def __init__(self, language: str = "en", model_dir: str | os.PathLike | None = None,
                  pretokenized: bool = False, cache_path: str | os.PathLike | None = None,
-                 use_cache: bool = True, batch_size: int = 256, device: str = "cpu", max_characters: int = 10000):
+                 use_cache: bool = True, batch_size: int = 256, device: str = "cpu", max_characters: int = DEFAULT_MAX_CHARACTERS):
         chosen = model_dir or os.environ.get(STANZA_DIR_ENV)
         self.model_dir = Path(chosen) if chosen else None
         if self.model_dir is not None and not (self.model_dir / language).is_dir():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
+from .data.errors import DataError
 
 
 def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[AnnotatedSentence]:
@@ -21,10 +23,12 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
             try:
                 yield from read_conllu(handle)
             except UnicodeDecodeError as error:
-                raise ValueError(f"{source} is not UTF-8 text ({error.reason}, byte {error.object[error.start]:#x});"
-                                 " convert it, e.g. iconv -f latin1 -t utf-8.") from None
+                raise DataError(f"{source} is not UTF-8 text ({error.reason}, byte {error.object[error.start]:#x});"
+                                " convert it, e.g. iconv -f latin1 -t utf-8.") from None
+            except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+                raise DataError(f"{source} is a truncated or damaged gzip file ({error}).") from None
             except ValueError as error:
-                raise ValueError(f"{source}: {error}") from error
+                raise DataError(f"{source}: {error}") from error
         return
     words: list[AnnotatedWord] = []
     sentence_id, text = "", ""

@@ -77,13 +77,6 @@ class _Encoding:
         self.ids, self.word_ids = ids, word_ids
 
 
-def sentence_text(sentence: AnnotatedSentence) -> str:
-    """The raw text of a parse: its `# text`, else its words with their recorded spacing."""
-    if sentence.text:
-        return sentence.text
-    return "".join(word.text + (" " if word.space_after else "") for word in sentence.words).rstrip()
-
-
 def word_starts(sentence: AnnotatedSentence, text: str) -> list[int]:
     """Character offset of each word in `text`, found in order; a word the text does not spell (a part of a
     multi-word token like French "du" -> "de" + "le") starts where the previous word ended."""
@@ -290,7 +283,7 @@ class PretrainedSourceFeatureTokenizer:
         batched = not isinstance(text if annotations is None else annotations, (str, AnnotatedSentence))
         if annotations is not None:
             sentences = list(annotations) if batched else [annotations]
-            texts = [sentence_text(sentence) for sentence in sentences] if text is None else (
+            texts = [sentence.raw_text for sentence in sentences] if text is None else (
                 list(text) if batched else [text])
             if len(texts) != len(sentences):
                 raise ValueError(f"{len(texts)} texts but {len(sentences)} annotations.")

@@ -196,7 +196,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--generation_num_beams", "0", "--generation_num_beams must be 1 or more, got 0"),
     ("--max_tokens_per_batch", "-5", "--max_tokens_per_batch must be 1 or more, got -5"),
     ("--batch_size_multiple", "0", "--batch_size_multiple must be 1 or more, got 0"),
-    ("--max_tokens_per_batch", "100", "--max_tokens_per_batch 100 is below the longest pair the truncation keeps "
+    ("--max_tokens_per_batch", "100", "--max_tokens_per_batch 100 is below the longest example the truncation keeps "
                                       r"\(--max_source_length 128, --max_target_length 128\)"),
     ("--learning_rate", "nan", "--learning_rate must be 0 or more, got nan"),
     ("--top_p", "0.5", "top_p only act when sampling: add do_sample"),

@@ -10,6 +10,7 @@ import pytest
 from datasets import Dataset
 
 from hf_srcfeat.data.corpora import load_corpora, load_file
+from hf_srcfeat.data.errors import DataError
 from hf_srcfeat.data.multi30k import load_multi30k
 
 from .test_bad_input import TINY_RUN
@@ -137,6 +138,76 @@ def test_source_parses_in_a_json_lines_field_train_without_stanza_and_are_checke
         train.main(TINY_RUN + ["--output_dir", str(tmp_path / "bad"), "--do_train", "--source_lang", "en",
                                "--target_lang", "fr", "--train_file", train_file, "--validation_file", shifted,
                                "--source_parse_column", "parse", "--stanza_dir", str(tmp_path / "no_stanza_here")])
+
+
+GOOD_LINE = '{"translation": {"en": "A dog runs.", "de": "Ein Hund rennt."}, "case": "Cap lower lower"}'
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"translation": {"en": 5, "de": "Fünf."}}', r"line 2: the source sentence is not text: int 5\."),
+    ('{"translation": {"en": "A dog \\ud83d runs.", "de": "Ein Hund rennt."}}',
+     r"line 2 holds \\ud83d, half of a UTF-16 surrogate pair without its other half"),
+    ('{"translation": {"en": "A dog runs.", "de": "Ein Hund rennt."}, "case": ["Cap", "lower", "lower"]}',
+     r"line 2: the 'case' field is not a string: list \['Cap', 'lower', 'lower'\]; it must hold the factor's values "
+     r"separated by spaces"),
+    ('{"translation": {"en": "A dog runs.", "de": "Ein Hund rennt."}}', r"line 2: no 'case' field"),
+    ('{"translation": {"en": "A dog runs.", "de": "Ein Hund rennt."}, "case": "Cap lower lower",}',
+     r"line 2 is not valid JSON \(.+ at column 91\)"),
+    ('["A dog runs.", "Ein Hund rennt."]', r"line 2 is a JSON list, not an object"),
+])
+def test_json_lines_that_datasets_could_not_read_or_would_misread_are_named_by_line(line, message, tmp_path):
+    """A number for a sentence, a lone surrogate escape, a factor given as a list or missing, broken JSON: each is
+    named by file and line before `datasets` reads the file (which would fail without naming it, or not at all)."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(f"{GOOD_LINE}\n{line}\n{GOOD_LINE}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"corpus.jsonl " + message):
+        load_file(str(path), "en", "de", factor_columns=["case"])
+    path.write_text(f"{GOOD_LINE}\n" + '{"translation": {"en": "A \\ud83d\\ude00 dog.", "de": "Ein Hund."}, '
+                    '"case": "Cap lower lower"}\n', encoding="utf-8")
+    assert load_file(str(path), "en", "de", factor_columns=["case"]).data["source"][1] == "A \U0001f600 dog.", \
+        "a surrogate pair is one character"
+
+
+def test_a_factor_column_of_lists_in_a_datasets_source_is_named_by_row():
+    from hf_srcfeat.data.corpora import from_dataset
+
+    dataset = Dataset.from_dict({"translation": [{"en": "A dog runs.", "de": "Ein Hund rennt."}] * 3,
+                                 "case": [["Cap", "lower", "lower"]] * 3})
+    with pytest.raises(DataError, match=r"my_corpus train row 1: the 'case' field is not a string: list"):
+        from_dataset(dataset, "my_corpus train", "en", "de", None, None, factor_columns=["case"])
+
+
+def test_a_source_too_long_to_parse_is_named_by_row_before_any_parsing(en_fr, tmp_path):
+    from hf_srcfeat.commands import train
+
+    data = en_fr["valid"]
+    sources = list(data["source"])
+    sources[6] = " ".join(sources * 20)  # one 'sentence' of some 20,000 characters
+    corpus = tmp_path / "train.jsonl"
+    corpus.write_text("".join(json.dumps({"translation": {"en": source, "fr": target}}) + "\n"
+                              for source, target in zip(sources, data["target"], strict=True)), encoding="utf-8")
+    # No Stanza models there: the check comes before the parser is even loaded.
+    with pytest.raises(DataError, match=r"train.jsonl row 7: the source has [\d,]+ characters, more than the parser "
+                                        r"takes \(10,000"):
+        train.main(TINY_RUN + ["--output_dir", str(tmp_path / "run"), "--do_train", "--source_lang", "en",
+                               "--target_lang", "fr", "--train_file", str(corpus), "--stanza_dir",
+                               str(tmp_path / "no_stanza_here")])
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_training_command_reports_bad_data_in_one_line(monkeypatch, tmp_path, capsys):
+    """Bad data ends the command with its message (file and line), not a traceback through datasets or torch."""
+    import sys
+
+    from hf_srcfeat.commands import train
+
+    (tmp_path / "corpus.jsonl").write_text(GOOD_LINE + "\n" + '{"translation": {"en": " ", "de": "Nichts."}}\n',
+                                           encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["hf-srcfeat-train", *TINY_RUN, "--output_dir", str(tmp_path / "run"),
+                                      "--do_train", "--train_file", str(tmp_path / "corpus.jsonl")])
+    with pytest.raises(SystemExit) as stopped:
+        train.cli()
+    assert stopped.value.code == f"hf-srcfeat-train: {tmp_path / 'corpus.jsonl'} line 2: the source sentence is empty."
 
 
 def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(tmp_path):

@@ -106,7 +106,8 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
     assert sampled and all(len(batch) % 4 == 0 for batch in sampled[-1][:-1]), "the trainer was given the multiple"
     assert len([entry for entry in results["log_history"] if "loss" in entry]) == 3
     refused = {"--max_tokens_per_batch must be 1 or more, got 0": ["--max_tokens_per_batch", "0"],
-               "--max_tokens_per_batch 16 is below --max_length 24": ["--max_tokens_per_batch", "16"],
+               r"--max_tokens_per_batch 16 is below the longest example the truncation keeps \(--max_length 24\)":
+                   ["--max_tokens_per_batch", "16"],
                "--mask_ratio must be from 0 to 1, got -0.2": ["--mask_ratio", "-0.2"],
                "--swaps must be 0 or more, got -1": ["--swaps", "-1"],
                "--batch_size_multiple 4 rounds token batches": ["--batch_size_multiple", "4"]}
@@ -368,6 +369,16 @@ def test_an_empty_line_of_monolingual_text_is_named(tmp_path):
     (tmp_path / "mono.txt").write_text("A dog runs.\n\nA cat sleeps.\n")
     with pytest.raises(ValueError, match="mono.txt line 2 is empty"):
         load_monolingual("en", train_file=str(tmp_path / "mono.txt"))
+
+
+def test_monolingual_json_lines_that_datasets_could_not_read_are_named_by_line(tmp_path):
+    (tmp_path / "mono.jsonl").write_text('{"text": "A dog runs."}\n{"text": "A cat \\udc00 sleeps."}\n'
+                                         '{"text": 7}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"mono.jsonl line 2 holds \\udc00, half of a UTF-16 surrogate pair"):
+        load_monolingual("en", train_file=str(tmp_path / "mono.jsonl"))
+    (tmp_path / "mono.jsonl").write_text('{"text": "A dog runs."}\n{"text": 7}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"mono.jsonl row 2: the sentence is not text: int 7"):
+        load_monolingual("en", train_file=str(tmp_path / "mono.jsonl"))
 
 
 def test_an_autoencoder_on_own_monolingual_data_needs_the_translation_tokenizer_first(monolingual_files, tmp_path):

@@ -10,7 +10,12 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_srcfeat import FeatureVocabularies, RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
+from hf_srcfeat import (
+    FeatureVocabularies,
+    RelevanceFeaturesConfig,
+    RelevanceFeaturesForConditionalGeneration,
+    SrcFeatTransformerConfig,
+)
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.multi30k import load_multi30k
 from hf_srcfeat.data.user_factors import FACTOR_SEPARATOR, parse_factored_lines, split_factored_line
@@ -140,6 +145,38 @@ def test_the_translate_command_reads_factored_lines(factored_data, test_sentence
                  "--num_beams", "1", "--max_new_tokens", "8", "--quiet", "--device", "cpu"]) == 0
     output = (tmp_path / "output.de").read_text(encoding="utf-8").splitlines()
     assert len(output) == 4 and output[1] == "" and all(output[index] for index in (0, 2, 3))
+
+
+@pytest.mark.slow
+def test_the_translate_command_refuses_factors_the_model_does_not_read(factored_data, test_sentences, tmp_path):
+    """Factored lines for a model without that factor would be parsed and dropped (or, by a model without source
+    features, translated with their values as part of the words): refused before any output, naming the factor."""
+    from hf_srcfeat.commands.translate import main
+
+    tokenizer, _, _ = factored_data
+    (tmp_path / "input.txt").write_text(factored(test_sentences[0]) + "\n", encoding="utf-8")
+    for name, config in (("pos_only", tiny_method_config(RelevanceFeaturesConfig, tokenizer, relevance_combine="concat",
+                                                         source_factors=["pos"],
+                                                         **tokenizer.feature_vocabularies.sizes())),
+                         ("baseline", tiny_method_config(SrcFeatTransformerConfig, tokenizer))):
+        model = AutoModelForSeq2SeqLM.from_config(config)
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        with pytest.raises(SystemExit, match=r"--factor_names case: the model reads no such factor \(it reads no user "
+                                             r"factor\)"):
+            main(["--model", str(tmp_path / name), "--input", str(tmp_path / "input.txt"), "--output",
+                  str(tmp_path / "output.de"), "--input_format", "factored", "--factor_names", "case", "--quiet",
+                  "--device", "cpu"])
+        assert not (tmp_path / "output.de").exists()
+    pytest.importorskip("ctranslate2")
+    from hf_srcfeat.integrations.ctranslate2 import export
+
+    export(str(tmp_path / "baseline"), str(tmp_path / "baseline_ct2"))
+    with pytest.raises(SystemExit, match=r"--factor_names case: the model reads no such factor"):
+        main(["--model", str(tmp_path / "baseline_ct2"), "--backend", "ctranslate2", "--input",
+              str(tmp_path / "input.txt"), "--output", str(tmp_path / "output.de"), "--input_format", "factored",
+              "--factor_names", "case", "--quiet"])
+    assert not (tmp_path / "output.de").exists()
 
 
 def write_factor_corpus(path, pairs, case_values=None) -> str:

@@ -13,8 +13,13 @@ from pathlib import Path
 def run_as_script(main: Callable[[list[str] | None], object]) -> int:
     """Run a command whose `main` returns a result for Python callers (a metrics dict, a folder) as a console
     script: the result is not the exit status (`sys.exit(dict)` would print it and exit 1); errors still exit
-    through `SystemExit`."""
-    main(sys.argv[1:])
+    through `SystemExit`, and bad data (`DataError`, named by file and line) as one line, without a traceback."""
+    from hf_srcfeat.data.errors import DataError
+
+    try:
+        main(sys.argv[1:])
+    except DataError as error:
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {error}") from None
     return 0
 
 

@@ -31,7 +31,7 @@ from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device
 from hf_srcfeat.conllu import read_conllu, write_conllu
-from hf_srcfeat.data.corpora import _lines, _one_line
+from hf_srcfeat.data.corpora import numbered_lines, single_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
 
 #: Seconds shard 0 waits for the others before giving up, and between its messages about the wait.
@@ -44,7 +44,7 @@ def read_sentences(path: str) -> list[str]:
     sentence and shift every later parse (an error naming the line); UTF-8, truncated gzip and a byte-order mark
     handled as for corpora."""
     try:
-        lines = [_one_line(line, Path(path), number) for number, line in _lines(Path(path))]
+        lines = [single_line(line, Path(path), number) for number, line in numbered_lines(Path(path))]
     except ValueError as error:
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]

@@ -207,9 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
     if train.flags_ask_for_sentence_batches(training_args):
         args.max_tokens_per_batch = None
     train.check_batch_size_multiple(args.batch_size_multiple, args.max_tokens_per_batch)
-    if args.max_tokens_per_batch and args.max_tokens_per_batch < args.max_length:
-        raise SystemExit(f"--max_tokens_per_batch {args.max_tokens_per_batch} is below --max_length "
-                         f"{args.max_length}: a sentence of that length would fit in no batch.")
+    train.check_token_budget(args.max_tokens_per_batch, {"max_length": args.max_length})
     if training_args.do_train:
         train.check_output_dir(training_args, args)
     if custom_corpus(args) and not args.tokenizer_name_or_path:

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
+import pyarrow.compute
 import torch
 import transformers
 from datasets import Dataset, Features, Value, concatenate_datasets
@@ -44,6 +45,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
+from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
@@ -53,6 +55,7 @@ from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
+from hf_srcfeat.data.errors import DataError
 from hf_srcfeat.data.user_factors import attach_factors
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
@@ -200,15 +203,14 @@ def check_numeric_arguments(*arguments, ranges: dict[str, tuple[float, float, bo
                 raise SystemExit(f"--{name} must be {allowed}, got {value!r}.")
 
 
-def check_token_budget(data_args: DataArguments) -> None:
-    """A token budget that holds the longest pair the truncation lets through: otherwise the sampler would find
-    one only after the parsing and tokenizing, with the output folder already written."""
-    budget, longest = data_args.max_tokens_per_batch, max(data_args.max_source_length, data_args.max_target_length)
-    if budget and budget < longest:
-        raise SystemExit(f"--max_tokens_per_batch {budget} is below the longest pair the truncation keeps "
-                         f"(--max_source_length {data_args.max_source_length}, --max_target_length "
-                         f"{data_args.max_target_length}): such a pair would fit in no batch; raise the budget or "
-                         "lower the lengths.")
+def check_token_budget(budget: int | None, lengths: dict[str, int]) -> None:
+    """A token budget that holds the longest example the truncation lets through (`lengths`: the length options and
+    their values): otherwise the sampler would find one only after the parsing and tokenizing, with the output
+    folder already written."""
+    if budget and budget < max(lengths.values()):
+        given = ", ".join(f"--{name} {value}" for name, value in lengths.items())
+        raise SystemExit(f"--max_tokens_per_batch {budget} is below the longest example the truncation keeps "
+                         f"({given}): such an example would fit in no batch; raise the budget or lower the lengths.")
 
 
 def check_batch_size_multiple(batch_size_multiple: int, max_tokens_per_batch: int | None) -> None:
@@ -396,11 +398,6 @@ def parses_another_sentence(sentence: AnnotatedSentence, source: str) -> bool:
     return parsed != given and difflib.SequenceMatcher(None, parsed, given).ratio() < SAME_SENTENCE_RATIO
 
 
-def parse_shown(sentence: AnnotatedSentence) -> str:
-    """What a parse spells, for a message: its `# text`, else its words."""
-    return sentence.text or " ".join(word.text for word in sentence.words)
-
-
 def source_parses(path: str, split_name: str, data, cut: bool):
     """The split with the parses of its sources from a CoNLL-U file as a column (JSON), checked against the split:
     one sentence per source (the file may go on when `cut`, the split being cut short by --max_*_samples), and where
@@ -411,19 +408,34 @@ def source_parses(path: str, split_name: str, data, cut: bool):
         if index == len(data):
             if cut:
                 break
-            raise ValueError(f"{path} has more sentences than the {len(data)} sources of the {split_name} split; "
+            raise DataError(f"{path} has more sentences than the {len(data)} sources of the {split_name} split; "
                              "the parses must follow the sources one to one.")
         source = data[index]["source"]
         if parses_another_sentence(sentence, source):
-            raise ValueError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of "
-                             f"{parse_shown(sentence)!r}, but {split_name} source {index + 1} is {source!r}.")
+            raise DataError(f"{path}: sentence {index + 1} ({sentence.name}) is the parse of "
+                             f"{sentence.raw_text!r}, but {split_name} source {index + 1} is {source!r}.")
         count += 1
     if count < len(data):
-        raise ValueError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
+        raise DataError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
                          "sources; the parses must follow the sources one to one.")
     parses = Dataset.from_generator(conllu_rows, gen_kwargs={"path": path, "limit": len(data)},
                                     features=Features({PARSE_COLUMN: Value("string")}))
     return concatenate_datasets([data, parses], axis=1)
+
+
+def check_parseable_lengths(data, origin: str, limit: int = DEFAULT_MAX_CHARACTERS) -> None:
+    """A split parsed here holds no source longer than the annotator takes, checked before any parsing (the annotator
+    would refuse it only when it comes to it, by its place in a chunk): the first one is named by row."""
+    offset = 0
+    for batch in data.with_format("arrow").iter(batch_size=ANNOTATION_CHUNK):
+        lengths = pyarrow.compute.utf8_length(batch["source"])  # characters, as len() counts them
+        too_long = pyarrow.compute.greater(lengths, limit)
+        if pyarrow.compute.any(too_long).as_py():
+            index = pyarrow.compute.index(too_long, True).as_py()
+            raise DataError(f"{origin} row {offset + index + 1}: the source has {lengths[index].as_py():,} "
+                            f"characters, more than the parser takes ({limit:,}, about 1,800 words): split it into "
+                            "sentences (the models translate sentences), or give its parse.")
+        offset += batch.num_rows
 
 
 def conllu_rows(path: str, limit: int):
@@ -465,11 +477,11 @@ def parses_from_column(batch: dict, indices: list[int], origin: str) -> dict:
         try:
             sentences = list(read_conllu(block.splitlines()))
         except ValueError as error:
-            raise ValueError(f"{origin} row {index + 1}: its source parse is not valid CoNLL-U: {error}") from None
+            raise DataError(f"{origin} row {index + 1}: its source parse is not valid CoNLL-U: {error}") from None
         if len(sentences) != 1:
-            raise ValueError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
+            raise DataError(f"{origin} row {index + 1}: its source parse holds {len(sentences)} sentences, not 1.")
         if parses_another_sentence(sentences[0], source):
-            raise ValueError(f"{origin} row {index + 1}: the parse is of {parse_shown(sentences[0])!r}, the source "
+            raise DataError(f"{origin} row {index + 1}: the parse is of {sentences[0].raw_text!r}, the source "
                              f"is {source!r}.")
         parses.append(sentences[0].to_json())
     return {PARSE_COLUMN: parses}
@@ -493,7 +505,7 @@ def attach_factor_columns(data, names: list[str], pretokenized_annotator, origin
             try:
                 attached.append(attach_factors(parse, values).to_json())
             except ValueError as error:
-                raise ValueError(f"{origin} row {index + 1}: {error}") from None
+                raise DataError(f"{origin} row {index + 1}: {error}") from None
         return {PARSE_COLUMN: attached}
 
     return data.map(attach, batched=True, with_indices=True, remove_columns=columns, desc=f"factors of {origin}")
@@ -837,7 +849,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     keep_freed_memory()
     check_numeric_arguments(model_args, data_args, training_args)
     check_batch_size_multiple(data_args.batch_size_multiple, data_args.max_tokens_per_batch)
-    check_token_budget(data_args)
+    check_token_budget(data_args.max_tokens_per_batch, {"max_source_length": data_args.max_source_length,
+                                                       "max_target_length": data_args.max_target_length})
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
@@ -868,9 +881,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file) or its
         factors are (columns, attached to the parses)."""
         data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
+        if SOURCE_CONLLU not in data.column_names and not conllu:
+            check_parseable_lengths(data, corpus.origin[0])
         if SOURCE_CONLLU in data.column_names:
             if conllu:
-                raise ValueError(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
+                raise SystemExit(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
                                  "give one.")
             data = data.map(functools.partial(parses_from_column, origin=corpus.origin[0]), batched=True,
                             with_indices=True, remove_columns=[SOURCE_CONLLU])

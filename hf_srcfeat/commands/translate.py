@@ -50,6 +50,7 @@ from hf_srcfeat.safe_writing import (
     replaced_atomically,
     write_json_atomically,
 )
+from hf_srcfeat.source_features import user_factor_feature
 
 #: `--dtype` choices: names of torch dtypes (torch itself loads only when a model does, so `--help` is quick).
 DTYPES = ("float32", "bfloat16", "float16")
@@ -226,7 +227,7 @@ class FileTranslator:
         if item.text is not None:
             return item.text
         assert item.sentence is not None  # an item is a raw line or a CoNLL-U sentence
-        return item.sentence.text or " ".join(word.text for word in item.sentence.words)
+        return item.sentence.raw_text
 
     def source_length(self, item: SourceItem) -> int:
         """Words of what the translator reads (`source`), for sorting by length."""
@@ -310,6 +311,24 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
     if settings.get("backend", "stanza") == "stanza":
         options.update(model_dir=args.stanza_dir, device=device)
     return annotator_from_settings(settings, **options)
+
+
+def check_factors_read(translator, factor_names: list[str]) -> None:
+    """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
+    a model without source features, translated as part of the words)."""
+    if hasattr(translator, "factors"):  # a CTranslate2 export: the factors it has embeddings for
+        read = [name for name in translator.factors if name in factor_names]
+    else:
+        features = getattr(translator.model.config, "source_features_read", None)
+        if features is None:  # a config that does not say reads every feature it is given
+            return
+        read = [name for name in factor_names if user_factor_feature(name) in features]
+    unread = [name for name in factor_names if name not in read]
+    if unread:
+        raise SystemExit(f"hf-srcfeat-translate: --factor_names {' '.join(unread)}: the model reads no such factor "
+                         f"({'it reads ' + ', '.join(read) if read else 'it reads no user factor'}); remove "
+                         f"{'them' if len(unread) > 1 else 'it'} from the input and --factor_names, or translate "
+                         "plain text.")
 
 
 def load_translator(args: argparse.Namespace):
@@ -507,6 +526,8 @@ def translate_files(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with contextlib.nullcontext() if not args.quiet else without_transformers_progress_bars():
         translator = load_translator(args)
+    if args.input_format == "factored":
+        check_factors_read(translator, args.factor_names)
     file_translator = FileTranslator(translator, args.num_return_sequences, args.batch_size,
                                      sort_by_length=not args.no_sort,
                                      factor_names=args.factor_names if args.input_format == "factored" else None,

@@ -10,7 +10,7 @@ The forms Transformers' `run_translation.py` reads, and the plain ones NMT toolk
 | `PREFIX` with `PREFIX.<src>` and `PREFIX.<tgt>` beside it (`.gz` too) | a pair of plain-text files, one sentence a line |
 | `--dataset_name multi30k` (the default) | Multi30k task 1 (`hf_srcfeat.data.multi30k`) |
 
-Every pair is checked: a missing language, or an empty source or target, is an error naming the file and line.
+Every pair is checked: a missing language, or an empty source or target, is a `DataError` naming the file and line.
 A JSON-lines field or a dataset column can carry each source's CoNLL-U parse (`parse_column`), kept as
 `source_conllu`.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from datasets import Dataset
 
+from hf_srcfeat.data.errors import DataError
 from hf_srcfeat.data.multi30k import multi30k_file
 
 MULTI30K = "multi30k"
@@ -49,10 +51,10 @@ def _carried_columns(batch: dict, parse_column: str | None, factor_columns: Sequ
 
 def _check_carried(origin: str, available: list[str], parse_column: str | None, factor_columns: Sequence[str]) -> None:
     if parse_column and parse_column not in available:
-        raise ValueError(f"{origin} has no {parse_column!r} column for the source parses (it has {available}).")
+        raise DataError(f"{origin} has no {parse_column!r} column for the source parses (it has {available}).")
     missing = [name for name in factor_columns if name not in available]
     if missing:
-        raise ValueError(f"{origin} has no {missing} column for the source factors (it has {available}).")
+        raise DataError(f"{origin} has no {missing} column for the source factors (it has {available}).")
 
 
 @dataclass
@@ -71,7 +73,7 @@ def _existing(path: Path) -> Path | None:
     return None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line) of a text file, streamed (a corpus is never held whole), UTF-8 checked; a byte-order mark
     at the start is dropped, and a truncated or damaged gzip file is an error naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -82,61 +84,110 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as error:
-                    raise ValueError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
+                    raise DataError(f"{path} line {number} is not UTF-8 ({error.reason}).") from None
                 yield number, line.removeprefix("\ufeff") if number == 1 else line
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-        raise ValueError(f"{path} is a truncated or damaged gzip file (after line {number}: {error}).") from None
+        raise DataError(f"{path} is a truncated or damaged gzip file (after line {number}: {error}).") from None
 
 
-def _check_sentence(text: object, side: str, origin: str, number: int) -> None:
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{origin} {number}: the {side} sentence is empty.")
+def _shown(value: object) -> str:
+    """A value in a message: its type and the start of its repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def check_json_lines(path: Path, source_lang: str, target_lang: str) -> None:
-    """Every line a JSON object whose translation dict holds both languages, non-empty (blank lines are skipped)."""
-    for number, line in _lines(path):
+def check_sentence(text: object, what: str, origin: str, number: int) -> None:
+    """`text` (`what`: "source sentence", ...) is text, not blank; else an error naming `origin` and `number`."""
+    if text is None or isinstance(text, str) and not text.strip():
+        raise DataError(f"{origin} {number}: the {what} is empty.")
+    if not isinstance(text, str):
+        raise DataError(f"{origin} {number}: the {what} is not text: {_shown(text)}.")
+
+
+def _check_carried_value(value: object, name: str, parse_column: str | None, origin: str, number: int) -> None:
+    """A parse or factor field of one row: a string (the parse's CoNLL-U, or the factor's values)."""
+    if isinstance(value, str):
+        return
+    expected = "the source's CoNLL-U parse" if name == parse_column else \
+        "the factor's values separated by spaces, one per whitespace-separated source word"
+    problem = f"no {name!r} field" if value is None else f"the {name!r} field is not a string: {_shown(value)}"
+    raise DataError(f"{origin} {number}: {problem}; it must hold {expected}, as one string.")
+
+
+#: A JSON escape of a UTF-16 surrogate (\ud800-\udfff). Two of them make one character; one alone is no character:
+#: UTF-8 cannot encode it, and `datasets` fails on the line without naming it.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def json_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSON-lines file, checked: valid JSON, an object, and text
+    that UTF-8 can encode (no lone surrogate escape)."""
+    for number, line in numbered_lines(path):
         if not line.strip():
             continue
         try:
-            pair = json.loads(line)["translation"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path} line {number}: not a JSON object with a \"translation\" dict ({error}).") from None
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} line {number} is not valid JSON ({error.msg} at column {error.colno}).") from None
+        if not isinstance(value, dict):
+            raise DataError(f"{path} line {number} is a JSON {type(value).__name__}, not an object.")
+        if _SURROGATE_ESCAPE.search(line):  # rare: the full check only then
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as error:
+                escape = f"\\u{ord(error.object[error.start]):04x}"
+                raise DataError(f"{path} line {number} holds {escape}, half of a UTF-16 surrogate pair without its "
+                                "other half: no character (a text cut inside an emoji or a broken converter?); "
+                                "remove or repair it.") from None
+        yield number, value
+
+
+def check_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
+                     factor_columns: Sequence[str] = ()) -> None:
+    """Every line a JSON object whose translation dict holds both languages, non-empty, and the parse and factor
+    fields named, as strings (blank lines are skipped)."""
+    for number, value in json_objects(path):
+        pair = value.get("translation")
+        if not isinstance(pair, dict):
+            raise DataError(f"{path} line {number}: not a JSON object with a \"translation\" dict (it has "
+                            f"{sorted(value)}).")
         missing = [lang for lang in (source_lang, target_lang) if lang not in pair]
         if missing:
-            raise ValueError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
-        _check_sentence(pair[source_lang], "source", f"{path} line", number)
-        _check_sentence(pair[target_lang], "target", f"{path} line", number)
+            raise DataError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
+        check_sentence(pair[source_lang], "source sentence", f"{path} line", number)
+        check_sentence(pair[target_lang], "target sentence", f"{path} line", number)
+        for name in ([parse_column] if parse_column else []) + list(factor_columns):
+            _check_carried_value(value.get(name), name, parse_column, f"{path} line", number)
 
 
-def _one_line(line: str, path: Path, number: int) -> str:
+def single_line(line: str, path: Path, number: int) -> str:
     """A carriage return inside a line would start a new line for the readers that follow (universal newlines) and
     shift every later pair: refuse it here, by line."""
     if "\r" in line:
-        raise ValueError(f"{path} line {number} holds a carriage return inside the line; remove it (e.g. tr -d '\\r').")
+        raise DataError(f"{path} line {number} holds a carriage return inside the line; remove it (e.g. tr -d '\\r').")
     return line
 
 
 def check_tsv(path: Path) -> None:
-    for number, line in _lines(path):
-        line = _one_line(line, path, number)
+    for number, line in numbered_lines(path):
+        line = single_line(line, path, number)
         columns = line.split("\t")
         if len(columns) != 2:
-            raise ValueError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
+            raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
                              "(source, target).")
-        _check_sentence(columns[0], "source", f"{path} line", number)
-        _check_sentence(columns[1], "target", f"{path} line", number)
+        check_sentence(columns[0], "source sentence", f"{path} line", number)
+        check_sentence(columns[1], "target sentence", f"{path} line", number)
 
 
 def check_text_pair(source_file: Path, target_file: Path) -> None:
     counts = {}
     for path, side in ((source_file, "source"), (target_file, "target")):
         number = 0
-        for number, line in _lines(path):
-            _check_sentence(_one_line(line, path, number), side, f"{path} line", number)
+        for number, line in numbered_lines(path):
+            check_sentence(single_line(line, path, number), f"{side} sentence", f"{path} line", number)
         counts[side] = number
     if counts["source"] != counts["target"]:
-        raise ValueError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "
+        raise DataError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "
                          "the two sides must be line-aligned.")
 
 
@@ -146,7 +197,7 @@ def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column
                     factor_columns: Sequence[str] = ()) -> Dataset:
     from datasets import load_dataset
 
-    check_json_lines(path, source_lang, target_lang)
+    check_json_lines(path, source_lang, target_lang, parse_column, factor_columns)
     loaded = load_dataset("json", data_files=str(path), split="train")
     _check_carried(str(path), loaded.column_names, parse_column, factor_columns)
 
@@ -190,7 +241,7 @@ def load_file(path: str, source_lang: str, target_lang: str, parse_column: str |
         return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column, factor_columns),
                       [str(given)])
     if parse_column or factor_columns:
-        raise ValueError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
+        raise DataError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
                          "other files give them as CoNLL-U (--train_source_conllu etc., factors in MISC).")
     if kind == ".tsv" and given.is_file():
         return Corpus(name, read_tsv(given), [str(given)])
@@ -210,10 +261,10 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
     if source_column or target_column:
         missing = [column for column in (source_column, target_column) if column not in dataset.column_names]
         if missing:
-            raise ValueError(f"{origin} has no column {missing} (it has {dataset.column_names}).")
+            raise DataError(f"{origin} has no column {missing} (it has {dataset.column_names}).")
     _check_carried(origin, dataset.column_names, parse_column, factor_columns)
     if not (source_column or target_column) and "translation" not in dataset.column_names:
-        raise ValueError(f"{origin} has no `translation` column; name the text columns with --source_column and "
+        raise DataError(f"{origin} has no `translation` column; name the text columns with --source_column and "
                          f"--target_column (it has {dataset.column_names}).")
 
     def pairs(batch, indices):
@@ -222,9 +273,11 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
         else:
             sources = [(pair or {}).get(source_lang) for pair in batch["translation"]]
             targets = [(pair or {}).get(target_lang) for pair in batch["translation"]]
-        for index, source, target in zip(indices, sources, targets, strict=True):
-            _check_sentence(source, "source", f"{origin} row", index + 1)
-            _check_sentence(target, "target", f"{origin} row", index + 1)
+        for row, (index, source, target) in enumerate(zip(indices, sources, targets, strict=True)):
+            check_sentence(source, "source sentence", f"{origin} row", index + 1)
+            check_sentence(target, "target sentence", f"{origin} row", index + 1)
+            for name in ([parse_column] if parse_column else []) + list(factor_columns):
+                _check_carried_value(batch[name][row], name, parse_column, f"{origin} row", index + 1)
         return {"source": sources, "target": targets, **_carried_columns(batch, parse_column, factor_columns)}
 
     return dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
@@ -269,7 +322,7 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
                 splits["validation" if split in ("validation", "valid", "dev") else split] = corpus
     elif dataset_name == MULTI30K or not any([train_file, validation_file, test_files]):
         if factor_columns:
-            raise ValueError(f"Multi30k has no factor columns {list(factor_columns)}; give the corpus as JSON lines "
+            raise DataError(f"Multi30k has no factor columns {list(factor_columns)}; give the corpus as JSON lines "
                              "or a datasets source with them.")
         for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
             files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
@@ -286,9 +339,9 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
     if test_files:
         tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
     if "train" not in splits:
-        raise ValueError("no training data: give --train_file, or a --dataset_name that has a train split.")
+        raise DataError("no training data: give --train_file, or a --dataset_name that has a train split.")
     names = [corpus.name for corpus in tests]
     if len(set(names)) != len(names):
-        raise ValueError(f"test sets need distinct names (their predictions are written as test_<name>_predictions"
+        raise DataError(f"test sets need distinct names (their predictions are written as test_<name>_predictions"
                          f".txt): {names}.")
     return Corpora(splits["train"], splits.get("validation"), tests)

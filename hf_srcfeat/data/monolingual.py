@@ -17,7 +17,8 @@ from pathlib import Path
 
 from datasets import Dataset, load_dataset
 
-from hf_srcfeat.data.corpora import _lines
+from hf_srcfeat.data.corpora import check_sentence, json_objects, numbered_lines
+from hf_srcfeat.data.errors import DataError
 
 TEXT_SUFFIXES = (".txt",)
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -37,10 +38,10 @@ def text_column_of(dataset: Dataset, origin: str, language: str, text_column: st
     """The dataset reduced to a checked `text` column: `text_column`, else `text`, else `translation[language]`."""
     columns = dataset.column_names
     if text_column and text_column not in columns:
-        raise ValueError(f"{origin} has no column {text_column!r} (it has {columns}).")
+        raise DataError(f"{origin} has no column {text_column!r} (it has {columns}).")
     column = text_column or ("text" if "text" in columns else "translation" if "translation" in columns else None)
     if column is None:
-        raise ValueError(f"{origin} has neither a `text` nor a `translation` column; name the text column with "
+        raise DataError(f"{origin} has neither a `text` nor a `translation` column; name the text column with "
                          f"--text_column (it has {columns}).")
 
     def texts(batch, indices):
@@ -48,11 +49,10 @@ def text_column_of(dataset: Dataset, origin: str, language: str, text_column: st
         if column == "translation" and not text_column:
             missing = [index + 1 for index, pair in zip(indices, values, strict=True) if language not in (pair or {})]
             if missing:
-                raise ValueError(f"{origin} row {missing[0]}: the translation has no {language!r} side.")
+                raise DataError(f"{origin} row {missing[0]}: the translation has no {language!r} side.")
             values = [pair[language] for pair in values]
         for index, text in zip(indices, values, strict=True):
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{origin} row {index + 1}: the sentence is empty.")
+            check_sentence(text, "sentence", f"{origin} row", index + 1)
         return {"text": values}
 
     return dataset.map(texts, batched=True, with_indices=True, remove_columns=columns)
@@ -61,9 +61,9 @@ def text_column_of(dataset: Dataset, origin: str, language: str, text_column: st
 def read_text_file(path: Path) -> Dataset:
     """One sentence a line; an empty line is an error naming it (it would train the model to reconstruct nothing)."""
     sentences = []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
-            raise ValueError(f"{path} line {number} is empty; monolingual data needs one sentence a line.")
+            raise DataError(f"{path} line {number} is empty; monolingual data needs one sentence a line.")
         sentences.append(line)
     return Dataset.from_dict({"text": sentences})
 
@@ -77,9 +77,11 @@ def load_monolingual_file(path: str, language: str, text_column: str | None = No
     if kind in TEXT_SUFFIXES:
         return read_text_file(given)
     if kind in JSON_SUFFIXES:
+        for _ in json_objects(given):  # JSON, objects, encodable text: errors name the line
+            pass
         return text_column_of(load_dataset("json", data_files=str(given), split="train"), str(given), language,
                               text_column)
-    raise ValueError(f"{path}: monolingual data must be a .txt file (one sentence a line) or JSON lines "
+    raise DataError(f"{path}: monolingual data must be a .txt file (one sentence a line) or JSON lines "
                      f"(.json/.jsonl), .gz allowed.")
 
 
@@ -108,5 +110,5 @@ def load_monolingual(language: str, dataset_name: str | None = None, dataset_con
         validation = load_monolingual_file(validation_file, language, text_column)
         origin.append(validation_file)
     if train is None:
-        raise ValueError("no monolingual training data: give --train_file, or a --dataset_name with a train split.")
+        raise DataError("no monolingual training data: give --train_file, or a --dataset_name with a train split.")
     return MonolingualCorpus(train=train, validation=validation, origin=origin)
