@@ -7,6 +7,7 @@ and the zoo's model types join Transformers' Auto classes and `pipeline` as soon
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from .auto_registration import register_with_transformers
@@ -116,6 +117,9 @@ def __getattr__(name: str) -> Any:
         value = model_classes_by_type()
     elif name in _MODULE_OF:
         value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # A submodule, as `hf_srcfeat.quantization.quantize_linear_layers` reads after `import hf_srcfeat`.
+        value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

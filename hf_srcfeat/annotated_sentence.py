@@ -110,8 +110,11 @@ class AnnotatedSentence:
     @classmethod
     def from_features(cls, words: Sequence[str], upos: Sequence[str], lemmas: Sequence[str],
                       deprels: Sequence[str], heads: Sequence[int], xpos: Sequence[str] | None = None,
-                      sentence_id: str = "", feats: Sequence[str] | None = None) -> AnnotatedSentence:
-        """Build from parallel per-word lists; lists of different lengths raise an error naming them."""
+                      sentence_id: str = "", feats: Sequence[str] | None = None, text: str | None = None
+                      ) -> AnnotatedSentence:
+        """Build from parallel per-word lists; lists of different lengths raise an error naming them. `text` is the
+        sentence as written: each word's `space_after` is read from it, so that subwords are cut as from raw text
+        (`man,` not `man ,`, as in training). Without it every word is followed by a space."""
         xpos = xpos if xpos is not None else ["_"] * len(words)
         feats = feats if feats is not None else ["_"] * len(words)
         lengths = {"words": len(words), "upos": len(upos), "lemmas": len(lemmas), "deprels": len(deprels),
@@ -119,10 +122,27 @@ class AnnotatedSentence:
         if len(set(lengths.values())) != 1:
             name = sentence_id or repr(" ".join(words[:8]))
             raise ValueError(f"sentence {name}: features do not match its words: {lengths}.")
-        return cls(words=[AnnotatedWord(text, tag, extra_tag, lemma, relation, int(head), feats=morphology)
-                          for text, tag, extra_tag, lemma, relation, head, morphology
-                          in zip(words, upos, xpos, lemmas, deprels, heads, feats, strict=True)],
-                   sentence_id=sentence_id, text=" ".join(words))
+        spacing = [True] * len(words) if text is None else spaces_after(words, text, sentence_id)
+        return cls(words=[AnnotatedWord(form, tag, extra_tag, lemma, relation, int(head), feats=morphology,
+                                        space_after=space)
+                          for form, tag, extra_tag, lemma, relation, head, morphology, space
+                          in zip(words, upos, xpos, lemmas, deprels, heads, feats, spacing, strict=True)],
+                   sentence_id=sentence_id, text=" ".join(words) if text is None else text)
+
+
+def spaces_after(words: Sequence[str], text: str, sentence_id: str = "") -> list[bool]:
+    """Whether whitespace follows each word in `text`, which spells the words in order; a word it does not spell
+    there is an error naming it."""
+    spaces, position = [], 0
+    for index, word in enumerate(words, start=1):
+        found = text.find(word, position)
+        if found < 0 or text[position:found].strip():
+            name = sentence_id or repr(text[:60])
+            raise ValueError(f"sentence {name}: word {index} ({word!r}) is not where the text goes on "
+                             f"({text[position:position + 20]!r}); the text must spell the words in order.")
+        position = found + len(word)
+        spaces.append(position == len(text) or text[position].isspace())
+    return spaces
 
 
 def check_text(index: int, text: object) -> None:

@@ -47,10 +47,13 @@ class SourceFeatureTranslationPipeline(Pipeline):
     """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.
 
     Call with one sentence or a list; returns `[{"translation_text": ...}]` per sentence, as the Transformers
-    4 translation pipeline did. Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when
-    the pipeline is created or at each call; the model's generation config supplies the rest.
+    4 translation pipeline did (`return_tensors=True`: `translation_token_ids` instead; `clean_up_tokenization_spaces`
+    as there). Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when the pipeline is created
+    or at each call; the model's generation config supplies the rest. `do_sample=True` draws with one beam (the
+    model's config may search with more), `seed=N` makes the draws of a call reproducible.
     `return_scores=True` (beam search only) adds each translation's `score`: beam search's own ranking score,
-    the sum of the token log-probabilities divided by the length to the power `length_penalty`.
+    the sum of the token log-probabilities divided by the length to the power `length_penalty`. An empty or
+    whitespace-only sentence translates to `""` (score `-inf`) without the model, as in `hf-srcfeat-translate`.
     """
 
     # Transformers declares these switches `None` on Pipeline and the tokenizer and model Optional; this pipeline
@@ -64,13 +67,26 @@ class SourceFeatureTranslationPipeline(Pipeline):
     tokenizer: Any
     model: Any
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, seed: int | None = None, **kwargs):
+        check_seed(seed)
+        self._seed = seed
         super().__init__(*args, **kwargs)
+        if not hasattr(self.tokenizer, "annotate"):
+            raise TypeError(f"the translation pipeline needs the model's source-feature tokenizer "
+                            f"(hf_srcfeat.load_tokenizer(<model folder>)), not a {type(self.tokenizer).__name__}.")
         check_tokenizer_matches(self.model.config, self.tokenizer)
 
     def _sanitize_parameters(self, skip_special_tokens: bool | None = None, return_scores: bool | None = None,
-                             truncation: bool | None = None, parse: bool | None = None, **generate_kwargs):
-        postprocess = {} if skip_special_tokens is None else {"skip_special_tokens": skip_special_tokens}
+                             truncation: bool | None = None, parse: bool | None = None,
+                             return_tensors: bool | None = None, return_text: bool | None = None,
+                             clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
+        check_generate_arguments(generate_kwargs)
+        if return_text is False and not return_tensors:
+            raise ValueError("return_text=False: give return_tensors=True for the translations' token ids.")
+        postprocess = {name: value for name, value in (("skip_special_tokens", skip_special_tokens),
+                                                       ("return_tensors", return_tensors),
+                                                       ("clean_up_tokenization_spaces", clean_up_tokenization_spaces))
+                       if value is not None}
         if return_scores is not None:
             generate_kwargs["return_scores"] = return_scores
         preprocess = {} if truncation is None else {"truncation": truncation}
@@ -79,26 +95,62 @@ class SourceFeatureTranslationPipeline(Pipeline):
         return preprocess, generate_kwargs, postprocess
 
     def __call__(self, inputs: str | AnnotatedSentence | list | tuple, **kwargs):
-        check_generation_options({**getattr(self, "_generate_kwargs", {}), **kwargs})  # before any parsing
+        seed = kwargs.pop("seed", self._seed)
+        options = {**getattr(self, "_generate_kwargs", {}), **kwargs}
+        check_generation_options(options)  # before any parsing
+        check_seed(seed)
+        if options.get("do_sample"):
+            # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it).
+            created = getattr(self, "_generate_kwargs", {})
+            beams = kwargs.get("num_beams", created.get("num_beams", 1) if "do_sample" not in kwargs else 1)
+            if beams > 1:
+                raise ValueError(f"do_sample=True draws each translation token by token: give num_beams=1 (or leave "
+                                 f"it out), got num_beams={beams}.")
+            kwargs["num_beams"] = 1
+        elif seed is not None:
+            raise ValueError("seed makes sampling reproducible: it needs do_sample=True.")
         single = isinstance(inputs, (str, AnnotatedSentence))
         if not single and not isinstance(inputs, (list, tuple)):
             check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
         items = [inputs] if isinstance(inputs, (str, AnnotatedSentence)) else list(inputs)
         if not items:
             raise ValueError("no sentences to translate.")
-        for index, item in enumerate(items):
-            check_input(index, item)
+        # Empty lines translate to nothing without the model, as in the translate command, so that one of them does
+        # not fail a whole batch.
+        empty = [isinstance(item, str) and not item.strip() for item in items]
+        for index, (item, is_empty) in enumerate(zip(items, empty, strict=True)):
+            if not is_empty:
+                check_input(index, item)
+        items = [item for item, is_empty in zip(items, empty, strict=True) if not is_empty]
         texts = [item for item in items if isinstance(item, str)]
         # parse=False: raw sentences go in as subwords alone, the model's features take their defaults (a warning).
         if texts and kwargs.get("parse", self._preprocess_params.get("parse", True)):  # one annotator call for all raw sentences: faster on batches
             parsed = iter(self.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
-        # The weights stay as they are during a call: the linear layers read copies prepared for inference.
-        with prepared_inference_weights(self.model):
-            results = super().__call__(items, **kwargs)
+        if seed is not None:
+            torch.manual_seed(seed)
+        results: list = []
+        if items:
+            # The weights stay as they are during a call: the linear layers read copies prepared for inference.
+            with prepared_inference_weights(self.model):
+                results = super().__call__(items, **kwargs)
+        translated = iter(results)
+        nothing = self.empty_translation(options)
+        results = [list(nothing) if is_empty else next(translated) for is_empty in empty]
         if single:
             return results[0]
         return [result[0] for result in results] if all(len(result) == 1 for result in results) else results
+
+    def empty_translation(self, options: dict) -> list[dict[str, Any]]:
+        """What an empty sentence translates to: as many empty translations as asked for, with score -inf."""
+        count = options.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        postprocess = {**self._postprocess_params, **{name: options[name] for name in ("return_tensors",)
+                                                      if name in options}}
+        entry: dict[str, Any] = {"translation_token_ids": torch.zeros(0, dtype=torch.long)} \
+            if postprocess.get("return_tensors") else {"translation_text": ""}
+        if options.get("return_scores", self._forward_params.get("return_scores")):
+            entry["score"] = float("-inf")
+        return [dict(entry) for _ in range(count)]
 
     def annotate(self, texts: list[str]) -> list[AnnotatedSentence]:
         """Raw texts as the model reads them: parsed, or, for a model that reads no tag or tree (the baseline,
@@ -158,10 +210,18 @@ class SourceFeatureTranslationPipeline(Pipeline):
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
                 "scores": generated.sequences_scores.float().reshape(batch_size, -1)}
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True
+    def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True,
+                    return_tensors: bool = False, clean_up_tokenization_spaces: bool | None = None
                     ) -> list[dict[str, Any]]:
-        translations = [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
-                         .strip()} for ids in model_outputs["output_ids"][0]]
+        if return_tensors:
+            translations: list[dict[str, Any]] = [{"translation_token_ids": ids}
+                                                  for ids in model_outputs["output_ids"][0]]
+        else:
+            decoding = {} if clean_up_tokenization_spaces is None else \
+                {"clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+            translations = [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
+                                                                       **decoding).strip()}
+                            for ids in model_outputs["output_ids"][0]]
         if "scores" in model_outputs:
             for translation, score in zip(translations, model_outputs["scores"][0].tolist(), strict=True):
                 translation["score"] = score
@@ -200,6 +260,33 @@ def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: b
     return padded
 
 
+def check_seed(seed: object) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"`seed` must be an integer, got {seed!r}.")
+
+
+#: Options of `generate` itself, besides the generation config's settings and the model's inputs.
+GENERATE_ARGUMENTS = ("generation_config", "logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn",
+                      "synced_gpus", "assistant_model", "streamer", "negative_prompt_ids",
+                      "negative_prompt_attention_mask", "use_model_defaults", "custom_generate", "return_scores",
+                      "assistant_tokenizer", "tokenizer")
+
+
+def check_generate_arguments(options: dict) -> None:
+    """Refuse, naming it, an option that is no generation setting (which `generate` would blame on the model)."""
+    from transformers import GenerationConfig
+
+    known = {*vars(GenerationConfig()), *GENERATE_ARGUMENTS}
+    unknown = [name for name in options if name not in known]
+    for name in unknown:
+        if name in ("src_lang", "tgt_lang"):
+            raise ValueError(f"`{name}` is not an option of this pipeline: a model translates the one direction it "
+                             "was trained for (a model grafted on a multilingual checkpoint keeps the target "
+                             "language it was fine-tuned for in its generation config).")
+        raise ValueError(f"`{name}` is not an option of the translation pipeline (nor a generation setting); see "
+                         "transformers.GenerationConfig for those.")
+
+
 def check_input(index: int, item: object) -> None:
     """A sentence to translate is a non-empty string or an `AnnotatedSentence`; anything else is an error naming it."""
     if isinstance(item, AnnotatedSentence):
@@ -215,6 +302,15 @@ def register_pipeline() -> None:
                                         pt_model=AutoModelForSeq2SeqLM, type="text")
 
 
+def check_task_direction(task: str | None, tokenizer: Any) -> None:
+    """`translation_xx_to_yy` names a direction; a model translates from its tokenizer's source language only."""
+    parts = (task or "").split("_")
+    language = getattr(tokenizer, "language", None)
+    if len(parts) == 4 and parts[2] == "to" and isinstance(language, str) and parts[1] != language:
+        raise ValueError(f"task {task!r}: the model translates from {language!r}, not {parts[1]!r}; use "
+                         f"'translation' (or 'translation_{language}_to_{parts[3]}').")
+
+
 #: What `pipeline` passes on to a tokenizer it loads itself.
 TOKENIZER_LOADING_OPTIONS = ("revision", "token", "trust_remote_code")
 
@@ -225,6 +321,7 @@ def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, 
     installed library's pipeline class, also for a published repository, whose config names its own copy (which
     Transformers would run only with `trust_remote_code=True`), and a model given by name gets its tokenizer as
     `load_tokenizer` reads it (a model started from a pretrained checkpoint keeps that checkpoint's tokenizer)."""
+    named = task
     if task is not None and (task == "translation" or task.startswith("translation_")):
         task = TASK
         check_generation_options(kwargs)
@@ -235,4 +332,5 @@ def pipeline(task: str | None = None, model: Any = None, tokenizer: Any = None, 
 
             tokenizer = load_tokenizer(model, **{name: kwargs[name] for name in TOKENIZER_LOADING_OPTIONS
                                                  if name in kwargs})
+        check_task_direction(named, tokenizer)
     return transformers_pipeline(task, model=model, tokenizer=tokenizer, **kwargs)  # type: ignore[arg-type]  # its overloads name the tasks

@@ -96,9 +96,13 @@ class SourceFeatures:
             else:
                 setattr(self, name, value)
         if value is None:
+            # The Trainer's default remove_unused_columns=True drops the tree the collator builds the distances from.
+            tree = " With Seq2SeqTrainer and SourceFeatureCollator over encodings stored with their tree " \
+                "(return_dep_distance=False), set remove_unused_columns=False: the Trainer otherwise drops the " \
+                "tree column `word_heads` before the collator sees it." if name == "dep_distance" else ""
             raise ValueError(
                 f"{method} needs `{name}`, but it was not given. Encode the source with "
-                "hf_srcfeat.SourceFeatureTokenizer, which computes it from the parse, and pass it to the model."
+                "hf_srcfeat.SourceFeatureTokenizer, which computes it from the parse, and pass it to the model." + tree
             )
         return value
 

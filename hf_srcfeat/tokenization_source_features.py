@@ -239,6 +239,11 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
         words_only = not encoding_reads_parse(source_feature_names, return_dep_distance, return_word_heads)
         batched, sentences = self._source_sentences(text, annotations, is_split_into_words, words_only)
+        if truncation is None and max_length is not None and padding in (False, None):
+            # As Transformers' tokenizers do: a max_length without padding or truncation asks for truncation.
+            warnings.warn("max_length is given without truncation: truncating to it (pass truncation=True to say "
+                          "so, or truncation=False to keep every token).", stacklevel=2)
+            truncation = True
         if truncation and max_length is None:
             max_length = self.model_max_length
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
@@ -260,6 +265,8 @@ class SourceFeatureTokenizer(TokenizersBackend):
                            pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
                            return_attention_mask=return_attention_mask)
         data = dict(encoded)
+        if return_attention_mask is False:
+            data.pop("attention_mask", None)
         if return_dep_distance and heads is not None:
             data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
                                                               as_lists=return_tensors is None)
@@ -554,7 +561,8 @@ def check_same_text(index: int, text: str | Sequence[str], sentence: AnnotatedSe
     parsed = "".join(word.text for word in sentence.words)
     spoken = "".join((sentence.text or "").split())
     if given not in (parsed, spoken):
-        raise ValueError(f"text {index} ({given[:60]!r}) is not the sentence its annotation parses "
+        shown = text if isinstance(text, str) else " ".join(text)
+        raise ValueError(f"text {index} ({shown[:60]!r}) is not the sentence its annotation parses "
                          f"({sentence.name}); pass one of them, or both of the same sentence.")
 
 

@@ -202,8 +202,13 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--top_p", "0.5", "top_p only act when sampling: add do_sample"),
     ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),
     ("--no_repeat_ngram_size", "-2", "--no_repeat_ngram_size must be 0 \\(off\\) or more, got -2"),
+    ("--model_type", "composed", "--model_type 'composed' is not a model type; choose from srcfeat_transformer, .*"
+                                 "srcfeat_composed"),
+    ("--config_overrides", "{'sublayer_dropout': 0.1}", "--config_overrides is not valid JSON \\(Expecting property "
+                                                       "name enclosed in double quotes at column 2\\)"),
+    ("--config_overrides", "[0.1]", "--config_overrides must be a JSON object of config settings"),
 ])
-def test_the_training_command_refuses_a_numeric_option_out_of_range_before_any_work(option, value, message, tmp_path):
+def test_the_training_command_refuses_an_option_value_it_cannot_use_before_any_work(option, value, message, tmp_path):
     from hf_srcfeat.commands import train
 
     with pytest.raises(SystemExit, match=message):

@@ -25,6 +25,19 @@ def test_importing_the_package_loads_neither_torch_nor_transformers():
     assert output.splitlines()[0] == "[]"
 
 
+def test_a_submodule_is_an_attribute_of_the_package_after_import():
+    output = run_python("""
+        import hf_srcfeat
+        print(hf_srcfeat.quantization.quantize_linear_layers.__name__, hf_srcfeat.linear.__name__)
+        try:
+            hf_srcfeat.no_such_module
+        except AttributeError as error:
+            print(error)
+    """)
+    assert output.splitlines() == ["quantize_linear_layers hf_srcfeat.linear",
+                                   "module 'hf_srcfeat' has no attribute 'no_such_module'"]
+
+
 @pytest.mark.parametrize("command", ["translate", "annotate", "score", "export_ct2", "average_checkpoints", "publish"])
 def test_help_of_a_command_loads_no_torch(command):
     output = run_python(f"""

@@ -260,6 +260,30 @@ def test_unseen_lemmas_and_relations_map_to_unk_or_their_base_relation(feature_t
     assert encoding["deprel_ids"][-2] == UNK_ID
 
 
+def test_a_sentence_built_from_features_and_its_text_gets_the_subwords_of_the_raw_text(feature_tokenizer):
+    """Without its text every word is followed by a space (`man ,`), which training never saw; with it, the words'
+    spacing is read from the text, and a text that does not spell the words is refused, naming the word."""
+    text = "A man, wearing a hat, rides a bike."
+    parsed = feature_tokenizer.annotate([text])[0]
+    features = ([word.text for word in parsed.words], [word.upos for word in parsed.words],
+                [word.lemma for word in parsed.words], [word.deprel for word in parsed.words], parsed.heads)
+    expected = feature_tokenizer(annotations=parsed)["input_ids"]
+    assert feature_tokenizer(annotations=AnnotatedSentence.from_features(*features, text=text))["input_ids"] == \
+        expected
+    assert feature_tokenizer(annotations=AnnotatedSentence.from_features(*features))["input_ids"] != expected
+    with pytest.raises(ValueError, match=r"word 2 \('man'\) is not where the text goes on"):
+        AnnotatedSentence.from_features(*features, text="A woman, wearing a hat, rides a bike.")
+
+
+def test_max_length_without_truncation_truncates_and_return_attention_mask_false_drops_the_mask(feature_tokenizer):
+    """As Transformers' tokenizers do."""
+    with pytest.warns(UserWarning, match="max_length is given without truncation: truncating to it"):
+        cut = feature_tokenizer(["A dog runs very fast in the green park."], max_length=4)
+    assert cut["input_ids"] == feature_tokenizer(["A dog runs very fast in the green park."], truncation=True,
+                                                 max_length=4)["input_ids"] and len(cut["input_ids"][0]) == 4
+    assert "attention_mask" not in feature_tokenizer("A dog runs.", return_attention_mask=False)
+
+
 def test_tokenizer_pad_and_seq2seq_collator_pad_every_feature(feature_tokenizer, train_pairs):
     sources, targets = list(train_pairs["source"])[:2], list(train_pairs["target"])[:2]
     examples = [feature_tokenizer(s, text_target=t) for s, t in zip(sources, targets, strict=True)]

@@ -53,11 +53,58 @@ def test_pre_parsed_sentences_translate_without_the_annotator(translator, featur
     assert translator(parsed) == translator(test_sentences[:2])
 
 
-def test_empty_input_raises_a_clear_error(translator):
-    with pytest.raises(ValueError, match="empty or whitespace only"):
-        translator(["A dog runs.", "  "])
+def test_an_empty_sentence_translates_to_nothing_without_failing_its_batch(translator, test_sentences):
+    """As the translate command gives an empty line for one: the others of the batch are translated as alone."""
+    translated = translator([test_sentences[0], "  ", test_sentences[1], ""], batch_size=2)
+    assert translated == [translator(test_sentences[0])[0], {"translation_text": ""},
+                          translator(test_sentences[1])[0], {"translation_text": ""}]
+    assert translator("") == [{"translation_text": ""}]
+    scored = translator(["\t", test_sentences[0]], num_return_sequences=2, return_scores=True)
+    assert scored[0] == [{"translation_text": "", "score": float("-inf")}] * 2 and len(scored[1]) == 2
     with pytest.raises(ValueError, match="no sentences to translate"):
         translator([])
+
+
+def test_sampling_draws_with_one_beam_and_a_seed_repeats_the_draws(translator, test_sentences, monkeypatch):
+    """`do_sample` and `seed` as in the translate command: one beam whatever the search setting (the pipeline was
+    made with num_beams=4), the same seed the same samples, and beam sampling or a seed without sampling refused."""
+    sampled = [translator(test_sentences[:4], do_sample=True, seed=seed, batch_size=2) for seed in (1, 1, 2)]
+    assert sampled[0] == sampled[1] != sampled[2]
+    asked = []
+    generate = translator.model.generate
+    monkeypatch.setattr(translator.model, "generate", lambda **options: asked.append(options) or generate(**options))
+    translator(test_sentences[0], do_sample=True, seed=1)
+    assert asked[-1]["do_sample"] is True and asked[-1]["num_beams"] == 1
+    with pytest.raises(ValueError, match="give num_beams=1"):
+        translator(test_sentences[0], do_sample=True, num_beams=4)
+    with pytest.raises(ValueError, match="seed makes sampling reproducible: it needs do_sample=True"):
+        translator(test_sentences[0], seed=1)
+
+
+def test_transformers_4_output_options_work_and_other_options_are_named(translator, test_sentences):
+    ids = translator(test_sentences[0], return_tensors=True)[0]["translation_token_ids"]
+    assert translator.tokenizer.decode(ids, skip_special_tokens=True).strip() == \
+        translator(test_sentences[0])[0]["translation_text"]
+    assert translator(test_sentences[0], clean_up_tokenization_spaces=True) == translator(test_sentences[0])
+    for option, message in ((dict(tgt_lang="de"), "`tgt_lang` is not an option of this pipeline"),
+                            (dict(return_text=False), "give return_tensors=True"),
+                            (dict(num_beam=2), "`num_beam` is not an option of the translation pipeline")):
+        with pytest.raises(ValueError, match=message):
+            translator(test_sentences[0], **option)
+
+
+def test_the_pipeline_refuses_a_tokenizer_without_source_features_and_a_direction_it_does_not_translate(
+        translator, test_sentences):
+    from transformers import PreTrainedTokenizerFast
+
+    plain = PreTrainedTokenizerFast(tokenizer_object=translator.tokenizer.backend_tokenizer, pad_token="<pad>",
+                                    eos_token="</s>")
+    with pytest.raises(TypeError, match="needs the model's source-feature tokenizer .*not a"):
+        pipeline("translation", model=translator.model, tokenizer=plain)
+    with pytest.raises(ValueError, match="'translation_de_to_en': the model translates from 'en', not 'de'"):
+        pipeline("translation_de_to_en", model=translator.model, tokenizer=translator.tokenizer)
+    assert pipeline("translation_en_to_de", model=translator.model, tokenizer=translator.tokenizer,
+                    num_beams=4, max_new_tokens=24)(test_sentences[0]) == translator(test_sentences[0])
 
 
 def test_max_new_tokens_wins_over_a_saved_max_length_without_a_warning(model_folder, feature_tokenizer,

@@ -596,7 +596,7 @@ def pretrained_model(model_args: ModelArguments, tokenizer):
         raise SystemExit(f"the tokenizer of {model_args.init_from} has {len(tokenizer)} tokens, its model "
                          f"{model.config.vocab_size}.")
     if model_args.model_type != "srcfeat_transformer":
-        overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+        overrides = given_config_overrides(model_args)
         config_class = MODEL_CONFIGS[model_args.model_type]
         model = graft(model, model_args.model_type, **feature_vocabulary_arguments(config_class, tokenizer),
                       **overrides)
@@ -619,13 +619,37 @@ def config_argument_names(config_class) -> set[str]:
     return set(inspect.signature(config_class.__init__).parameters)
 
 
+def given_config_overrides(model_args: ModelArguments) -> dict:
+    """`--config_overrides` as a mapping; not a JSON object, it is named (it is read again only once the data is
+    parsed and the tokenizer built)."""
+    if not model_args.config_overrides:
+        return {}
+    try:
+        overrides = json.loads(model_args.config_overrides)
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"--config_overrides is not valid JSON ({error.msg} at column {error.colno}): "
+                         f"{model_args.config_overrides!r}.") from None
+    if not isinstance(overrides, dict):
+        raise SystemExit(f"--config_overrides must be a JSON object of config settings ('{{\"name\": value}}'), got "
+                         f"{model_args.config_overrides!r}.")
+    return overrides
+
+
+def check_model_type(model_args: ModelArguments) -> None:
+    """`--model_type` and `--config_overrides` checked before any work: the model is built only after the parsing
+    and the tokenizer, which would otherwise be written to the output folder first."""
+    if model_args.model_type not in MODEL_CONFIGS:
+        raise SystemExit(f"--model_type {model_args.model_type!r} is not a model type; choose from "
+                         f"{', '.join(MODEL_CONFIGS)} (or a --variant).")
+    given_config_overrides(model_args)
+
+
 def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
                  special_token_ids: dict[str, int] | None = None):
     """The config of a new `--model_type` model from the arguments (size, `--config_overrides`) and the
     tokenizer's vocabulary sizes; `config_overrides` win over everything else."""
-    if model_args.model_type not in MODEL_CONFIGS:
-        raise ValueError(f"Unknown --model_type {model_args.model_type!r}; choose from {list(MODEL_CONFIGS)}.")
-    overrides = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+    check_model_type(model_args)
+    overrides = given_config_overrides(model_args)
     config_class = MODEL_CONFIGS[model_args.model_type]
     accepted = config_argument_names(config_class)
     feature_sizes = {name: size for name, size in (feature_vocabulary_sizes or {}).items() if name in accepted}
@@ -787,7 +811,7 @@ def apply_variant(model_args: ModelArguments) -> None:
     if model_args.model_type not in ("srcfeat_transformer", chosen.model_type):
         raise SystemExit(f"--variant {model_args.variant} is a {chosen.model_type} model; --model_type "
                          f"{model_args.model_type} says otherwise. Give one of them.")
-    given = json.loads(model_args.config_overrides) if model_args.config_overrides else {}
+    given = given_config_overrides(model_args)
     model_args.model_type = chosen.model_type
     model_args.config_overrides = json.dumps({**chosen.config, **given})
 
@@ -855,6 +879,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_averaging(data_args, training_args)
     check_vocabulary_arguments(model_args)
     check_pretrained_start(model_args)
+    check_model_type(model_args)
     check_tokenizer_source(model_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()

@@ -50,7 +50,6 @@ from hf_srcfeat.safe_writing import (
     replaced_atomically,
     write_json_atomically,
 )
-from hf_srcfeat.source_features import user_factor_feature
 
 #: `--dtype` choices: names of torch dtypes (torch itself loads only when a model does, so `--help` is quick).
 DTYPES = ("float32", "bfloat16", "float16")
@@ -316,6 +315,8 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def check_factors_read(translator, factor_names: list[str]) -> None:
     """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
     a model without source features, translated as part of the words)."""
+    from hf_srcfeat.source_features import user_factor_feature
+
     if hasattr(translator, "factors"):  # a CTranslate2 export: the factors it has embeddings for
         read = [name for name in translator.factors if name in factor_names]
     else:
