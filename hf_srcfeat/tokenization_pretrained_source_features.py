@@ -41,6 +41,7 @@ from .tokenization_source_features import (
     dependency_distance_column,
     drop_unread_word_ids,
     encoding_reads_parse,
+    implied_truncation,
     pad_feature_columns,
     vocabulary_fingerprint,
     word_features,
@@ -278,8 +279,10 @@ class PretrainedSourceFeatureTokenizer:
                        add_special_tokens=add_special_tokens)
         if not source_features or (text is None and annotations is None):
             return self.base(text, text_target=text_target, return_tensors=return_tensors, **options, **kwargs)
+        return_attention_mask = kwargs.pop("return_attention_mask", None)
         if kwargs:
             raise ValueError(f"unexpected arguments for source encoding: {sorted(kwargs)}.")
+        truncation = options["truncation"] = implied_truncation(truncation, max_length, padding)
         batched = not isinstance(text if annotations is None else annotations, (str, AnnotatedSentence))
         if annotations is not None:
             sentences = list(annotations) if batched else [annotations]
@@ -310,6 +313,8 @@ class PretrainedSourceFeatureTokenizer:
             data = data if batched else {name: values[0] for name, values in data.items()}
         else:
             data = {name: [row[name] for row in rows] for name in rows[0]} if batched else rows[0]
+        if return_attention_mask is False:
+            data.pop("attention_mask", None)
         if return_dep_distance and heads is not None:
             data["dep_distance"] = dependency_distance_column(heads, data["word_ids"], batched,
                                                               as_lists=return_tensors is None)

@@ -239,11 +239,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
 
         words_only = not encoding_reads_parse(source_feature_names, return_dep_distance, return_word_heads)
         batched, sentences = self._source_sentences(text, annotations, is_split_into_words, words_only)
-        if truncation is None and max_length is not None and padding in (False, None):
-            # As Transformers' tokenizers do: a max_length without padding or truncation asks for truncation.
-            warnings.warn("max_length is given without truncation: truncating to it (pass truncation=True to say "
-                          "so, or truncation=False to keep every token).", stacklevel=2)
-            truncation = True
+        truncation = implied_truncation(truncation, max_length, padding)
         if truncation and max_length is None:
             max_length = self.model_max_length
         limit = max_length if truncation not in (None, False, "do_not_truncate") else None
@@ -408,6 +404,16 @@ def pad_feature_columns(encoded_inputs: dict, length: int, difference: int, left
         rows = [pad(row, NO_WORD) for row in encoded_inputs["dep_distance"]]
         blank = [[NO_WORD] * (length + difference) for _ in range(difference)]
         encoded_inputs["dep_distance"] = blank + rows if left else rows + blank
+
+
+def implied_truncation(truncation, max_length: int | None, padding) -> Any:
+    """`truncation` as Transformers' tokenizers read it: a `max_length` without padding or truncation asks for
+    truncation (with a warning)."""
+    if truncation is None and max_length is not None and padding in (False, None):
+        warnings.warn("max_length is given without truncation: truncating to it (pass truncation=True to say so, or "
+                      "truncation=False to keep every token).", stacklevel=3)
+        return True
+    return truncation
 
 
 def encoding_options(config) -> dict[str, Any]:

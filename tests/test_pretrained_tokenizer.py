@@ -161,6 +161,17 @@ def test_truncation_and_padding_cut_and_pad_the_features_with_the_ids(family, wr
         assert all(word == -1 for word, real in zip(row, mask, strict=True) if not real)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_max_length_alone_truncates_and_return_attention_mask_false_drops_the_mask_as_the_base_does(
+        family, wrapped, checkpoint_tokenizers, parsed_sources):
+    base, tokenizer = checkpoint_tokenizers[family], wrapped[family]
+    texts = [sentence.text for sentence in parsed_sources[140:143]]
+    with pytest.warns(UserWarning, match="max_length is given without truncation"):
+        encoded = tokenizer(texts, annotations=parsed_sources[140:143], max_length=6)
+    assert encoded["input_ids"] == base(texts, max_length=6, truncation=True)["input_ids"]
+    assert "attention_mask" not in tokenizer(texts, annotations=parsed_sources[140:143], return_attention_mask=False)
+
+
 def test_a_wrapped_tokenizer_saves_and_loads_with_its_base(wrapped, parsed_sources, tmp_path):
     tokenizer = wrapped["marian"]
     tokenizer.save_pretrained(tmp_path / "tokenizer")
