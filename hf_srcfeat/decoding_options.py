@@ -58,7 +58,8 @@ def check_decoding_options(options: dict[str, Any]) -> None:
             raise ValueError(f"`{name}` must be {option.takes}, got {value!r}.")
     sampling = [name for name in SAMPLING_ONLY if options.get(name) is not None]
     if sampling and not options.get("do_sample"):
-        raise ValueError(f"{', '.join(sampling)} only act when sampling: add do_sample (--do_sample).")
+        raise ValueError(f"{', '.join(sampling)} only act{'s' if len(sampling) == 1 else ''} when sampling: add "
+                         "do_sample (--do_sample).")
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:

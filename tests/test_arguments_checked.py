@@ -199,7 +199,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--max_tokens_per_batch", "100", "--max_tokens_per_batch 100 is below the longest example the truncation keeps "
                                       r"\(--max_source_length 128, --max_target_length 128\)"),
     ("--learning_rate", "nan", "--learning_rate must be 0 or more, got nan"),
-    ("--top_p", "0.5", "top_p only act when sampling: add do_sample"),
+    ("--top_p", "0.5", "top_p only acts when sampling: add do_sample"),
     ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),
     ("--no_repeat_ngram_size", "-2", "--no_repeat_ngram_size must be 0 \\(off\\) or more, got -2"),
     ("--model_type", "composed", "--model_type 'composed' is not a model type; choose from srcfeat_transformer, .*"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import pytest
 import torch
@@ -68,6 +69,18 @@ def test_checkpoints_of_different_shapes_or_model_types_are_refused(run_with_che
         main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(tmp_path / "other"),
               "--output", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
+
+
+def test_checkpoints_trained_with_different_tokenizers_are_refused(run_with_checkpoints, tmp_path):
+    """Weights of one shape over another vocabulary would average, without an error, into nonsense."""
+    foreign = tmp_path / "foreign"
+    shutil.copytree(run_with_checkpoints / "checkpoint-270", foreign)
+    config = json.loads((foreign / "config.json").read_text())
+    (foreign / "config.json").write_text(json.dumps({**config, "tokenizer_fingerprint": "0123456789abcdef"}))
+    with pytest.raises(SystemExit, match="the checkpoints were trained with different tokenizers"):
+        main(["--checkpoints", str(run_with_checkpoints / "checkpoint-250"), str(foreign), "--output",
+              str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 def test_pickled_weights_a_filled_output_and_too_few_checkpoints_are_refused(run_with_checkpoints, tmp_path):

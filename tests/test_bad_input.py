@@ -513,7 +513,7 @@ def test_a_truncated_tokenizer_file_is_an_error_naming_it(model_folder, tmp_path
 @pytest.mark.parametrize(("options", "message"), [
     ({"repetition_penalty": 0}, "`repetition_penalty` must be a number above 0, got 0"),
     ({"no_repeat_ngram_size": -1}, "`no_repeat_ngram_size` must be 0 (off) or more, got -1"),
-    ({"temperature": 0.5}, "temperature only act when sampling"),
+    ({"temperature": 0.5}, "temperature only acts when sampling"),
 ])
 def test_the_pipeline_refuses_decoding_options_outside_their_values(options, message, trained_baseline,
                                                                     feature_tokenizer):

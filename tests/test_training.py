@@ -353,13 +353,16 @@ def test_resuming_from_a_checkpoint_with_a_truncated_weights_file_is_refused_bef
                     "--dataset_name", "multi30k", "--max_steps", "1"])
 
 
-def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_of_the_earlier_model(
-        multi30k_dir, tmp_path, caplog):
+def test_a_resumed_run_keeps_its_history_and_time_and_refuses_another_model_or_another_runs_vocabulary(
+        multi30k_dir, feature_tokenizer, tmp_path, caplog):
+    def common_in(folder) -> list[str]:
+        return TINY + ["--output_dir", str(folder), "--do_train", "--max_train_samples", "64", "--max_eval_samples",
+                       "8", "--max_predict_samples", "8", "--per_device_train_batch_size", "8", "--save_strategy",
+                       "steps", "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2",
+                       "--generation_max_length", "8", "--data_dir", str(multi30k_dir)]
+
     run = tmp_path / "run"
-    common = TINY + ["--output_dir", str(run), "--do_train", "--max_train_samples", "64", "--max_eval_samples", "8",
-                     "--max_predict_samples", "8", "--per_device_train_batch_size", "8", "--save_strategy", "steps",
-                     "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--generation_max_length",
-                     "8", "--data_dir", str(multi30k_dir)]
+    common = common_in(run)
     with caplog.at_level("INFO", logger="hf_srcfeat.train"):
         first = train.main(common + ["--max_steps", "2", "--predict_with_generate", "--do_predict"])
     assert "step 2, validation: BLEU" in caplog.text and "test set test_2016_flickr (8 sentences): BLEU" in caplog.text
@@ -377,6 +380,22 @@ def test_a_resumed_run_keeps_its_history_adds_up_its_time_and_drops_predictions_
     assert not list(run.glob("test*_predictions.txt")), "the first model's translations do not stay beside the new one"
     saved = json.loads((run / "results.json").read_text())
     assert saved["earlier_results"][0]["global_step"] == 2
+
+    # Another model, or another run's checkpoint without its vocabulary: refused before anything is written.
+    checkpoint = str(run / "checkpoint-4")
+    with pytest.raises(SystemExit, match=r"is another model than this run builds: --d_model 32 \(the checkpoint's: "
+                                         r"64\)"):
+        train.main(common + ["--max_steps", "6", "--resume_from_checkpoint", checkpoint, "--d_model", "32"])
+    with pytest.raises(SystemExit, match="is a checkpoint of another run than --output_dir .*would train a new "
+                                         f"tokenizer.*--tokenizer_name_or_path {checkpoint}"):
+        train.main(common_in(tmp_path / "other") + ["--max_steps", "6", "--resume_from_checkpoint", checkpoint])
+    assert not (tmp_path / "other").exists()
+    continued = train.main(common_in(tmp_path / "continued") + ["--max_steps", "6", "--resume_from_checkpoint",
+                                                                  checkpoint, "--tokenizer_name_or_path", checkpoint])
+    assert continued["global_step"] == 6
+    with pytest.raises(SystemExit, match=f"--resume_from_checkpoint {checkpoint}: this tokenizer does not belong to "
+                                         "this model"):
+        train.check_resumed_tokenizer(checkpoint, feature_tokenizer)
 
 
 def test_a_batch_size_flag_asks_for_sentence_batches_in_any_spelling_and_over_a_recipe(tmp_path):

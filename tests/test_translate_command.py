@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -153,11 +154,12 @@ def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--output", "SAME"], "is the input file"),
     (["--top_p", "0"], "--top_p must be a number in (0, 1], got 0.0"),
-    (["--top_k", "5"], "top_k only act when sampling: add do_sample"),
+    (["--top_k", "5"], "top_k only acts when sampling: add do_sample"),
     (["--do_sample"], "--do_sample draws each translation token by token: give --num_beams 1"),
     (["--repetition_penalty", "-1"], "--repetition_penalty must be a number above 0, got -1.0"),
     (["--seed", "3"], "--seed makes sampling reproducible: it needs --do_sample"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--backend", "ctranslate2", "--tokenizer", "runs/other"], "--tokenizer applies to --backend transformers"),
 ])
 def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_path, capsys, options, message):
     source = write_lines(tmp_path / "input.en", ["A dog runs."])
@@ -166,6 +168,22 @@ def test_bad_options_are_refused_with_a_message_naming_them(model_folder, tmp_pa
         main(["--model", str(model_folder), "--input", source, *SETTINGS, *options])
     assert message in capsys.readouterr().err
     assert (tmp_path / "input.en").read_text() == "A dog runs.\n"
+
+
+def test_a_tokenizer_of_another_model_is_refused_in_one_line_by_translate_and_score(model_folder, tmp_path):
+    from hf_srcfeat.commands.score import main as score
+
+    other = tmp_path / "other_model"
+    shutil.copytree(model_folder, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "tokenizer_fingerprint": "0123456789abcdef"}))
+    source = write_lines(tmp_path / "input.en", ["A dog runs."])
+    target = write_lines(tmp_path / "input.de", ["Ein Hund rennt."])
+    for command, arguments in ((main, ["--input", source, "--output", str(tmp_path / "output.de"), *SETTINGS]),
+                               (score, ["--source", source, "--target", target])):
+        with pytest.raises(SystemExit, match="this tokenizer does not belong to this model"):
+            command(["--model", str(other), "--tokenizer", str(model_folder), *arguments])
+    assert not (tmp_path / "output.de").exists()
 
 
 def test_threads_set_pytorchs_and_the_blass_threads_and_translate_as_the_pipeline(model_folder, translator,

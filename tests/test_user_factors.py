@@ -168,6 +168,18 @@ def test_the_translate_command_refuses_factors_the_model_does_not_read(factored_
                   str(tmp_path / "output.de"), "--input_format", "factored", "--factor_names", "case", "--quiet",
                   "--device", "cpu"])
         assert not (tmp_path / "output.de").exists()
+    reads_case = RelevanceFeaturesForConditionalGeneration(tiny_method_config(
+        RelevanceFeaturesConfig, tokenizer, relevance_combine="concat", source_factors=["case"],
+        **tokenizer.feature_vocabularies.sizes()))
+    reads_case.save_pretrained(tmp_path / "case")
+    tokenizer.save_pretrained(tmp_path / "case")
+    (tmp_path / "two.txt").write_text(" ".join(f"{token}{FACTOR_SEPARATOR}O" for token in
+                                               factored(test_sentences[0]).split()) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--factor_names ner: the model reads no such factor \(its user factors: "
+                                         r"case\)"):
+        main(["--model", str(tmp_path / "case"), "--input", str(tmp_path / "two.txt"), "--output",
+              str(tmp_path / "output.de"), "--input_format", "factored", "--factor_names", "case", "ner", "--quiet",
+              "--device", "cpu"])
     pytest.importorskip("ctranslate2")
     from hf_srcfeat.integrations.ctranslate2 import export
 
@@ -203,6 +215,47 @@ def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(mul
     vocabulary = tokenizer.feature_vocabularies.extra["case"]
     assert {"Cap", "lower", "other"} <= set(vocabulary.labels)
     assert config.extra_factors == {"case": len(vocabulary)} and "case" in config.source_factors
+
+
+def write_inline_factor_corpus(folder, pairs) -> str:
+    """Text-file pairs whose source words carry their casing inline, OpenNMT-py's `word￨value` format."""
+    (folder / "corpus.en").write_text("".join(factored(source) + "\n" for source in pairs["source"]), encoding="utf-8")
+    (folder / "corpus.de").write_text("".join(target + "\n" for target in pairs["target"]), encoding="utf-8")
+    return str(folder / "corpus")
+
+
+@pytest.mark.slow
+def test_train_py_reads_opennmt_py_inline_factors_and_translate_reads_the_same_format(multi30k_dir, tmp_path):
+    """`--inline_source_factors case`: the source's `word￨value` tokens become the words and a `case` factor, as
+    the translate command's `--input_format factored` reads them; without the option such a corpus is refused
+    (it would be trained on as text, values and all)."""
+    from hf_srcfeat.commands import train
+    from hf_srcfeat.commands.translate import main as translate
+
+    pairs = load_multi30k("train", "en", "de", multi30k_dir, limit=200)
+    corpus = write_inline_factor_corpus(tmp_path, pairs)
+    arguments = TINY_RUN + ["--do_train", "--train_file", corpus, "--validation_file", corpus, "--model_type",
+                            "relevance_features", "--config_overrides",
+                            json.dumps({"relevance_combine": "concat", "source_factors": ["pos", "case"]})]
+    with pytest.raises(ValueError, match=r"corpus.en row 1: the source carries factors inline \(word￨value, "
+                                         r"OpenNMT-py's format\): name them with --inline_source_factors"):
+        train.main(arguments + ["--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+    run = tmp_path / "run"
+    train.main(arguments + ["--output_dir", str(run), "--inline_source_factors", "case"])
+    tokenizer, config = AutoTokenizer.from_pretrained(run), AutoConfig.from_pretrained(run)
+    assert {"Cap", "lower", "other"} <= set(tokenizer.feature_vocabularies.extra["case"].labels)
+    assert config.extra_factors == {"case": len(tokenizer.feature_vocabularies.extra["case"])}
+    assert not any(FACTOR_SEPARATOR in token for token in tokenizer.get_vocab()), "the values are not text"
+    (tmp_path / "input.en").write_text(factored(pairs["source"][0]) + "\n", encoding="utf-8")
+    assert translate(["--model", str(run), "--input", str(tmp_path / "input.en"), "--output",
+                      str(tmp_path / "output.de"), "--input_format", "factored", "--factor_names", "case",
+                      "--num_beams", "1", "--max_new_tokens", "8", "--quiet", "--device", "cpu"]) == 0
+    (tmp_path / "bad.en").write_text("A￨Cap dog￨lower￨X\n", encoding="utf-8")
+    (tmp_path / "bad.de").write_text("Ein Hund\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.en row 1: token 'dog￨lower￨X' has 2 factor values, expected 1"):
+        train.main(arguments + ["--output_dir", str(tmp_path / "bad_run"), "--inline_source_factors", "case",
+                                "--train_file", str(tmp_path / "bad")])
 
 
 def test_a_factor_column_that_does_not_match_its_words_is_refused_naming_the_row(multi30k_dir, tmp_path):

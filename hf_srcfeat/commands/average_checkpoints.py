@@ -57,22 +57,22 @@ def weight_files(checkpoint: Path) -> list[Path]:
     raise SystemExit(f"{checkpoint} has no model.safetensors{detail}.")
 
 
-def read_checkpoint(checkpoint: Path) -> tuple[str, dict[str, torch.Tensor]]:
-    """(model type, state dict) of one checkpoint folder."""
+def read_checkpoint(checkpoint: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config, state dict) of one checkpoint folder."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     config = checkpoint / "config.json"
     if not config.exists():
         raise SystemExit(f"{checkpoint} has no config.json; is it a checkpoint folder?")
-    model_type = json.loads(config.read_text()).get("model_type", "")
+    settings = json.loads(config.read_text())
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(checkpoint):
         try:
             state.update(load_file(path))
         except (SafetensorError, OSError) as error:
             raise SystemExit(f"{path} cannot be read as safetensors ({error}).") from None
-    return model_type, state
+    return settings, state
 
 
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -116,10 +116,16 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise SystemExit(f"--output {output} exists and is not an empty folder; nothing is overwritten.")
     read = [read_checkpoint(checkpoint) for checkpoint in checkpoints]
-    model_types = {model_type for model_type, _ in read}
+    model_types = {config.get("model_type", "") for config, _ in read}
     if len(model_types) != 1:
         raise SystemExit(f"the checkpoints hold different model types ({', '.join(sorted(model_types))}); only "
                          "checkpoints of one model can be averaged.")
+    # Weights of one shape trained over other vocabularies would average without an error into nonsense.
+    fingerprints = {config.get("tokenizer_fingerprint") for config, _ in read}
+    if len(fingerprints) != 1:
+        raise SystemExit("the checkpoints were trained with different tokenizers (tokenizer_fingerprint "
+                         f"{', '.join(sorted(str(print_) for print_ in fingerprints))}); only checkpoints of one "
+                         "run (or one vocabulary) can be averaged.")
     averaged = average_state_dicts([state for _, state in read], [str(checkpoint) for checkpoint in checkpoints])
     newest = checkpoints[-1]
     output.mkdir(parents=True, exist_ok=True)

@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import hf_srcfeat  # noqa: F401  (registers the model classes with the Auto classes)
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
+    from hf_srcfeat.tokenization_source_features import check_tokenizer_matches
 
     device = resolve_device(args.device)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.source_format == "text":
         tokenizer.annotator = command_annotator(tokenizer, args, device)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(device).eval()
+    try:
+        check_tokenizer_matches(model.config, tokenizer)
+    except ValueError as error:
+        raise SystemExit(f"hf-srcfeat-score: {error}") from None
     usable = [pair for pair in pairs if pair[3] is None]
     for line_number, _, _, problem in pairs:
         if problem is not None:

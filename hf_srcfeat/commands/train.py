@@ -56,7 +56,7 @@ from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.errors import DataError
-from hf_srcfeat.data.user_factors import attach_factors
+from hf_srcfeat.data.user_factors import FACTOR_SEPARATOR, attach_factors, split_factored_line
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.process_memory import keep_freed_memory
@@ -326,6 +326,43 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | N
     return str(folder)
 
 
+#: The model settings a resumed checkpoint must share with the run: (argument, the config's name for it).
+RESUMED_SETTINGS = (("model_type", "model_type"), ("d_model", "d_model"), ("encoder_layers", "encoder_layers"),
+                    ("decoder_layers", "decoder_layers"), ("attention_heads", "encoder_attention_heads"),
+                    ("ffn_dim", "encoder_ffn_dim"))
+
+
+def check_resumed_model(folder: str, model_args: ModelArguments, output_dir: str) -> None:
+    """A checkpoint resumed from has the model the arguments build, and a tokenizer this run will have: checked
+    before any work (its weights would otherwise fail to load after the parsing, or, from another run, load over a
+    new tokenizer's ids without a word)."""
+    config_file = Path(folder, "config.json")
+    if not config_file.is_file() or model_args.init_from or model_args.model_name_or_path:
+        return
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    differing = [f"--{argument} {getattr(model_args, argument)} (the checkpoint's: {config[key]})"
+                 for argument, key in RESUMED_SETTINGS if key in config and getattr(model_args, argument) != config[key]]
+    if differing:
+        raise SystemExit(f"--resume_from_checkpoint {folder} is another model than this run builds: "
+                         f"{', '.join(differing)}; resume with the settings it was trained with.")
+    own_run = Path(folder).resolve().parent == Path(output_dir).resolve()
+    if not own_run and not model_args.tokenizer_name_or_path and not Path(output_dir, "tokenizer.json").exists():
+        raise SystemExit(f"--resume_from_checkpoint {folder} is a checkpoint of another run than --output_dir "
+                         f"{output_dir}, which would train a new tokenizer whose ids the checkpoint's weights do not "
+                         f"know: resume in its own run (--output_dir {Path(folder).parent}), or keep its vocabulary "
+                         f"with --tokenizer_name_or_path {folder}.")
+
+
+def check_resumed_tokenizer(folder: str, tokenizer) -> None:
+    """The tokenizer this run uses is the one the resumed checkpoint was trained with."""
+    from transformers import AutoConfig
+
+    try:
+        check_tokenizer_matches(AutoConfig.from_pretrained(folder), tokenizer)
+    except ValueError as error:
+        raise SystemExit(f"--resume_from_checkpoint {folder}: {error}") from None
+
+
 def generation_length(references: list, limit: int) -> int:
     """How long a translation may grow when evaluating: 1.5 times the longest reference (in tokens) plus 5, at most
     `limit`, so that an under-trained model that repeats itself stops near where the references do."""
@@ -423,19 +460,45 @@ def source_parses(path: str, split_name: str, data, cut: bool):
     return concatenate_datasets([data, parses], axis=1)
 
 
-def check_parseable_lengths(data, origin: str, limit: int = DEFAULT_MAX_CHARACTERS) -> None:
-    """A split parsed here holds no source longer than the annotator takes, checked before any parsing (the annotator
-    would refuse it only when it comes to it, by its place in a chunk): the first one is named by row."""
+def check_source_text(data, origin: str, parsed_here: bool, limit: int = DEFAULT_MAX_CHARACTERS) -> None:
+    """The sources of a split, checked before any parsing (columns scanned in Arrow): none carries OpenNMT-py factors
+    inline (they would be trained on as text), and, where the split is parsed here, none is longer than the annotator
+    takes (it would refuse it only when it comes to it, by its place in a chunk). The first is named by row."""
     offset = 0
     for batch in data.with_format("arrow").iter(batch_size=ANNOTATION_CHUNK):
+        factored = pyarrow.compute.match_substring(batch["source"], FACTOR_SEPARATOR)
+        if pyarrow.compute.any(factored).as_py():
+            index = pyarrow.compute.index(factored, True).as_py()
+            raise DataError(f"{origin} row {offset + index + 1}: the source carries factors inline "
+                            f"(word{FACTOR_SEPARATOR}value, OpenNMT-py's format): name them with "
+                            "--inline_source_factors.")
         lengths = pyarrow.compute.utf8_length(batch["source"])  # characters, as len() counts them
         too_long = pyarrow.compute.greater(lengths, limit)
-        if pyarrow.compute.any(too_long).as_py():
+        if parsed_here and pyarrow.compute.any(too_long).as_py():
             index = pyarrow.compute.index(too_long, True).as_py()
             raise DataError(f"{origin} row {offset + index + 1}: the source has {lengths[index].as_py():,} "
                             f"characters, more than the parser takes ({limit:,}, about 1,800 words): split it into "
                             "sentences (the models translate sentences), or give its parse.")
         offset += batch.num_rows
+
+
+def split_inline_factors(data, names: list[str], origin: str):
+    """The split with OpenNMT-py's `word￨value1￨value2` sources split into the words (`source`) and one factor column
+    per name (`SOURCE_FACTOR_PREFIX + name`, space-separated values), which `attach_factor_columns` then attaches to
+    the words' parses; a token with another number of values is an error naming the row."""
+    def split(batch, indices):
+        columns: dict[str, list[str]] = {"source": [], **{SOURCE_FACTOR_PREFIX + name: [] for name in names}}
+        for index, source in zip(indices, batch["source"], strict=True):
+            try:
+                words, values = split_factored_line(source, names)
+            except ValueError as error:
+                raise DataError(f"{origin} row {index + 1}: {error}") from None
+            columns["source"].append(" ".join(words))
+            for name in names:
+                columns[SOURCE_FACTOR_PREFIX + name].append(" ".join(values[name]))
+        return columns
+
+    return data.map(split, batched=True, with_indices=True, desc=f"inline factors of {origin}")
 
 
 def conllu_rows(path: str, limit: int):
@@ -887,6 +950,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if training_args.do_train or model_args.tokenizer_only:
         check_output_dir(training_args, data_args)
         resumed_from = check_resumed_checkpoint(training_args)
+        if resumed_from:
+            check_resumed_model(resumed_from, model_args, training_args.output_dir)
     else:
         model_to_evaluate(model_args, training_args)
     set_seed(training_args.seed)
@@ -899,6 +964,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
                          "--dataset_name with a validation split.")
+    factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
+    if len(set(factor_names)) < len(factor_names):
+        raise SystemExit(f"--source_factor_columns and --inline_source_factors name a factor twice: {factor_names}.")
     # Made once, only if a split with factor columns comes without parses.
     pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
 
@@ -906,8 +974,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file) or its
         factors are (columns, attached to the parses)."""
         data = corpus.data.select(range(min(limit, len(corpus.data)))) if limit is not None else corpus.data
-        if SOURCE_CONLLU not in data.column_names and not conllu:
-            check_parseable_lengths(data, corpus.origin[0])
+        if data_args.inline_source_factors:
+            data = split_inline_factors(data, data_args.inline_source_factors, corpus.origin[0])
+        check_source_text(data, corpus.origin[0], parsed_here=SOURCE_CONLLU not in data.column_names and not conllu)
         if SOURCE_CONLLU in data.column_names:
             if conllu:
                 raise SystemExit(f"{corpus.name}: the parses come both from --source_parse_column and from {conllu}; "
@@ -916,8 +985,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                             with_indices=True, remove_columns=[SOURCE_CONLLU])
         elif conllu:
             data = source_parses(conllu, corpus.name, data, cut=limit is not None)
-        if data_args.source_factor_columns:
-            data = attach_factor_columns(data, data_args.source_factor_columns, pretokenized_annotator,
+        if factor_names:
+            data = attach_factor_columns(data, factor_names, pretokenized_annotator,
                                          corpus.origin[0])
         return data
 
@@ -941,6 +1010,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                            training_args.output_dir)
     unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
     tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
+    if resumed_from:
+        check_resumed_tokenizer(resumed_from, tokenizer)
     if model_args.tokenizer_only:
         tokenizer.save_pretrained(training_args.output_dir)
         logger.info("--tokenizer_only: saved the tokenizer (%d subwords, features %s) to %s", len(tokenizer),

@@ -95,6 +95,10 @@ class DataArguments:
                 "after its column (factor_<column>_ids; a relevance model embeds it with source_factors). The "
                 "values follow the parse's words with --source_parse_column, else the source's whitespace-separated "
                 "words, which are then parsed as given.", "nargs": "+"})
+    inline_source_factors: list[str] | None = field(default=None, metadata={
+        "help": "The source sentences carry factors inline in OpenNMT-py's format, word\uffe8value1\uffe8value2 (U+FFE8): "
+                "their names, in order (as hf-srcfeat-translate --input_format factored --factor_names). The words are "
+                "parsed as given and each gets its values.", "nargs": "+"})
     target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})

@@ -245,7 +245,8 @@ class FileTranslator:
             if self.factor_names:
                 from hf_srcfeat.data.user_factors import parse_factored_lines
 
-                return parse_factored_lines(tokenizer.annotator, texts, self.factor_names)
+                # Not numbered: a failing sentence is retried alone and reported with its line of the input.
+                return parse_factored_lines(tokenizer.annotator, texts, self.factor_names, first_line_number=None)
             # The pipeline parses only as deep as its model reads (words alone for a model without tags or tree).
             return getattr(self.translator, "annotate", tokenizer.annotate)(texts)
 
@@ -267,7 +268,8 @@ class FileTranslator:
                 except AnnotatorLoadError:
                     raise
                 except Exception as error:  # noqa: BLE001
-                    failure = f"the annotator failed: {type(error).__name__}: {error}"
+                    failure = str(error) if self.factor_names and isinstance(error, ValueError) else \
+                        f"the annotator failed: {type(error).__name__}: {error}"
                     if self.translates_unparsed and not self.factor_names:
                         item.parse_failure = failure
                     else:
@@ -315,19 +317,20 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def check_factors_read(translator, factor_names: list[str]) -> None:
     """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
     a model without source features, translated as part of the words)."""
-    from hf_srcfeat.source_features import user_factor_feature
+    from hf_srcfeat.source_features import is_user_factor_feature
 
     if hasattr(translator, "factors"):  # a CTranslate2 export: the factors it has embeddings for
-        read = [name for name in translator.factors if name in factor_names]
+        user_factors = list(translator.tokenizer.feature_vocabularies.extra)
+        read = [name for name in translator.factors if name in user_factors]
     else:
         features = getattr(translator.model.config, "source_features_read", None)
         if features is None:  # a config that does not say reads every feature it is given
             return
-        read = [name for name in factor_names if user_factor_feature(name) in features]
+        read = [feature[len("factor_"):-len("_ids")] for feature in features if is_user_factor_feature(feature)]
     unread = [name for name in factor_names if name not in read]
     if unread:
         raise SystemExit(f"hf-srcfeat-translate: --factor_names {' '.join(unread)}: the model reads no such factor "
-                         f"({'it reads ' + ', '.join(read) if read else 'it reads no user factor'}); remove "
+                         f"({'its user factors: ' + ', '.join(read) if read else 'it reads no user factor'}); remove "
                          f"{'them' if len(unread) > 1 else 'it'} from the input and --factor_names, or translate "
                          "plain text.")
 
@@ -379,7 +382,10 @@ def load_translator(args: argparse.Namespace):
     if args.max_new_tokens is not None:
         generation["max_new_tokens"] = args.max_new_tokens
         model.generation_config.max_length = None  # the saved limit yields to the one asked for, without a warning
-    return pipeline("translation", model=model, tokenizer=tokenizer, device=device, **generation)
+    try:
+        return pipeline("translation", model=model, tokenizer=tokenizer, device=device, **generation)
+    except ValueError as error:  # a tokenizer of another model
+        raise SystemExit(f"hf-srcfeat-translate: {error}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -468,6 +474,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--quantize {args.quantize} quantizes a float32 model on the CPU (--backend transformers); got "
                      f"--backend {args.backend} --dtype {args.dtype} --device {args.device}"
                      + (" (CTranslate2 takes --compute_type int8)" if args.backend == "ctranslate2" else "") + ".")
+    if args.tokenizer and args.backend == "ctranslate2":
+        parser.error("--tokenizer applies to --backend transformers: a CTranslate2 export encodes with the tokenizer "
+                     "saved in its folder.")
     if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
         parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
                      f"got --input_format {args.input_format} --backend {args.backend}.")

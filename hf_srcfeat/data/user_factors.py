@@ -28,16 +28,16 @@ def split_factored_line(line: str, names: Sequence[str], line_number: int | None
                         ) -> tuple[list[str], dict[str, list[str]]]:
     """The words of one `word￨v1￨v2` line and, per factor name, its values; a token with another number of
     values than `names` is an error naming the line and the token."""
-    where = f"line {line_number}" if line_number is not None else "the line"
+    where = f"line {line_number}: " if line_number is not None else ""  # else the caller says where
     words: list[str] = []
     values: dict[str, list[str]] = {name: [] for name in names}
     tokens = line.split()
     if not tokens:
-        raise ValueError(f"{where} is empty.")
+        raise ValueError(f"{where}the sentence is empty.")
     for token in tokens:
         parts = token.split(FACTOR_SEPARATOR)
         if len(parts) != len(names) + 1 or not all(parts):
-            raise ValueError(f"{where}: token {token!r} has {len(parts) - 1} factor values, expected {len(names)} "
+            raise ValueError(f"{where}token {token!r} has {len(parts) - 1} factor values, expected {len(names)} "
                              f"({', '.join(names)}) as word{FACTOR_SEPARATOR}" + FACTOR_SEPARATOR.join(names) + ".")
         words.append(parts[0])
         for name, value in zip(names, parts[1:], strict=True):
@@ -57,10 +57,12 @@ def attach_factors(sentence: AnnotatedSentence, values: Mapping[str, Sequence[st
 
 
 def parse_factored_lines(annotator: Annotator, lines: Sequence[str], names: Sequence[str],
-                         show_progress: bool = False) -> list[AnnotatedSentence]:
+                         show_progress: bool = False, first_line_number: int | None = 1) -> list[AnnotatedSentence]:
     """Parse `word￨v1￨v2` lines: the annotator parses the words as they are split (pre-tokenized), then every
-    word gets its values. Use the result as `tokenizer(annotations=...)`."""
-    split = [split_factored_line(line, names, number) for number, line in enumerate(lines, start=1)]
+    word gets its values. Use the result as `tokenizer(annotations=...)`. A malformed line is an error naming it,
+    counted from `first_line_number` (None: not named, the caller does)."""
+    split = [split_factored_line(line, names, None if first_line_number is None else first_line_number + offset)
+             for offset, line in enumerate(lines)]
     parses = annotator.with_pretokenized_input().annotate([" ".join(words) for words, _ in split],
                                                           show_progress=show_progress)
     return [attach_factors(parse, values) for parse, (_, values) in zip(parses, split, strict=True)]
