@@ -9,6 +9,7 @@ a process substitution) is written through, as a shell redirection would, and ne
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 
 def is_special_file(path: Path) -> bool:
@@ -60,10 +61,17 @@ def current_umask() -> int:
 
 
 @contextmanager
-def replaced_atomically(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """`open(path, mode)` through `output_path`: the file is replaced only by complete content."""
-    with output_path(path) as writable, open(writable, mode, encoding=None if "b" in mode else encoding) as handle:
-        yield handle
+def replaced_atomically(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                        compress: bool | None = None) -> Iterator[IO]:
+    """`open(path, mode)` through `output_path`: the file is replaced only by complete content; gzip-compressed when
+    `compress` (by default when the name ends in .gz, as the commands read such a name)."""
+    compress = str(path).endswith(".gz") if compress is None else compress
+    text_encoding = None if "b" in mode else encoding
+    with output_path(path) as writable:
+        opened: IO = cast(IO, gzip.open(writable, mode if "b" in mode else mode + "t", encoding=text_encoding)) \
+            if compress else open(writable, mode, encoding=text_encoding)
+        with opened as handle:
+            yield handle
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:

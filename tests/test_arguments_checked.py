@@ -217,6 +217,28 @@ def test_the_training_command_refuses_an_option_value_it_cannot_use_before_any_w
     assert not (tmp_path / "run").exists(), "refused before anything was written"
 
 
+def test_an_unknown_option_is_named_with_the_closest_ones_and_a_missing_parse_file_before_any_work(tmp_path):
+    from hf_srcfeat.commands import train
+
+    with pytest.raises(SystemExit, match=r"^unknown option\(s\) --max_stepz \(did you mean --max_steps\?\)"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--max_stepz", "20"])
+    with pytest.raises(SystemExit, match=f"--train_source_conllu {tmp_path / 'trian.conllu'}: no such file"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--max_steps", "1", "--train_source_conllu",
+                    str(tmp_path / "trian.conllu")])
+    assert not (tmp_path / "run").exists()
+
+
+def test_sources_in_a_language_without_parser_models_are_named_in_one_line(tmp_path):
+    from hf_srcfeat.commands import train
+
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("Un chien court.\tA dog runs.\nDeux chats dorment.\tTwo cats sleep.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="the sources need parsing, but the stanza annotator cannot be made: No "
+                                         "Stanza models for 'fr'"):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--max_steps", "1", "--source_lang", "fr",
+                    "--target_lang", "en", "--train_file", str(corpus), "--report_to", "none", "--use_cpu"])
+
+
 def test_a_tokenizer_folder_that_is_not_there_is_named_before_any_parsing(tmp_path):
     from hf_srcfeat.commands import train
 

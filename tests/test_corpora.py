@@ -86,8 +86,10 @@ def test_bad_data_is_named_by_file_and_line(tmp_path):
     (tmp_path / "pair.fr").write_text("Un chien.\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"pair.en has 2 lines but .*pair.fr has 1"):
         load_file(str(tmp_path / "pair"), "en", "fr")
-    with pytest.raises(FileNotFoundError, match="no nothing.en and nothing.fr"):
+    with pytest.raises(DataError, match="no nothing.en and nothing.fr"):
         load_file(str(tmp_path / "nothing"), "en", "fr")
+    with pytest.raises(DataError, match=r"trian.tsv: no such file\."):
+        load_file(str(tmp_path / "trian.tsv"), "en", "fr")
 
 
 @pytest.mark.slow
@@ -195,8 +197,9 @@ def test_a_source_too_long_to_parse_is_named_by_row_before_any_parsing(en_fr, tm
     assert not (tmp_path / "run").exists()
 
 
-def test_the_training_command_reports_bad_data_in_one_line(monkeypatch, tmp_path, capsys):
-    """Bad data ends the command with its message (file and line), not a traceback through datasets or torch."""
+def test_the_training_command_reports_bad_data_and_an_interruption_in_one_line(monkeypatch, tmp_path, capsys):
+    """Bad data ends the command with its message (file and line), not a traceback through datasets or torch; Ctrl-C
+    with what to do next."""
     import sys
 
     from hf_srcfeat.commands import train
@@ -208,6 +211,16 @@ def test_the_training_command_reports_bad_data_in_one_line(monkeypatch, tmp_path
     with pytest.raises(SystemExit) as stopped:
         train.cli()
     assert stopped.value.code == f"hf-srcfeat-train: {tmp_path / 'corpus.jsonl'} line 2: the source sentence is empty."
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "main", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        train.cli()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == ("hf-srcfeat-train: interrupted. Resume from its newest checkpoint with the "
+                                       "same options and --resume_from_checkpoint True.\n")
 
 
 def test_a_carriage_return_inside_a_line_is_refused_before_it_shifts_the_pairs(tmp_path):

@@ -78,6 +78,22 @@ def test_the_translate_command_runs_the_export_line_for_line(exported, test_sent
     assert outputs["ctranslate2"] == outputs["transformers"] and outputs["ctranslate2"][1] == ""
 
 
+def test_an_export_given_without_its_backend_or_a_model_folder_that_is_not_there_is_named(exported, tmp_path,
+                                                                                          capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no minute of retries without a network
+    _, ct2_folder = exported
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        translate_main(["--model", str(ct2_folder), "--input", str(source), "--quiet"])
+    assert "is a CTranslate2 export (hf-srcfeat-export-ct2): add --backend ctranslate2" in capsys.readouterr().err
+    missing = "runs_nowhere/baseline"  # spelled like a Hub id, so it is looked up there (no network here)
+    with pytest.raises(SystemExit, match=f"--model {missing}: no such folder here, and it does not load from the Hub"):
+        translate_main(["--model", missing, "--input", str(source), "--quiet"])
+
+
 def test_the_export_decodes_with_the_models_saved_generation_settings_as_pytorch_does(
         trained_baseline, feature_tokenizer, test_sentences, tmp_path):
     model, _ = trained_baseline

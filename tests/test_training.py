@@ -102,7 +102,7 @@ def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the
     untexted = [dataclasses.replace(parse, text="") for parse in parses]
     write_conllu([untexted[0], untexted[2], untexted[1], *untexted[3:]], tmp_path / "train.en.conllu.gz")
     with pytest.raises(ValueError, match=r"sentence 2 .* is the parse of 'A little girl climbing into a wooden "
-                                         r"playhouse \.', but train source 2 is 'Several men in hard hats"):
+                                         r"playhouse\.', but train source 2 is 'Several men in hard hats"):
         train.main(run[:-1] + ["10"])
 
 

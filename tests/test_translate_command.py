@@ -63,6 +63,38 @@ def test_gzip_input_is_read_as_text(model_folder, translator, test_sentences, tm
         [result["translation_text"] for result in translator(test_sentences[:3])]
 
 
+def test_a_gz_output_is_written_as_gzip_and_scored_from_it_and_a_fake_gz_is_named(model_folder, translator,
+                                                                                   test_sentences, tmp_path):
+    from hf_srcfeat.commands.score import main as score
+
+    source = write_lines(tmp_path / "input.en", test_sentences[:3])
+    assert main(["--model", str(model_folder), "--input", source, "--output", str(tmp_path / "output.de.gz"),
+                 "--quiet", *SETTINGS]) == 0
+    with gzip.open(tmp_path / "output.de.gz", "rt", encoding="utf-8") as handle:
+        assert handle.read().splitlines() == [result["translation_text"] for result in translator(test_sentences[:3])]
+    assert score(["--model", str(model_folder), "--source", source, "--target", str(tmp_path / "output.de.gz"),
+                  "--output", str(tmp_path / "scores.tsv")]) == 0
+    assert len((tmp_path / "scores.tsv").read_text().splitlines()) == 3
+    (tmp_path / "plain.de.gz").write_text("Ein Hund.\nZwei Hunde.\nEine Katze.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--target .*plain.de.gz is not a whole gzip file"):
+        score(["--model", str(model_folder), "--source", source, "--target", str(tmp_path / "plain.de.gz")])
+
+
+def test_a_run_where_every_sentence_failed_exits_non_zero_and_text_given_as_conllu_is_named(model_folder,
+                                                                                             tmp_path, capsys):
+    (tmp_path / "broken.en").write_bytes(b"A dog \xff runs.\n\nTwo cats \xfe sleep.\n")
+    assert main(["--model", str(model_folder), "--input", str(tmp_path / "broken.en"), "--output",
+                 str(tmp_path / "broken.de"), "--quiet", *SETTINGS]) == 1
+    assert "nothing was translated: every one of the 2 non-empty sentences failed" in capsys.readouterr().err
+    assert (tmp_path / "broken.de").read_text() == "\n\n\n", "still one line per input line"
+    text = write_lines(tmp_path / "plain.en", ["A dog runs.", "Two cats sleep."])
+    with pytest.raises(SystemExit, match=r"line 1 of the input \('A dog runs.'\) is not CoNLL-U \(no tab-separated "
+                                         r"columns\); plain sentences, one a line, are --input_format text"):
+        main(["--model", str(model_folder), "--input", text, "--output", str(tmp_path / "plain.de"),
+              "--input_format", "conllu", "--quiet", *SETTINGS])
+    assert not (tmp_path / "plain.de").exists()
+
+
 def test_nbest_lists_give_n_scored_entries_per_sentence_best_first(model_folder, translator, test_sentences,
                                                                    tmp_path):
     lines = [test_sentences[0], "", test_sentences[1]]

@@ -10,16 +10,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
-def run_as_script(main: Callable[[list[str] | None], object]) -> int:
+def run_as_script(main: Callable[[list[str] | None], object], on_interrupt: str = "") -> int:
     """Run a command whose `main` returns a result for Python callers (a metrics dict, a folder) as a console
     script: the result is not the exit status (`sys.exit(dict)` would print it and exit 1); errors still exit
-    through `SystemExit`, and bad data (`DataError`, named by file and line) as one line, without a traceback."""
+    through `SystemExit`, and bad data (`DataError`, named by file and line) or a parser that cannot load as one
+    line, without a traceback."""
+    from hf_srcfeat.annotator import AnnotatorLoadError
     from hf_srcfeat.data.errors import DataError
 
     try:
         main(sys.argv[1:])
-    except DataError as error:
+    except (DataError, AnnotatorLoadError) as error:
         raise SystemExit(f"{Path(sys.argv[0]).name}: {error}") from None
+    except KeyboardInterrupt:  # Ctrl-C: said in a line (and what to do next), with the shell's status for it
+        print(f"{Path(sys.argv[0]).name}: interrupted.{' ' + on_interrupt if on_interrupt else ''}", file=sys.stderr)
+        raise SystemExit(130) from None
     return 0
 
 

@@ -15,7 +15,9 @@ number and gives `nan<TAB>nan<TAB>0`, so later lines never shift. The Python fun
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
+import zlib
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
@@ -39,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="target sentences, one a line, aligned with the sources (.gz read as gzip); - for stdin")
     parser.add_argument("--source_format", choices=["text", "conllu"], default="text",
                         help="text: raw sentences parsed on the way; conllu: pre-parsed sentences")
-    parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")
+    parser.add_argument("--output", "-o", default="-", help="output file (.gz written as gzip); - or absent: stdout")
     parser.add_argument("--batch_size", type=int, default=32, help="pairs scored at once (default 32)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
     parser.add_argument("--annotation_cache", default=None,
@@ -50,15 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def read_whole(path: str, option: str, reader) -> list:
+    """Every item `reader` reads from the file `option` names; a damaged or fake gzip file is named."""
+    with open_binary_input(path, option) as stream:
+        try:
+            return list(reader(stream))
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise SystemExit(f"{option} {path} is not a whole gzip file ({error}); a .gz name is read as gzip.") \
+                from None
+
+
 def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSentence | None, str | None, str | None]]:
     """(target line number, source text or parse, target text, why the pair cannot be scored) for every pair."""
     if args.source == "-":
         raise SystemExit("--source must be a file (the targets may come from stdin).")
-    with open_binary_input(args.source, "--source") as stream:
-        reader = read_conllu_sentences if args.source_format == "conllu" else read_raw_lines
-        sources = list(reader(stream))
-    with open_binary_input(args.target, "--target") as stream:
-        targets = list(read_raw_lines(stream))
+    reader = read_conllu_sentences if args.source_format == "conllu" else read_raw_lines
+    sources = read_whole(args.source, "--source", reader)
+    targets = read_whole(args.target, "--target", read_raw_lines)
     if len(sources) != len(targets):
         unit = "sentences" if args.source_format == "conllu" else "lines"
         raise SystemExit(f"--source {args.source} has {len(sources)} {unit}, --target {args.target} has "

@@ -45,7 +45,7 @@ from transformers import (
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
-from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS
+from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS, AnnotatorLoadError
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
@@ -575,11 +575,16 @@ def attach_factor_columns(data, names: list[str], pretokenized_annotator, origin
 
 
 def make_annotator(data_args: DataArguments):
-    """The annotator of raw sources that `--annotator` names."""
+    """The annotator of raw sources that `--annotator` names; one that cannot be made (no models for the language)
+    stops the command with its reason."""
     model = data_args.spacy_model if data_args.annotator == "spacy" else data_args.stanza_dir
-    return make_named_annotator(data_args.annotator, language=data_args.source_lang, model=model,
-                                device=resolve_device(data_args.annotation_device, "--annotation_device"),
-                                cache_path=data_args.annotation_cache)
+    try:
+        return make_named_annotator(data_args.annotator, language=data_args.source_lang, model=model,
+                                    device=resolve_device(data_args.annotation_device, "--annotation_device"),
+                                    cache_path=data_args.annotation_cache)
+    except (FileNotFoundError, AnnotatorLoadError) as error:
+        raise SystemExit(f"the sources need parsing, but the {data_args.annotator} annotator cannot be made: {error} "
+                         "(or give the parses: --train_source_conllu etc.).") from None
 
 
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
@@ -898,12 +903,28 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
         for name in values:
             actions[name].required = False  # given by the file; a flag may still override it
         parser.set_defaults(**values)
-    parsed = parser.parse_args_into_dataclasses(args=argv)
+    *parsed, unused = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if unused:
+        raise SystemExit(unknown_options_message(parser, unused))
     flags = given_flags(parser, argv)
     for arguments in parsed:  # which options were set, for defaults that depend on the run
         arguments.__dict__["_given"] = set(values) | flags
         arguments.__dict__["_given_as_flags"] = flags
-    return parsed
+    return tuple(parsed)
+
+
+def unknown_options_message(parser: argparse.ArgumentParser, unused: list[str]) -> str:
+    """What to say of arguments no option takes: each unknown option with the closest known ones."""
+    known = [option for action in parser._actions for option in action.option_strings
+             if option.startswith("--") and "-" not in option[2:]]  # not the dashed spellings of the same options
+    unknown = [argument for argument in unused if argument.startswith("-")]
+    if not unknown:
+        return f"unexpected argument(s) {' '.join(unused)}: every value follows its option (see --help)."
+    parts = []
+    for option in unknown:
+        close = difflib.get_close_matches(option.split("=", 1)[0], known, n=3, cutoff=0.75)
+        parts.append(f"{option}" + (f" (did you mean {' or '.join(close)}?)" if close else ""))
+    return f"unknown option(s) {', '.join(parts)}; --help lists the options, --help_all the Trainer's too."
 
 
 def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -944,6 +965,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_pretrained_start(model_args)
     check_model_type(model_args)
     check_tokenizer_source(model_args)
+    for option in ("train_source_conllu", "validation_source_conllu", "test_source_conllu"):
+        path = getattr(data_args, option)
+        if path and not Path(path).is_file():
+            raise SystemExit(f"--{option} {path}: no such file.")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     resumed_from = None
@@ -1159,7 +1184,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
 
 def cli() -> int:
     """The `hf-srcfeat-train` console script."""
-    return run_as_script(main)
+    return run_as_script(main, on_interrupt="Resume from its newest checkpoint with the same options and "
+                                            "--resume_from_checkpoint True.")
 
 
 if __name__ == "__main__":

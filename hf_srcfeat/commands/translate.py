@@ -129,10 +129,18 @@ def read_conllu_sentences(stream: IO[bytes]) -> Iterator[SourceItem]:
     a valid sentence becomes an error item, and the following sentences are read as usual."""
     block: list[str] = []
     first_line = 0
+    seen_a_word = False
     for line_number, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), start=1):
         if line_number == 1:
             raw = raw.removeprefix("\ufeff")
         if raw.strip():
+            if not seen_a_word and not raw.startswith("#"):
+                # Plain text read as CoNLL-U would be one long invalid sentence: say so at once instead.
+                if "\t" not in raw:
+                    raise SystemExit(f"line {line_number} of the input ({raw.strip()[:40]!r}) is not CoNLL-U (no "
+                                     "tab-separated columns); plain sentences, one a line, are --input_format text "
+                                     "(--source_format text for hf-srcfeat-score).")
+                seen_a_word = True
             if not block:
                 first_line = line_number
             block.append(raw)
@@ -367,7 +375,13 @@ def load_translator(args: argparse.Namespace):
         if translator.reads_parses and args.input_format in ("text", "factored"):
             translator.tokenizer.annotator = command_annotator(translator.tokenizer, args, device)
         return translator
-    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    try:
+        tokenizer = load_tokenizer(args.tokenizer or args.model)
+    except OSError as error:  # not a folder here, and the Hub has no such model or cannot be reached
+        name, option = (args.tokenizer, "--tokenizer") if args.tokenizer else (args.model, "--model")
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SystemExit(f"hf-srcfeat-translate: {option} {name}: no such folder here, and it does not load from "
+                         f"the Hub ({reason}).") from None
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
@@ -399,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         "CTranslate2's compute type (int8, int8_float32, float32, float16, ...; default: the export's, or --dtype)"))
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the model's)")
     parser.add_argument("--input", "-i", default="-", help="input file (.gz read as gzip); - or absent: stdin")
-    parser.add_argument("--output", "-o", default="-", help="output file; - or absent: stdout")
+    parser.add_argument("--output", "-o", default="-", help="output file (.gz written as gzip); - or absent: stdout")
     parser.add_argument("--factor_names", nargs="+", default=None, help=(
         "with --input_format factored: the names of the user factors of each word￨value1￨value2 token"))
     parser.add_argument("--input_format", choices=["text", "conllu", "factored"], default="text",
@@ -466,6 +480,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
     check_model_source(args.model)
+    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE; that module loads torch).
+    if args.backend == "transformers" and Path(args.model, "hf_srcfeat_export.json").is_file():
+        parser.error(f"--model {args.model} is a CTranslate2 export (hf-srcfeat-export-ct2): add --backend "
+                     "ctranslate2.")
     try:
         check_cache_path(args.annotation_cache)
     except ValueError as error:
@@ -575,6 +593,10 @@ def translate_files(argv: list[str] | None = None) -> int:
         print(f"hf-srcfeat-translate: {statistics.summary()}", file=sys.stderr)
     if args.report_json:
         write_json_atomically(args.report_json, {"arguments": vars(args), **asdict(statistics)})
+    if statistics.failed and not statistics.translated:
+        print(f"hf-srcfeat-translate: nothing was translated: every one of the {statistics.failed} non-empty "
+              "sentences failed (see above).", file=sys.stderr)
+        return 1
     return 0
 
 

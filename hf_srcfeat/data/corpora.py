@@ -237,20 +237,22 @@ def load_file(path: str, source_lang: str, target_lang: str, parse_column: str |
     suffixes = [suffix for suffix in given.suffixes if suffix != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     name = given.name.split(".")[0]
-    if kind in (".json", ".jsonl") and given.is_file():
+    if kind in (".json", ".jsonl", ".tsv") and not given.is_file():
+        raise DataError(f"{path}: no such file.")
+    if kind in (".json", ".jsonl"):
         return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column, factor_columns),
                       [str(given)])
     if parse_column or factor_columns:
         raise DataError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
                          "other files give them as CoNLL-U (--train_source_conllu etc., factors in MISC).")
-    if kind == ".tsv" and given.is_file():
+    if kind == ".tsv":
         return Corpus(name, read_tsv(given), [str(given)])
     source_file = _existing(given.with_name(f"{given.name}.{source_lang}"))
     target_file = _existing(given.with_name(f"{given.name}.{target_lang}"))
     if source_file and target_file:
         return Corpus(given.name, read_text_pair(source_file, target_file), [str(source_file), str(target_file)])
-    raise FileNotFoundError(f"{path}: not a .json/.jsonl/.tsv file, and no {given.name}.{source_lang} and "
-                            f"{given.name}.{target_lang} (.gz) beside it.")
+    raise DataError(f"{path}: not a .json/.jsonl/.tsv file, and no {given.name}.{source_lang} and "
+                    f"{given.name}.{target_lang} (.gz) beside it.")
 
 
 def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, source_column: str | None,
