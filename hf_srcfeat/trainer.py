@@ -37,6 +37,30 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
 
+    # The Trainer's evaluation loss is the mean of the batches' mean token losses weighted by their sentences, so it
+    # changed with the evaluation batch size; it is the mean over the evaluated tokens here, as fairseq reports it.
+    def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None, **gen_kwargs):
+        loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only,
+                                                          ignore_keys=ignore_keys, **gen_kwargs)
+        if isinstance(loss, torch.Tensor) and inputs.get("labels") is not None and hasattr(self, "_evaluated_tokens"):
+            tokens = (inputs["labels"] != -100).sum()
+            self._evaluated_tokens += torch.stack([loss.detach().float() * tokens, tokens.float()])
+        return loss, generated, labels
+
+    def evaluation_loop(self, dataloader, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"):
+        self._evaluated_tokens = torch.zeros(2, device=self.args.device)  # (sum of token losses, tokens)
+        try:
+            output = super().evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                             ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+            total, tokens = self.accelerator.reduce(self._evaluated_tokens, reduction="sum").tolist()
+        finally:
+            del self._evaluated_tokens
+        if tokens > 0 and output.metrics is not None and f"{metric_key_prefix}_loss" in output.metrics:
+            output.metrics[f"{metric_key_prefix}_loss"] = total / tokens
+        return output
+
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         model: Any = self.model  # Transformers types it loosely (a module, or None before init)
         tied = set(model.get_expanded_tied_weights_keys(all_submodels=True)) \

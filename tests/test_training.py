@@ -416,6 +416,26 @@ def test_a_batch_size_flag_asks_for_sentence_batches_in_any_spelling_and_over_a_
     assert data_args.max_tokens_per_batch == 2000, "the default budget holds the longest example allowed"
 
 
+def test_the_test_loss_is_the_mean_over_tokens_whatever_the_evaluation_batch_size(model_folder, multi30k_dir,
+                                                                                   tmp_path):
+    """As fairseq reports it: the Trainer's own mean weighted each batch's mean by its sentences. An evaluation-only
+    run reads only what it evaluates."""
+    losses = []
+    for batch_size in (1, 3, 8):
+        results = train.main(["--model_name_or_path", str(model_folder), "--output_dir", str(tmp_path / str(batch_size)),
+                              "--do_predict", "--max_predict_samples", "12", "--per_device_eval_batch_size",
+                              str(batch_size), "--data_dir", str(multi30k_dir), "--report_to", "none", "--use_cpu"])
+        losses.append(results["test_sets"]["test_2016_flickr"]["metrics"]["test_loss"])
+    assert losses == pytest.approx([losses[0]] * 3, rel=1e-5)
+    # Only evaluating, a run needs no training data, and parses none.
+    (tmp_path / "mine.tsv").write_text("A dog runs.\tEin Hund rennt.\nTwo cats sleep.\tZwei Katzen schlafen.\n",
+                                       encoding="utf-8")
+    results = train.main(["--model_name_or_path", str(model_folder), "--output_dir", str(tmp_path / "mine"),
+                          "--do_predict", "--test_file", str(tmp_path / "mine.tsv"), "--report_to", "none",
+                          "--use_cpu"])
+    assert results["train_examples"] is None and results["test_sets"]["mine"]["metrics"]["test_loss"] > 0
+
+
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():
     from datasets import Dataset
 

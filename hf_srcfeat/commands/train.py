@@ -984,7 +984,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
-                           data_args.source_parse_column, data_args.source_factor_columns or ())
+                           data_args.source_parse_column, data_args.source_factor_columns or (),
+                           need_train=training_args.do_train or model_args.tokenizer_only)
     if corpora.validation is None and evaluates_during_training(training_args, data_args):
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
@@ -1015,15 +1016,19 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                          corpus.origin[0])
         return data
 
-    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu)}
-    if corpora.validation is not None:
+    # A run that only evaluates a trained model reads (and parses) neither the training data nor, unless it
+    # evaluates on it, the validation split.
+    trains = training_args.do_train or model_args.tokenizer_only
+    splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu)} \
+        if trains and corpora.train is not None else {}
+    if corpora.validation is not None and (trains or training_args.do_eval):
         splits["validation"] = prepared(corpora.validation, data_args.max_eval_samples,
                                         data_args.validation_source_conllu)
     if training_args.do_predict:
         for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
             splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
                                                      data_args.test_source_conllu if index == 0 else None)
-    train_data = splits["train"]
+    train_data = splits.get("train")
 
     # The previous run goes only now that the data has passed its checks: a refused corpus leaves it as it was.
     if ((training_args.do_train or model_args.tokenizer_only) and data_args.overwrite_output_dir
@@ -1069,7 +1074,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                     num_proc=data_args.preprocessing_num_workers, desc=f"tokenize {name}",
                                     new_fingerprint=tokenization_fingerprint(data, tokenizer, data_args))
                      for name, data in splits.items()}
-        train_set, eval_set = tokenized["train"], tokenized.get("validation")
+        train_set, eval_set = tokenized.get("train"), tokenized.get("validation")
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
     if not training_args.generation_max_length and "generation_max_length" not in getattr(training_args, "_given", ()):
         model.generation_config.max_length = generation_length(

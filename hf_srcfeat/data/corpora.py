@@ -289,7 +289,7 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
 class Corpora:
     """The splits of one training run; each test set is scored and written apart."""
 
-    train: Corpus
+    train: Corpus | None  # needed only to train (`need_train`)
     validation: Corpus | None  # needed only to evaluate during training
     tests: list[Corpus]
 
@@ -302,10 +302,11 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
                  validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
                  source_column: str | None = None, target_column: str | None = None,
                  data_dir: str | None = None, parse_column: str | None = None,
-                 factor_columns: Sequence[str] = ()) -> Corpora:
+                 factor_columns: Sequence[str] = (), need_train: bool = True) -> Corpora:
     """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
     is given); files given override the same split of the named dataset. Every split keeps the parse column and the
-    word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`)."""
+    word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`). A run that only evaluates
+    needs no training data (`need_train=False`)."""
     factor_columns = tuple(factor_columns)
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
@@ -340,10 +341,10 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
                                          factor_columns)
     if test_files:
         tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
-    if "train" not in splits:
+    if "train" not in splits and need_train:
         raise DataError("no training data: give --train_file, or a --dataset_name that has a train split.")
     names = [corpus.name for corpus in tests]
     if len(set(names)) != len(names):
         raise DataError(f"test sets need distinct names (their predictions are written as test_<name>_predictions"
                          f".txt): {names}.")
-    return Corpora(splits["train"], splits.get("validation"), tests)
+    return Corpora(splits.get("train"), splits.get("validation"), tests)
