@@ -85,6 +85,33 @@ def test_pre_parsed_conllu_sources_train_without_stanza_exactly_as_parsing_the_r
     assert str(tmp_path / "train.en.conllu.gz") in from_parses["data_files"]
 
 
+def test_each_test_set_takes_its_own_parses_and_their_count_is_checked(stanza_annotator, multi30k_dir, tmp_path):
+    from hf_srcfeat.conllu import write_conllu
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    options = write_source_parses(stanza_annotator, multi30k_dir, tmp_path,
+                                  {"train": 200, "val": 20, "test_2016_flickr": 20})
+    options = options[:options.index("--test_source_conllu")]
+    tests = []
+    for name, start in (("first", 0), ("second", 10)):
+        pairs = load_multi30k("test_2016_flickr", data_dir=multi30k_dir).select(range(start, start + 6))
+        (tmp_path / f"{name}.tsv").write_text("".join(f"{source}\t{target}\n" for source, target in
+                                                      zip(pairs["source"], pairs["target"], strict=True)))
+        write_conllu(stanza_annotator.annotate(list(pairs["source"]), show_progress=False),
+                     tmp_path / f"{name}.en.conllu")
+        tests.append(name)
+    run = TINY + PARSED_RUN + options + ["--dataset_name", "multi30k", "--do_predict", "--test_file",
+                                         *(str(tmp_path / f"{name}.tsv") for name in tests),
+                                         "--stanza_dir", str(tmp_path / "no_stanza_here")]
+    with pytest.raises(SystemExit, match=r"--test_source_conllu gives 1 file\(s\) for 2 test set\(s\) \(first, "
+                                         r"second\)"):
+        train.main(run + ["--output_dir", str(tmp_path / "one"), "--test_source_conllu",
+                          str(tmp_path / "first.en.conllu")])
+    results = train.main(run + ["--output_dir", str(tmp_path / "both"), "--test_source_conllu",
+                                *(str(tmp_path / f"{name}.en.conllu") for name in tests)])
+    assert set(results["test_sets"]) == {"first", "second"}, "scored without Stanza"
+
+
 def test_pre_parsed_sources_that_do_not_follow_the_corpus_are_refused_naming_the_first_mismatch(
         stanza_annotator, multi30k_dir, tmp_path):
     from hf_srcfeat.conllu import read_conllu, write_conllu

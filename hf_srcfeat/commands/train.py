@@ -965,10 +965,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_pretrained_start(model_args)
     check_model_type(model_args)
     check_tokenizer_source(model_args)
+    if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
+        data_args.test_source_conllu = [data_args.test_source_conllu]
     for option in ("train_source_conllu", "validation_source_conllu", "test_source_conllu"):
-        path = getattr(data_args, option)
-        if path and not Path(path).is_file():
-            raise SystemExit(f"--{option} {path}: no such file.")
+        given = getattr(data_args, option)
+        for path in [given] if isinstance(given, str) else given or []:
+            if not Path(path).is_file():
+                raise SystemExit(f"--{option} {path}: no such file.")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     resumed_from = None
@@ -1025,9 +1028,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         splits["validation"] = prepared(corpora.validation, data_args.max_eval_samples,
                                         data_args.validation_source_conllu)
     if training_args.do_predict:
-        for index, corpus in enumerate(corpora.tests):  # --test_source_conllu parses the first test set
-            splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples,
-                                                     data_args.test_source_conllu if index == 0 else None)
+        test_parses: list[str | None] = [*data_args.test_source_conllu] if data_args.test_source_conllu else \
+            [None] * len(corpora.tests)
+        if len(test_parses) != len(corpora.tests):
+            raise SystemExit(f"--test_source_conllu gives {len(test_parses)} file(s) for {len(corpora.tests)} test "
+                             f"set(s) ({', '.join(corpus.name for corpus in corpora.tests)}); give one per test set, "
+                             "in their order.")
+        for corpus, parses in zip(corpora.tests, test_parses, strict=True):
+            splits[f"test:{corpus.name}"] = prepared(corpus, data_args.max_predict_samples, parses)
     train_data = splits.get("train")
 
     # The previous run goes only now that the data has passed its checks: a refused corpus leaves it as it was.
@@ -1111,7 +1119,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                   for name, data in tokenized.items()},
         "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
         + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
-                                 data_args.test_source_conllu) if conllu],
+                                 *(data_args.test_source_conllu or ())) if conllu],
         "seed": training_args.seed,
         "train_examples": len(train_set) if train_set is not None else None,
         "num_parameters": model.num_parameters(),

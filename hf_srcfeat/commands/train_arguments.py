@@ -121,8 +121,9 @@ class DataArguments:
                 "any parser: used instead of parsing with Stanza."})
     validation_source_conllu: str | None = field(default=None, metadata={
         "help": "CoNLL-U parses of the validation sources (as --train_source_conllu)."})
-    test_source_conllu: str | None = field(default=None, metadata={
-        "help": "CoNLL-U parses of the test sources (as --train_source_conllu)."})
+    test_source_conllu: list[str] | None = field(default=None, metadata={
+        "help": "CoNLL-U parses of the test sources (as --train_source_conllu), one file per test set, in the order of "
+                "--test_file.", "nargs": "+"})
     preprocessing_num_workers: int | None = field(default=None, metadata={
         "help": "Processes tokenizing the corpus (datasets.map num_proc), as in run_translation.py."})
     annotation_num_proc: int = field(default=1, metadata={
