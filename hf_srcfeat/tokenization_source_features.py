@@ -503,8 +503,9 @@ def word_features(vocabularies: FeatureVocabularies, sentence: AnnotatedSentence
         values = [w.factor(name) for w in sentence.words]
         if any(value is None for value in values):
             # No value given (e.g. raw text without the factor): <unk>, as OpenNMT-py's src_feats_defaults do.
-            warnings.warn(f"sentence {sentence.name} has no {name!r} factor on some words; they get <unk>.",
-                          stacklevel=5)
+            # One message for every sentence (Python shows it once), not one per sentence of a file.
+            warnings.warn(f"words without a value of the {name!r} factor get <unk> (raw text given to a model trained "
+                          "with it?).", stacklevel=5)
         features[user_factor_feature(name)] = per_word(
             vocabulary.id(value) if value is not None else UNK_ID for value in values)
     return features

@@ -107,7 +107,7 @@ def test_a_model_trained_with_a_user_factor_translates_raw_text_with_its_factor(
     assert not torch.equal(model.get_encoder()(**changed).last_hidden_state,
                            model.get_encoder()(**tokenizer(annotations=sentences[:1],
                                                            return_tensors="pt")).last_hidden_state)
-    with pytest.warns(UserWarning, match="no 'case' factor"):
+    with pytest.warns(UserWarning, match="words without a value of the 'case' factor get <unk>"):
         plain = tokenizer(test_sentences[:1], return_tensors="pt")  # raw text without the factor: <unk>
     assert (plain["factor_case_ids"][0, :-1] == 1).all()
     assert model.generate(**plain, max_new_tokens=5).shape[0] == 1
