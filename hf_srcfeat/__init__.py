@@ -117,7 +117,7 @@ def __getattr__(name: str) -> Any:
         value = model_classes_by_type()
     elif name in _MODULE_OF:
         value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
-    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+    elif "." not in name and not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         # A submodule, as `hf_srcfeat.quantization.quantize_linear_layers` reads after `import hf_srcfeat`.
         value = importlib.import_module(f".{name}", __name__)
     else:

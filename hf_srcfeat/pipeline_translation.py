@@ -80,8 +80,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
                              truncation: bool | None = None, parse: bool | None = None,
                              return_tensors: bool | None = None, return_text: bool | None = None,
                              clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
-        check_generate_arguments(generate_kwargs)
-        if return_text is False and not return_tensors:
+        check_generate_arguments(generate_kwargs, self.model)
+        if return_text is False and not (return_tensors or getattr(self, "_postprocess_params", {}).get(
+                "return_tensors")):
             raise ValueError("return_text=False: give return_tensors=True for the translations' token ids.")
         postprocess = {name: value for name, value in (("skip_special_tokens", skip_special_tokens),
                                                        ("return_tensors", return_tensors),
@@ -102,7 +103,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if options.get("do_sample"):
             # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it).
             created = getattr(self, "_generate_kwargs", {})
-            beams = kwargs.get("num_beams", created.get("num_beams", 1) if "do_sample" not in kwargs else 1)
+            beams = kwargs.get("num_beams", created.get("num_beams", 1) if "do_sample" not in kwargs else 1) or 1
             if beams > 1:
                 raise ValueError(f"do_sample=True draws each translation token by token: give num_beams=1 (or leave "
                                  f"it out), got num_beams={beams}.")
@@ -143,7 +144,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
     def empty_translation(self, options: dict) -> list[dict[str, Any]]:
         """What an empty sentence translates to: as many empty translations as asked for, with score -inf."""
-        count = options.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        given_config = options.get("generation_config")
+        count = options.get("num_return_sequences") or getattr(given_config, "num_return_sequences", None) or \
+            self.model.generation_config.num_return_sequences or 1
         postprocess = {**self._postprocess_params, **{name: options[name] for name in ("return_tensors",)
                                                       if name in options}}
         entry: dict[str, Any] = {"translation_token_ids": torch.zeros(0, dtype=torch.long)} \
@@ -272,11 +275,15 @@ GENERATE_ARGUMENTS = ("generation_config", "logits_processor", "stopping_criteri
                       "assistant_tokenizer", "tokenizer")
 
 
-def check_generate_arguments(options: dict) -> None:
-    """Refuse, naming it, an option that is no generation setting (which `generate` would blame on the model)."""
+def check_generate_arguments(options: dict, model: Any) -> None:
+    """Refuse, naming it, an option that is no generation setting, no argument of the model's `generate` and no
+    input of its `forward` (which `generate` would blame on the model)."""
+    import inspect
+
     from transformers import GenerationConfig
 
-    known = {*vars(GenerationConfig()), *GENERATE_ARGUMENTS}
+    known = {*vars(GenerationConfig()), *GENERATE_ARGUMENTS, *inspect.signature(model.generate).parameters,
+             *inspect.signature(model.forward).parameters}
     unknown = [name for name in options if name not in known]
     for name in unknown:
         if name in ("src_lang", "tgt_lang"):
@@ -308,7 +315,7 @@ def check_task_direction(task: str | None, tokenizer: Any) -> None:
     language = getattr(tokenizer, "language", None)
     if len(parts) == 4 and parts[2] == "to" and isinstance(language, str) and parts[1] != language:
         raise ValueError(f"task {task!r}: the model translates from {language!r}, not {parts[1]!r}; use "
-                         f"'translation' (or 'translation_{language}_to_{parts[3]}').")
+                         "'translation'.")
 
 
 #: What `pipeline` passes on to a tokenizer it loads itself.

@@ -379,6 +379,9 @@ def test_monolingual_json_lines_that_datasets_could_not_read_are_named_by_line(t
     (tmp_path / "mono.jsonl").write_text('{"text": "A dog runs."}\n{"text": 7}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"mono.jsonl row 2: the sentence is not text: int 7"):
         load_monolingual("en", train_file=str(tmp_path / "mono.jsonl"))
+    (tmp_path / "array.json").write_text('[{"text": "A dog runs."}, {"text": "A cat sleeps."}]\n', encoding="utf-8")
+    assert list(load_monolingual("en", train_file=str(tmp_path / "array.json")).train["text"]) == [
+        "A dog runs.", "A cat sleeps."], "a whole-file JSON array is read by datasets"
 
 
 def test_an_autoencoder_on_own_monolingual_data_needs_the_translation_tokenizer_first(monolingual_files, tmp_path):

@@ -33,9 +33,10 @@ def test_a_submodule_is_an_attribute_of_the_package_after_import():
             hf_srcfeat.no_such_module
         except AttributeError as error:
             print(error)
+        print(getattr(hf_srcfeat, "no.such.module", "default"))
     """)
     assert output.splitlines() == ["quantize_linear_layers hf_srcfeat.linear",
-                                   "module 'hf_srcfeat' has no attribute 'no_such_module'"]
+                                   "module 'hf_srcfeat' has no attribute 'no_such_module'", "default"]
 
 
 @pytest.mark.parametrize("command", ["translate", "annotate", "score", "export_ct2", "average_checkpoints", "publish"])

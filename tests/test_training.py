@@ -457,10 +457,22 @@ def test_the_test_loss_is_the_mean_over_tokens_whatever_the_evaluation_batch_siz
     # Only evaluating, a run needs no training data, and parses none.
     (tmp_path / "mine.tsv").write_text("A dog runs.\tEin Hund rennt.\nTwo cats sleep.\tZwei Katzen schlafen.\n",
                                        encoding="utf-8")
+    (tmp_path / "broken.tsv").write_text("only one column\n", encoding="utf-8")
     results = train.main(["--model_name_or_path", str(model_folder), "--output_dir", str(tmp_path / "mine"),
-                          "--do_predict", "--test_file", str(tmp_path / "mine.tsv"), "--report_to", "none",
-                          "--use_cpu"])
+                          "--do_predict", "--test_file", str(tmp_path / "mine.tsv"), "--train_file",
+                          str(tmp_path / "broken.tsv"), "--report_to", "none", "--use_cpu"])
     assert results["train_examples"] is None and results["test_sets"]["mine"]["metrics"]["test_loss"] > 0
+
+
+def test_config_overrides_win_over_the_size_options_and_may_be_a_recipes_mapping():
+    model_args = train.ModelArguments(d_model=64, attention_heads=4, config_overrides={"d_model": 48})
+    assert train.given_config_overrides(model_args) == {"d_model": 48}
+    assert train.model_config(model_args, vocab_size=100).d_model == 48
+
+
+def test_a_source_carries_inline_factors_when_most_of_its_tokens_do():
+    assert train.carries_inline_factors("Two￨Cap dogs￨lower play￨lower .￨other")
+    assert not train.carries_inline_factors("The sign ￨ stands between two words .")
 
 
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():

@@ -75,6 +75,8 @@ def test_sampling_draws_with_one_beam_and_a_seed_repeats_the_draws(translator, t
     monkeypatch.setattr(translator.model, "generate", lambda **options: asked.append(options) or generate(**options))
     translator(test_sentences[0], do_sample=True, seed=1)
     assert asked[-1]["do_sample"] is True and asked[-1]["num_beams"] == 1
+    translator(test_sentences[0], do_sample=True, num_beams=None, seed=1)
+    assert asked[-1]["num_beams"] == 1
     with pytest.raises(ValueError, match="give num_beams=1"):
         translator(test_sentences[0], do_sample=True, num_beams=4)
     with pytest.raises(ValueError, match="seed makes sampling reproducible: it needs do_sample=True"):
@@ -86,6 +88,8 @@ def test_transformers_4_output_options_work_and_other_options_are_named(translat
     assert translator.tokenizer.decode(ids, skip_special_tokens=True).strip() == \
         translator(test_sentences[0])[0]["translation_text"]
     assert translator(test_sentences[0], clean_up_tokenization_spaces=True) == translator(test_sentences[0])
+    assert translator(test_sentences[0], fast_decoding=False) == translator(test_sentences[0]), \
+        "an argument of the model's own generate"
     for option, message in ((dict(tgt_lang="de"), "`tgt_lang` is not an option of this pipeline"),
                             (dict(return_text=False), "give return_tensors=True"),
                             (dict(num_beam=2), "`num_beam` is not an option of the translation pipeline")):

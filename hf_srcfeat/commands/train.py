@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute
 import torch
@@ -466,12 +467,12 @@ def check_source_text(data, origin: str, parsed_here: bool, limit: int = DEFAULT
     takes (it would refuse it only when it comes to it, by its place in a chunk). The first is named by row."""
     offset = 0
     for batch in data.with_format("arrow").iter(batch_size=ANNOTATION_CHUNK):
-        factored = pyarrow.compute.match_substring(batch["source"], FACTOR_SEPARATOR)
-        if pyarrow.compute.any(factored).as_py():
-            index = pyarrow.compute.index(factored, True).as_py()
-            raise DataError(f"{origin} row {offset + index + 1}: the source carries factors inline "
-                            f"(word{FACTOR_SEPARATOR}value, OpenNMT-py's format): name them with "
-                            "--inline_source_factors.")
+        holding = pyarrow.compute.match_substring(batch["source"], FACTOR_SEPARATOR)
+        for index in pyarrow.compute.indices_nonzero(holding).to_pylist():  # rare outside factored corpora
+            if carries_inline_factors(batch["source"][index].as_py()):
+                raise DataError(f"{origin} row {offset + index + 1}: the source carries factors inline "
+                                f"(word{FACTOR_SEPARATOR}value, OpenNMT-py's format): name them with "
+                                "--inline_source_factors.")
         lengths = pyarrow.compute.utf8_length(batch["source"])  # characters, as len() counts them
         too_long = pyarrow.compute.greater(lengths, limit)
         if parsed_here and pyarrow.compute.any(too_long).as_py():
@@ -480,6 +481,13 @@ def check_source_text(data, origin: str, parsed_here: bool, limit: int = DEFAULT
                             f"characters, more than the parser takes ({limit:,}, about 1,800 words): split it into "
                             "sentences (the models translate sentences), or give its parse.")
         offset += batch.num_rows
+
+
+def carries_inline_factors(source: str) -> bool:
+    """Whether a source is in OpenNMT-py's factored format: most of its tokens carry the factor separator (a text
+    may hold the character itself, U+FFE8, a halfwidth form, now and then)."""
+    tokens = source.split()
+    return 2 * sum(FACTOR_SEPARATOR in token.strip(FACTOR_SEPARATOR) for token in tokens) > len(tokens)
 
 
 def split_inline_factors(data, names: list[str], origin: str):
@@ -692,6 +700,8 @@ def given_config_overrides(model_args: ModelArguments) -> dict:
     parsed and the tokenizer built)."""
     if not model_args.config_overrides:
         return {}
+    if isinstance(model_args.config_overrides, dict):  # a YAML or JSON recipe may give the mapping itself
+        return model_args.config_overrides
     try:
         overrides = json.loads(model_args.config_overrides)
     except json.JSONDecodeError as error:
@@ -721,15 +731,14 @@ def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary
     config_class = MODEL_CONFIGS[model_args.model_type]
     accepted = config_argument_names(config_class)
     feature_sizes = {name: size for name, size in (feature_vocabulary_sizes or {}).items() if name in accepted}
-    return config_class(
+    settings: dict[str, Any] = dict(
         vocab_size=vocab_size, d_model=model_args.d_model,
         encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
         encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
         encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout,
         label_smoothing=model_args.label_smoothing, layernorm_position=model_args.layernorm_position,
-        # mypy checks each **dict's value type against every parameter of the config class
-        **(special_token_ids or {}), **{**feature_sizes, **overrides},  # type: ignore[arg-type]
-    )
+        **(special_token_ids or {}), **feature_sizes)
+    return config_class(**{**settings, **overrides})  # the overrides win, also over the size options
 
 
 def build_model(model_args: ModelArguments, tokenizer, seed: int):

@@ -306,7 +306,7 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
     """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
     is given); files given override the same split of the named dataset. Every split keeps the parse column and the
     word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`). A run that only evaluates
-    needs no training data (`need_train=False`)."""
+    neither needs nor reads training data (`need_train=False`)."""
     factor_columns = tuple(factor_columns)
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
@@ -328,13 +328,15 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
             raise DataError(f"Multi30k has no factor columns {list(factor_columns)}; give the corpus as JSON lines "
                              "or a datasets source with them.")
         for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
+            if key == "train" and not need_train:
+                continue
             files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
             corpus = Corpus(split, read_text_pair(*files), [str(path) for path in files])
             if key:
                 splits[key] = corpus
             else:
                 tests.append(corpus)
-    if train_file:
+    if train_file and need_train:
         splits["train"] = load_file(train_file, source_lang, target_lang, parse_column, factor_columns)
     if validation_file:
         splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column,

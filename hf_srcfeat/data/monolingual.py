@@ -68,6 +68,14 @@ def read_text_file(path: Path) -> Dataset:
     return Dataset.from_dict({"text": sentences})
 
 
+def starts_with_array(path: Path) -> bool:
+    """Whether a .json file holds one JSON array rather than JSON lines."""
+    for _, line in numbered_lines(path):
+        if line.strip():
+            return line.lstrip().startswith("[")
+    return False
+
+
 def load_monolingual_file(path: str, language: str, text_column: str | None = None) -> Dataset:
     given = Path(path)
     if not given.is_file():
@@ -77,8 +85,9 @@ def load_monolingual_file(path: str, language: str, text_column: str | None = No
     if kind in TEXT_SUFFIXES:
         return read_text_file(given)
     if kind in JSON_SUFFIXES:
-        for _ in json_objects(given):  # JSON, objects, encodable text: errors name the line
-            pass
+        if not starts_with_array(given):  # JSON lines (a whole-file array is left to datasets)
+            for _ in json_objects(given):  # JSON, objects, encodable text: errors name the line
+                pass
         return text_column_of(load_dataset("json", data_files=str(given), split="train"), str(given), language,
                               text_column)
     raise DataError(f"{path}: monolingual data must be a .txt file (one sentence a line) or JSON lines "
