@@ -65,7 +65,9 @@ def test_beam_search_translations_equal_the_pytorch_models_stopping_as_ctranslat
 
 def test_the_translate_command_runs_the_export_line_for_line(exported, test_sentences, tmp_path):
     folder, ct2_folder = exported
-    lines = [test_sentences[0], "", *test_sentences[1:5]]
+    # Contractions, hyphens and a tab: the export reads the annotator's words, as the PyTorch pipeline does.
+    lines = [test_sentences[0], "", *test_sentences[1:5], "I don't think he's here, but it can't rain.",
+             "A full-fledged search-engine with an opt-out.", "Two dogs\tplay in the snow."]
     source = tmp_path / "input.en"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     outputs = {}

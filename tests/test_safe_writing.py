@@ -167,6 +167,33 @@ def test_outputs_that_are_inputs_and_zero_sizes_are_refused_before_any_work(comm
     assert source.read_text() == "A dog runs.\n" and not (tmp_path / "out.txt").exists()
 
 
+def test_no_command_writes_over_its_parse_cache_or_into_its_model_folder(model_folder, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The cache a run uses (given, or the environment's default) and the model it loads are inputs too."""
+    from hf_srcfeat.commands import annotate, score, translate
+
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs.\n")
+    cache = tmp_path / "annotations.sqlite"
+    cache.write_bytes(b"SQLite format 3\x00 a cache")
+    monkeypatch.setenv("HF_SRCFEAT_ANNOTATION_CACHE", str(cache))
+    weights = (model_folder / "model.safetensors").read_bytes()
+    for main, arguments, message in (
+            (translate.main, ["--model", str(model_folder), "--input", str(source), "--output", str(cache)],
+             f"--output {cache} is the annotation cache file"),
+            (translate.main, ["--model", str(model_folder), "--input", str(source), "--output",
+                              str(model_folder / "model.safetensors")], "is inside the model folder"),
+            (score.main, ["--model", str(model_folder), "--source", str(source), "--target", str(source), "--output",
+                          str(model_folder / "config.json")], "is inside the model folder"),
+            (annotate.main, ["--input", str(source), "--output", str(cache)],
+             f"--output {cache} is the annotation cache file")):
+        with pytest.raises(SystemExit):
+            main(arguments)
+        assert message in capsys.readouterr().err
+    assert cache.read_bytes() == b"SQLite format 3\x00 a cache"
+    assert (model_folder / "model.safetensors").read_bytes() == weights
+
+
 def test_the_ctranslate2_export_refuses_to_write_over_its_model_or_into_a_file(model_folder, tmp_path, capsys):
     from hf_srcfeat.commands.export_ct2 import main
 

@@ -125,7 +125,7 @@ def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_ar
               write_lines(tmp_path / "short.de", texts[:2])])
     with pytest.raises(SystemExit):
         main(["--model", str(model_folder), "--source", str(conllu), "--target", target, "--output", target])
-    assert f"--output {target} is an input file; it would be overwritten" in capsys.readouterr().err
+    assert f"--output {target} is the --target file; it would be overwritten" in capsys.readouterr().err
 
 
 def test_a_missing_source_or_target_file_is_named_by_its_option(model_folder, tmp_path):

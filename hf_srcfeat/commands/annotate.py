@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from hf_srcfeat.annotation_cache import check_cache_path
+from hf_srcfeat.annotation_cache import check_cache_path, default_cache_path
 from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     check_counts(parser, args, ("batch_size", "num_proc", "max_characters"))
     args.device = resolve_device(args.device)
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
-                                {"input": args.input, "--annotation_cache": args.annotation_cache})
+                                {"input": args.input, "annotation cache": str(args.annotation_cache or
+                                                                              default_cache_path())})
     if problem:
         parser.error(problem)
     if Path(args.output).is_dir():

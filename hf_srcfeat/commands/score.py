@@ -27,8 +27,9 @@ from hf_srcfeat.commands.translate import (
     open_binary_input,
     read_conllu_sentences,
     read_raw_lines,
+    used_cache_path,
 )
-from hf_srcfeat.safe_writing import write_text_atomically
+from hf_srcfeat.safe_writing import overwritten_input, write_text_atomically
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     check_model_source(args.model)
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
-    if args.output != "-" and any(Path(args.output).resolve() == Path(path).resolve()
-                                  for path in (args.source, args.target) if path != "-"):
-        parser.error(f"--output {args.output} is an input file; it would be overwritten.")
+    problem = overwritten_input({"--output": args.output}, {"--source": args.source, "--target": args.target,
+                                                            "annotation cache": used_cache_path(args)},
+                                {"model": args.model, "tokenizer": args.tokenizer})
+    if problem:
+        parser.error(problem)
     pairs = read_pairs(args)
 
     from transformers import AutoModelForSeq2SeqLM

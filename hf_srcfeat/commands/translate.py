@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
+from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path, default_cache_path
 from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.annotators import annotator_from_settings
 from hf_srcfeat.commands import check_counts, check_model_source, resolve_device
@@ -472,7 +472,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
                      f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
-                                {"input": args.input})
+                                {"input": args.input, "annotation cache": used_cache_path(args)},
+                                {"model": args.model, "tokenizer": args.tokenizer})
     if problem:
         parser.error(problem)
     if (args.input_format == "factored") != bool(args.factor_names):
@@ -498,6 +499,14 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
         parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
                      f"got --input_format {args.input_format} --backend {args.backend}.")
+
+
+def used_cache_path(args: argparse.Namespace) -> str | None:
+    """The parse cache file a run reads and writes: `--annotation_cache`, else the default (environment variable,
+    else the user's cache folder); None with `--no_annotation_cache`."""
+    if getattr(args, "no_annotation_cache", False):
+        return None
+    return str(args.annotation_cache or default_cache_path())
 
 
 def count_lines(path: str, input_format: str) -> int | None:

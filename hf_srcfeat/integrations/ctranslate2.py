@@ -277,8 +277,10 @@ class CTranslate2Translator:
         self.forced_eos_at_max_length = settings.get("forced_eos_at_max_length", False)
         self.max_length = settings["max_position_embeddings"]
         self.factors = settings.get("source_factors", [])
-        # A model without source features needs no parse: the translate command then hands over raw text.
-        self.reads_parses = bool(self.factors)
+        # Sources are read as the PyTorch pipeline reads them: a model without factors gets the annotator's words
+        # (the words it was trained on; raw text split by the subword model alone differs, e.g. at "don't"), a
+        # model with factors the parse.
+        self.reads_parses = True
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=inter_threads, intra_threads=intra_threads)
         # As the PyTorch model's generation config decodes, unless told otherwise: max_new_tokens before max_length,
@@ -291,29 +293,31 @@ class CTranslate2Translator:
         check_decoding_options(decoding)
         self.decoding = ctranslate2_decoding_options(decoding)
 
+    def annotate(self, texts: list[str]) -> list:
+        """Raw texts as the model reads them: parsed for a model with factors, else only segmented into the
+        annotator's words, as the PyTorch pipeline does."""
+        return self.tokenizer.annotate(texts, words_only=not self.factors)
+
     def source_tokens(self, sources: Sequence) -> list[list[str]]:
-        """The subword tokens of the sources (raw texts, or `AnnotatedSentence`s for a model with factors), with
-        `</s>`, as the PyTorch model reads them; with factors, `subword￨label￨...` per token."""
+        """The subword tokens of the sources (raw texts, annotated here, or `AnnotatedSentence`s), with `</s>`,
+        exactly as the PyTorch model reads them; with factors, `subword￨label￨...` per token."""
         from hf_srcfeat.annotated_sentence import AnnotatedSentence
         from hf_srcfeat.configuration_relevance_features import FACTOR_FEATURE_NAMES
 
         sources = list(sources)
-        if not self.factors:
-            texts = [source.text if isinstance(source, AnnotatedSentence) else source for source in sources]
-            encoded = self.tokenizer(texts, source_features=False, truncation=True, max_length=self.max_length)
-            self.warn_truncated(texts, encoded["input_ids"], lambda text: self.tokenizer(text, source_features=False))
-            return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
-        no_tree = dict(return_dep_distance=False, return_word_heads=False)  # the factors CTranslate2 takes have none
-        if parsed:
-            encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length, **no_tree)
-            self.warn_truncated(parsed, encoded["input_ids"],
-                                lambda sentence: self.tokenizer(annotations=sentence, **no_tree))
-        else:
-            encoded = self.tokenizer(sources, truncation=True, max_length=self.max_length, **no_tree)
-            self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text, **no_tree))
+        if not parsed:
+            parsed = self.annotate(sources)
+        # The factors CTranslate2 takes have no tree; a model without factors reads the words' subwords alone.
+        options: dict[str, Any] = dict(return_dep_distance=False, return_word_heads=False,
+                                       **({} if self.factors else {"source_feature_names": ()}))
+        encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length, **options)
+        self.warn_truncated(parsed, encoded["input_ids"],
+                            lambda sentence: self.tokenizer(annotations=sentence, **options))
+        if not self.factors:
+            return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         vocabularies = self.tokenizer.feature_vocabularies
         rows = []
         for index, ids in enumerate(encoded["input_ids"]):
@@ -338,10 +342,10 @@ class CTranslate2Translator:
                 warnings.warn(f"sentence {name} has {length} tokens; only its first {self.max_length} (the model's "
                               "max_position_embeddings) are translated. Split it.", stacklevel=3)
 
-    def translate(self, texts: Sequence[str], num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
+    def translate(self, texts: Sequence, num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
                   num_return_sequences: int = 1, return_scores: bool = False) -> list:
-        """Translations of `texts` (a list per text with `num_return_sequences` > 1; (text, score) pairs with
-        `return_scores`)."""
+        """Translations of `texts` (raw, or `AnnotatedSentence`s; a list per text with `num_return_sequences` > 1;
+        (text, score) pairs with `return_scores`)."""
         sources = self.source_tokens(texts)
         prefix = [[self.forced_bos_token]] * len(sources) if self.forced_bos_token else None
         results = self.translator.translate_batch(
