@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -270,4 +271,20 @@ def test_the_annotate_command_names_a_missing_input_before_loading_a_parser(tmp_
         with pytest.raises(SystemExit):
             main(["--input", str(missing), "--output", str(tmp_path / "out.conllu")])
         assert f"--input {missing}: {what}" in capsys.readouterr().err
-    assert not (tmp_path / "out.conllu").exists()
+    (tmp_path / "input.en").write_text("A dog runs.\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["--input", str(tmp_path / "input.en"), "--output", "-"])
+    assert "give paths, not - for stdin or stdout" in capsys.readouterr().err
+    assert not (tmp_path / "out.conllu").exists() and not Path("-").exists()
+
+
+def test_the_annotate_command_parses_without_a_damaged_cache_and_says_so(stanza_annotator, test_sentences, tmp_path,
+                                                                         capsys):
+    from hf_srcfeat.commands.annotate import main
+
+    (tmp_path / "input.en").write_text("\n".join(test_sentences[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "damaged.sqlite").write_bytes(bytes(range(256)) * 16)
+    assert main(["--input", str(tmp_path / "input.en"), "--output", str(tmp_path / "out.conllu"), "--stanza_dir",
+                 str(stanza_annotator.model_dir), "--annotation_cache", str(tmp_path / "damaged.sqlite")]) == 0
+    assert "parsing without the annotation cache for this run" in capsys.readouterr().err
+    assert [parse.text for parse in read_conllu(tmp_path / "out.conllu")] == test_sentences[:3]

@@ -102,6 +102,11 @@ def test_a_pair_longer_than_the_model_takes_is_not_scored_cut_and_the_others_kee
     assert lines[1] == "nan\tnan\t0" and "nan" not in lines[0] + lines[2]
     assert re.search(rf"pair 2 not scored: its target has \d+ tokens, more than the model's "
                      rf"max_position_embeddings \({limit}\)", capsys.readouterr().err)
+    long_source = " ".join([sources[1]] * 200)  # some 12,000 characters: more than the parser takes
+    assert main(["--model", str(model_folder), "--source", write_lines(tmp_path / "long.en", [long_source]),
+                 "--target", write_lines(tmp_path / "long.de", [texts[1]])]) == 0
+    assert re.search(r"pair 1 not scored: the source has [\d,]+ characters, more than max_characters=10,000",
+                     capsys.readouterr().err)
 
 
 def test_conllu_sources_are_read_one_sentence_per_target_and_mismatched_files_are_refused(

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from hf_srcfeat.annotation_cache import check_cache_path, default_cache_path
+from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path, default_cache_path
 from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device
@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                               default_cache_path())})
     if problem:
         parser.error(problem)
+    if "-" in (args.input, args.output):
+        parser.error("--input and --output are files (a run resumes through the parse cache and shards merge into "
+                     "the output): give paths, not - for stdin or stdout.")
     if Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
     if not Path(args.input).is_file():
@@ -110,7 +113,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     start = time.perf_counter()
     try:
-        parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+        try:
+            parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+        except AnnotationCacheError as error:
+            # The cache file, not a sentence, is at fault: said once, and this run parses without it.
+            print(f"hf-srcfeat-annotate: {error}\nhf-srcfeat-annotate: parsing without the annotation cache for "
+                  "this run.", file=sys.stderr)
+            annotator.close()
+            annotator = make_annotator(args.annotator, language=args.language, model=model, device=args.device,
+                                       use_cache=False, batch_size=args.batch_size,
+                                       max_characters=args.max_characters)
+            parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+    except KeyboardInterrupt:
+        print("hf-srcfeat-annotate: interrupted; nothing was written. The same command resumes: the sentences parsed "
+              "so far are in the annotation cache.", file=sys.stderr)
+        return 130
     finally:
         annotator.close()
     for line, characters, pieces in long_lines:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import re
 import sys
 import zlib
 from pathlib import Path
@@ -150,8 +151,9 @@ def score_pairs(model, tokenizer, usable: list, batch_size: int) -> list:
         try:
             scores += score_targets(model, tokenizer, [source], [target], batch_size=1)
         except ValueError as error:
-            print(f"hf-srcfeat-score: pair {line_number} not scored: {str(error).split(': ', 1)[-1]}",
-                  file=sys.stderr)
+            # Scored alone, the pair is "pair 0" to the scorer and its source "text 0" to the annotator.
+            reason = re.sub(r"^text 0 ", "the source ", re.sub(r"^pair 0 \(counting from 0\): ", "", str(error)))
+            print(f"hf-srcfeat-score: pair {line_number} not scored: {reason}", file=sys.stderr)
             scores.append(None)
     return scores
 
