@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         translator = CTranslate2Translator(export(args.model, str(args.work_dir / "float32"), None, force=True),
                                            intra_threads=1, no_repeat_ngram_size=no_repeat_ngram_size)
-        exported = translator.translate(sources, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+        exported = translator.translate(annotations or sources, num_beams=args.num_beams,
+                                        max_new_tokens=args.max_new_tokens,
                                         batch_size=args.batch_size)
         for rule in RULES:
             results[rule]["identical_to_ctranslate2"] = sum(

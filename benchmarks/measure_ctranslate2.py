@@ -8,7 +8,8 @@ Exports the model twice (float32 and int8) into `--work_dir`, then, on the first
 test_2016_flickr: (1) counts float32 greedy translations identical to the PyTorch model's greedy ones; (2) times
 every backend (PyTorch float32, CTranslate2 float32, CTranslate2 int8) at batch 1 and 32, greedy and beam 4, in
 `--rounds` rounds in which the backends take turns on the same sentences (so load on the machine hits all alike),
-each on one thread. The source tokens are prepared once, outside the timings: only decoding is timed.
+each on one thread. The sources are segmented into the annotator's words once, outside the timings (the words both
+backends read); each backend's subword encoding is timed with its decoding.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from hf_srcfeat.safe_writing import write_json_atomically
 from hf_srcfeat.single_row_products import set_cpu_threads
 
 
-def pytorch_decode(model, tokenizer, sources: list[str], batch_size: int, num_beams: int, max_new_tokens: int
+def pytorch_decode(model, tokenizer, sources: list, batch_size: int, num_beams: int, max_new_tokens: int
                    ) -> list[str]:
+    """Greedy or beam outputs of the PyTorch model for sources segmented into the annotator's words, encoded as
+    the CTranslate2 translator encodes them (subwords alone)."""
     outputs = []
     for start in range(0, len(sources), batch_size):
-        batch = tokenizer(sources[start:start + batch_size], source_features=False, padding=True,
-                          return_tensors="pt")
+        batch = tokenizer(annotations=sources[start:start + batch_size], source_feature_names=(),
+                          return_dep_distance=False, return_word_heads=False, padding=True, return_tensors="pt")
         with torch.no_grad():
             generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                        num_beams=num_beams, do_sample=False, max_new_tokens=max_new_tokens)
@@ -58,7 +61,9 @@ def main(argv: list[str] | None = None) -> dict:
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     translators = {name: CTranslate2Translator(folder, intra_threads=1) for name, folder in exports.items()}
-    sources = list(load_multi30k("test_2016_flickr", "en", "de", limit=args.sentences)["source"])
+    texts = list(load_multi30k("test_2016_flickr", "en", "de", limit=args.sentences)["source"])
+    # Segmented into the annotator's words once, before any timing: both backends read those words.
+    sources = translators["float32"].annotate(texts)
 
     reference = pytorch_decode(model, tokenizer, sources, 32, 1, args.max_new_tokens)
     ct2_greedy = translators["float32"].translate(sources, num_beams=1, max_new_tokens=args.max_new_tokens)

@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
                        if getattr(baseline_options, name, None)}
             translator = CTranslate2Translator(exported, intra_threads=1, **options)
             # Segmented into the annotator's words before the timing, as the PyTorch arms' inputs are encoded.
-            segmented = translator.annotate(sources)
+            segmented = annotations or translator.annotate(sources)
             runners[("ctranslate2_float32", "ctranslate2")] = lambda batch_size, beams: translator.translate(
                 segmented, num_beams=beams, max_new_tokens=args.max_new_tokens, batch_size=batch_size)
             model_types[("ctranslate2_float32", "ctranslate2")] = "ctranslate2"

@@ -87,8 +87,8 @@ def write_json_atomically(path: str | os.PathLike, data: Any, **dumps_options: A
 def overwritten_input(outputs: dict[str, str | None], inputs: dict[str, str | None],
                       input_folders: dict[str, str | None] | None = None) -> str | None:
     """The error to give when an output (`--name` -> path) is one of the inputs (the files read, among them the parse
-    cache), lies inside an input folder (a model's), or is another output (so that a writer never destroys what it
-    reads), else None. "-" (stdout/stdin) and None are no files."""
+    cache), an existing file of an input folder (a model's), or another output (so that a writer never destroys
+    what it reads), else None. "-" (stdout/stdin) and None are no files."""
     def same(first: str, second: str) -> bool:  # a device or FIFO (/dev/null both ways) loses nothing
         return not is_special_file(Path(first)) and Path(first).resolve() == Path(second).resolve()
 
@@ -98,9 +98,10 @@ def overwritten_input(outputs: dict[str, str | None], inputs: dict[str, str | No
             if input_path not in (None, "-") and same(path, input_path):
                 return f"{name} {path} is the {input_name} file; it would be overwritten."
         for folder_name, folder in (input_folders or {}).items():
-            if folder is not None and Path(folder).is_dir() and not is_special_file(Path(path)) \
+            # A file of the folder (a model's weights, config, tokenizer) is read; a new file beside them is not.
+            if folder is not None and Path(folder).is_dir() and Path(path).is_file() \
                     and Path(path).resolve().is_relative_to(Path(folder).resolve()):
-                return f"{name} {path} is inside the {folder_name} folder {folder}; it could overwrite its files."
+                return f"{name} {path} is a file of the {folder_name} folder {folder}; it would be overwritten."
     for index, (name, path) in enumerate(files):
         for other_name, other_path in files[index + 1:]:
             if same(path, other_path):

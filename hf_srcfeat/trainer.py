@@ -44,7 +44,7 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
         loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only,
                                                           ignore_keys=ignore_keys, **gen_kwargs)
         if isinstance(loss, torch.Tensor) and inputs.get("labels") is not None and hasattr(self, "_evaluated_tokens"):
-            tokens = (inputs["labels"] != -100).sum()
+            tokens = (inputs["labels"] != -100).sum().to(loss.device)
             self._evaluated_tokens += torch.stack([loss.detach().float() * tokens, tokens.float()])
         return loss, generated, labels
 

@@ -5,6 +5,7 @@ real sentences as the PyTorch model does (greedy, float32), through the translat
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -78,6 +79,47 @@ def test_the_translate_command_runs_the_export_line_for_line(exported, test_sent
                                "--device", "cpu"]) == 0
         outputs[backend] = target.read_text(encoding="utf-8").splitlines()
     assert outputs["ctranslate2"] == outputs["transformers"] and outputs["ctranslate2"][1] == ""
+
+
+def test_the_export_translates_a_sentence_the_annotator_fails_on_from_its_raw_text(exported, test_sentences, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """As the PyTorch backend does for a model without source features; the other lines as before."""
+    from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
+
+    annotate = SourceFeatureTokenizer.annotate
+
+    def failing(self, texts, *args, **kwargs):
+        if any("FAIL" in text for text in texts):
+            raise RuntimeError("the parser gave up")
+        return annotate(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", failing)
+    _, ct2_folder = exported
+    source = tmp_path / "input.en"
+    source.write_text(f"{test_sentences[0]}\nFAIL {test_sentences[1]}\n", encoding="utf-8")
+    assert translate_main(["--model", str(ct2_folder), "--backend", "ctranslate2", "--input", str(source), "--output",
+                           str(tmp_path / "output.de"), "--num_beams", "1", "--max_new_tokens", "24", "--quiet"]) == 0
+    assert all((tmp_path / "output.de").read_text(encoding="utf-8").splitlines())
+    assert "line 2: the annotator failed: RuntimeError: the parser gave up; translated without a parse" in \
+        capsys.readouterr().err
+
+
+def test_an_export_with_a_tokenizer_without_an_annotator_reads_raw_text(exported, test_sentences, tmp_path):
+    """A converted checkpoint exported with its own plain tokenizer: no parse, its subwords of the raw text."""
+    from transformers import PreTrainedTokenizerFast
+
+    _, ct2_folder = exported
+    plain = tmp_path / "plain-ct2"
+    shutil.copytree(ct2_folder, plain)
+    wrapped = CTranslate2Translator(str(ct2_folder))
+    for name in ("tokenizer_config.json", "feature_vocab.json", "tokenizer.json"):
+        (plain / name).unlink(missing_ok=True)
+    PreTrainedTokenizerFast(tokenizer_object=wrapped.tokenizer.backend_tokenizer, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>", bos_token="<s>").save_pretrained(plain)
+    translator = CTranslate2Translator(str(plain))
+    assert not translator.reads_parses
+    assert translator.translate(test_sentences[:3], num_beams=1, max_new_tokens=24) == \
+        wrapped.translate(test_sentences[:3], num_beams=1, max_new_tokens=24, parse=False)
 
 
 def test_an_export_given_without_its_backend_or_a_model_folder_that_is_not_there_is_named(exported, tmp_path,

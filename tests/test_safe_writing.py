@@ -182,9 +182,9 @@ def test_no_command_writes_over_its_parse_cache_or_into_its_model_folder(model_f
             (translate.main, ["--model", str(model_folder), "--input", str(source), "--output", str(cache)],
              f"--output {cache} is the annotation cache file"),
             (translate.main, ["--model", str(model_folder), "--input", str(source), "--output",
-                              str(model_folder / "model.safetensors")], "is inside the model folder"),
+                              str(model_folder / "model.safetensors")], "is a file of the model folder"),
             (score.main, ["--model", str(model_folder), "--source", str(source), "--target", str(source), "--output",
-                          str(model_folder / "config.json")], "is inside the model folder"),
+                          str(model_folder / "config.json")], "is a file of the model folder"),
             (annotate.main, ["--input", str(source), "--output", str(cache)],
              f"--output {cache} is the annotation cache file")):
         with pytest.raises(SystemExit):
@@ -192,6 +192,12 @@ def test_no_command_writes_over_its_parse_cache_or_into_its_model_folder(model_f
         assert message in capsys.readouterr().err
     assert cache.read_bytes() == b"SQLite format 3\x00 a cache"
     assert (model_folder / "model.safetensors").read_bytes() == weights
+    fresh = model_folder / "translations.de"  # a new file beside the model's own is no harm
+    try:
+        assert translate.main(["--model", str(model_folder), "--input", str(source), "--output", str(fresh),
+                               "--annotation_cache", str(tmp_path / "other.sqlite"), "--quiet"]) == 0
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def test_the_ctranslate2_export_refuses_to_write_over_its_model_or_into_a_file(model_folder, tmp_path, capsys):

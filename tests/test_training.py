@@ -470,6 +470,19 @@ def test_config_overrides_win_over_the_size_options_and_may_be_a_recipes_mapping
     assert train.model_config(model_args, vocab_size=100).d_model == 48
 
 
+def test_a_resumed_checkpoint_is_compared_with_the_model_the_options_and_their_overrides_build(tmp_path):
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    built = train.model_config(train.ModelArguments(config_overrides='{"d_model": 48, "encoder_ffn_dim": 96}'),
+                               vocab_size=100)
+    built.save_pretrained(checkpoint)
+    train.check_resumed_model(str(checkpoint), train.ModelArguments(
+        config_overrides='{"d_model": 48, "encoder_ffn_dim": 96}'), str(tmp_path / "run"))  # the same model
+    with pytest.raises(SystemExit, match=r"config_overrides d_model 64 \(the checkpoint's: 48\)"):
+        train.check_resumed_model(str(checkpoint), train.ModelArguments(
+            config_overrides='{"d_model": 64, "encoder_ffn_dim": 96}'), str(tmp_path / "run"))
+
+
 def test_a_source_carries_inline_factors_when_most_of_its_tokens_do():
     assert train.carries_inline_factors("Two￨Cap dogs￨lower play￨lower .￨other")
     assert not train.carries_inline_factors("The sign ￨ stands between two words .")

@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                                        max_characters=args.max_characters)
             parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
     except KeyboardInterrupt:
-        print("hf-srcfeat-annotate: interrupted; nothing was written. The same command resumes: the sentences parsed "
-              "so far are in the annotation cache.", file=sys.stderr)
+        resumes = " The same command resumes: the sentences parsed so far are in the annotation cache." \
+            if annotator.cache is not None else ""
+        print(f"hf-srcfeat-annotate: interrupted; nothing was written.{resumes}", file=sys.stderr)
         return 130
     finally:
         annotator.close()

@@ -341,8 +341,11 @@ def check_resumed_model(folder: str, model_args: ModelArguments, output_dir: str
     if not config_file.is_file() or model_args.init_from or model_args.model_name_or_path:
         return
     config = json.loads(config_file.read_text(encoding="utf-8"))
-    differing = [f"--{argument} {getattr(model_args, argument)} (the checkpoint's: {config[key]})"
-                 for argument, key in RESUMED_SETTINGS if key in config and getattr(model_args, argument) != config[key]]
+    overrides = given_config_overrides(model_args)  # they win over the size options, as when the model is built
+    asked = {key: (f"config_overrides {key}", overrides[key]) if key in overrides else
+             (f"--{argument}", getattr(model_args, argument)) for argument, key in RESUMED_SETTINGS}
+    differing = [f"{option} {value} (the checkpoint's: {config[key]})" for key, (option, value) in asked.items()
+                 if key in config and value != config[key]]
     if differing:
         raise SystemExit(f"--resume_from_checkpoint {folder} is another model than this run builds: "
                          f"{', '.join(differing)}; resume with the settings it was trained with.")

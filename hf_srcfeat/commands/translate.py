@@ -189,11 +189,11 @@ class FileTranslator:
         self.num_return_sequences = num_return_sequences
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
-        # A translator whose model reads no source features (a CTranslate2 export of the baseline) gets raw text.
+        # A translator that reads no parse (a CTranslate2 export whose tokenizer has no annotator) gets raw text.
         self.reads_parses = parse and getattr(translator, "reads_parses", True)
-        # The transformers pipeline translates a sentence the annotator fails on without its parse (features at
-        # their defaults); a CTranslate2 export with source features cannot, and loses that sentence.
-        self.translates_unparsed = not hasattr(translator, "reads_parses")
+        # The transformers pipeline and a CTranslate2 export without factors translate a sentence the annotator
+        # fails on from its raw text (features at their defaults); an export with factors cannot, and loses it.
+        self.translates_unparsed = getattr(translator, "translates_unparsed", True)
         self.statistics = TranslationStatistics()
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -503,8 +503,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def used_cache_path(args: argparse.Namespace) -> str | None:
     """The parse cache file a run reads and writes: `--annotation_cache`, else the default (environment variable,
-    else the user's cache folder); None with `--no_annotation_cache`."""
-    if getattr(args, "no_annotation_cache", False):
+    else the user's cache folder); None when it parses nothing or caches nothing."""
+    parses = getattr(args, "input_format", getattr(args, "source_format", "text")) != "conllu" \
+        and not getattr(args, "no_parse", False)
+    if getattr(args, "no_annotation_cache", False) or not parses:
         return None
     return str(args.annotation_cache or default_cache_path())
 

@@ -279,8 +279,10 @@ class CTranslate2Translator:
         self.factors = settings.get("source_factors", [])
         # Sources are read as the PyTorch pipeline reads them: a model without factors gets the annotator's words
         # (the words it was trained on; raw text split by the subword model alone differs, e.g. at "don't"), a
-        # model with factors the parse.
-        self.reads_parses = True
+        # model with factors the parse. An export whose tokenizer has no annotator reads raw text.
+        self.reads_parses = bool(self.factors) or hasattr(self.tokenizer, "annotate")
+        # Without factors, a sentence the annotator fails on is still translated, from its raw text.
+        self.translates_unparsed = not self.factors
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=inter_threads, intra_threads=intra_threads)
         # As the PyTorch model's generation config decodes, unless told otherwise: max_new_tokens before max_length,
@@ -298,9 +300,10 @@ class CTranslate2Translator:
         annotator's words, as the PyTorch pipeline does."""
         return self.tokenizer.annotate(texts, words_only=not self.factors)
 
-    def source_tokens(self, sources: Sequence) -> list[list[str]]:
+    def source_tokens(self, sources: Sequence, parse: bool = True) -> list[list[str]]:
         """The subword tokens of the sources (raw texts, annotated here, or `AnnotatedSentence`s), with `</s>`,
-        exactly as the PyTorch model reads them; with factors, `subword￨label￨...` per token."""
+        exactly as the PyTorch model reads them; with factors, `subword￨label￨...` per token. `parse=False` (or a
+        tokenizer without an annotator) cuts raw texts into subwords directly, for a model without factors."""
         from hf_srcfeat.annotated_sentence import AnnotatedSentence
         from hf_srcfeat.configuration_relevance_features import FACTOR_FEATURE_NAMES
 
@@ -308,6 +311,10 @@ class CTranslate2Translator:
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
+        if not parsed and not self.factors and (not parse or not self.reads_parses):
+            encoded = self.tokenizer(sources, source_features=False, truncation=True, max_length=self.max_length)
+            self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text, source_features=False))
+            return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         if not parsed:
             parsed = self.annotate(sources)
         # The factors CTranslate2 takes have no tree; a model without factors reads the words' subwords alone.
@@ -343,10 +350,10 @@ class CTranslate2Translator:
                               "max_position_embeddings) are translated. Split it.", stacklevel=3)
 
     def translate(self, texts: Sequence, num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
-                  num_return_sequences: int = 1, return_scores: bool = False) -> list:
+                  num_return_sequences: int = 1, return_scores: bool = False, parse: bool = True) -> list:
         """Translations of `texts` (raw, or `AnnotatedSentence`s; a list per text with `num_return_sequences` > 1;
-        (text, score) pairs with `return_scores`)."""
-        sources = self.source_tokens(texts)
+        (text, score) pairs with `return_scores`; `parse` as for `source_tokens`)."""
+        sources = self.source_tokens(texts, parse=parse)
         prefix = [[self.forced_bos_token]] * len(sources) if self.forced_bos_token else None
         results = self.translator.translate_batch(
             sources, target_prefix=prefix, max_batch_size=batch_size, beam_size=num_beams,
@@ -365,13 +372,13 @@ class CTranslate2Translator:
         return outputs
 
 
-    def __call__(self, texts: Sequence[str], batch_size: int = 32, num_return_sequences: int = 1,
-                 return_scores: bool = False) -> list:
+    def __call__(self, texts: Sequence, batch_size: int = 32, num_return_sequences: int = 1,
+                 return_scores: bool = False, parse: bool = True) -> list:
         """The translation pipeline's interface (what `hf-srcfeat-translate` calls): a dict
         {"translation_text", and "score" with `return_scores`} per text, or a list of them per text with
         `num_return_sequences` > 1. The score is CTranslate2's (log-probability normalised by length)."""
         results = self.translate(texts, self.num_beams, self.max_new_tokens, batch_size, num_return_sequences,
-                                 return_scores=True)
+                                 return_scores=True, parse=parse)
         outputs = []
         for hypotheses in results:
             hypotheses = hypotheses if num_return_sequences > 1 else [hypotheses]
