@@ -180,16 +180,21 @@ class SourceFeatureTranslationPipeline(Pipeline):
         encoded = encode()
         length = encoded["input_ids"].shape[-1]
         positions = getattr(self.model.config, "max_position_embeddings", None)
-        limit = self.tokenizer.model_max_length if truncation else positions
+        # A checkpoint's tokenizer may take more than the model's positions (or say no limit): the lower one holds.
+        limits = [limit for limit in (self.tokenizer.model_max_length, positions) if isinstance(limit, int)]
+        limit = (min(limits) if limits else None) if truncation else positions
         if limit is None or length <= limit:
             return dict(encoded)
         if not truncation:
             raise ValueError(f"sentence {name} has {length} tokens, more than the model's "
                              f"max_position_embeddings ({positions}); split it, or translate it cut with "
                              "truncation=True.")
-        warnings.warn(f"sentence {name} has {length} tokens; only its first {limit} (the tokenizer's "
-                      f"model_max_length) are translated. Split it, or pass truncation=False to keep up to "
-                      f"{positions} tokens.", stacklevel=2)
+        reason = "the tokenizer's model_max_length" if limit == self.tokenizer.model_max_length else \
+            "the model's max_position_embeddings"
+        keep = f" Split it, or pass truncation=False to keep up to {positions} tokens." if limit != positions else \
+            " Split it."
+        warnings.warn(f"sentence {name} has {length} tokens; only its first {limit} ({reason}) are translated.{keep}",
+                      stacklevel=2)
         return dict(encode(truncation=True, max_length=limit))
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], return_scores: bool = False, **generate_kwargs

@@ -5,6 +5,8 @@ unfreeze the rest later."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -66,8 +68,13 @@ def test_nllb_and_mbart_checkpoints_train_with_their_language_codes(family, mode
                                                                     tmp_path):
     checkpoint = tiny_checkpoint(family, checkpoint_tokenizers[family], tmp_path / "checkpoint")
     results = train.main(["--init_from", str(checkpoint), "--model_type", model_type, *codes,
-                          "--output_dir", str(tmp_path / "run"), "--max_steps", "4", *RUN])
+                          "--output_dir", str(tmp_path / "run"), "--max_steps", "4", *RUN,
+                          "--save_strategy", "steps", "--save_steps", "4"])
     assert results["config"]["model_type"] == model_type and results["global_step"] == 4
+    swapped = [codes[0], codes[3], codes[2], codes[1]]  # the source and target codes exchanged
+    with pytest.raises(SystemExit, match="was started with other language codes: --source_lang_code"):
+        train.main(["--init_from", str(checkpoint), "--model_type", model_type, *swapped, "--output_dir",
+                    str(tmp_path / "run"), "--max_steps", "6", *RUN, "--resume_from_checkpoint", "True"])
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run")
     tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(tmp_path / "run")
     target_code = tokenizer.convert_tokens_to_ids(codes[-1])
@@ -190,6 +197,42 @@ def test_pretrained_start_options_are_checked_before_any_work(arguments, message
     with pytest.raises(SystemExit, match=message):
         train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu"])
     assert not (tmp_path / "run").exists()
+
+
+def test_an_init_from_that_is_no_checkpoint_or_sizes_beside_it_are_named_before_any_parsing(marian_checkpoint,
+                                                                                           model_folder, tmp_path):
+    for arguments, message in (
+            (["--init_from", str(tmp_path / "nowhere")], "no such folder, and it does not load as a Hub id"),
+            (["--init_from", str(model_folder)], "is a model of this library .*continue training it with "
+                                                 "--model_name_or_path"),
+            (["--init_from", str(marian_checkpoint), "--d_model", "512"], "--d_model: a model started from "
+                                                                          "--init_from has the checkpoint's sizes")):
+        with pytest.raises(SystemExit, match=message):
+            train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu",
+                        "--stanza_dir", str(tmp_path / "no_stanza_here")])
+        assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_grafted_model_keeps_the_checkpoints_decoding_settings_and_resumes_only_as_the_same_method(
+        marian_checkpoint, tmp_path):
+    from transformers import GenerationConfig
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(marian_checkpoint, checkpoint)
+    GenerationConfig.from_dict({**GenerationConfig.from_pretrained(checkpoint).to_dict(), "num_beams": 5,
+                                "max_length": 77}).save_pretrained(checkpoint)
+    run = [arguments for arguments in RUN if arguments not in ("--generation_num_beams", "2",
+                                                                "--generation_max_length", "12",
+                                                                "--predict_with_generate", "--do_predict")]
+    run[run.index("no")] = "steps"  # --save_strategy steps
+    train.main(["--init_from", str(checkpoint), "--model_type", "deps_san", "--output_dir", str(tmp_path / "run"),
+                "--max_steps", "2", "--save_steps", "2", *run])
+    saved = GenerationConfig.from_pretrained(tmp_path / "run")
+    assert (saved.num_beams, saved.max_length) == (5, 77), "the checkpoint's own settings"
+    with pytest.raises(SystemExit, match="is a deps_san model, this run grafts relevance_features"):
+        train.main(["--init_from", str(checkpoint), "--model_type", "relevance_features", "--output_dir",
+                    str(tmp_path / "run"), "--max_steps", "4", "--resume_from_checkpoint", "True", *run])
 
 
 @pytest.mark.slow

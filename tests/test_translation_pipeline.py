@@ -97,6 +97,16 @@ def test_transformers_4_output_options_work_and_other_options_are_named(translat
             translator(test_sentences[0], **option)
 
 
+def test_a_sentence_longer_than_the_models_positions_is_cut_there_whatever_the_tokenizer_allows(
+        translator, test_sentences, monkeypatch):
+    """A checkpoint's tokenizer may allow more tokens than the model has positions (or no limit at all)."""
+    monkeypatch.setattr(translator.tokenizer, "model_max_length", int(1e30))
+    monkeypatch.setattr(translator.model.config, "max_position_embeddings", 8)
+    with pytest.warns(UserWarning, match=r"only its first 8 \(the model's max_position_embeddings\) are translated"):
+        cut = translator(test_sentences[0])
+    assert cut[0]["translation_text"]
+
+
 def test_the_pipeline_refuses_a_tokenizer_without_source_features_and_a_direction_it_does_not_translate(
         translator, test_sentences):
     from transformers import PreTrainedTokenizerFast

@@ -134,6 +134,11 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
     for name in ("model_name_or_path", "tokenizer_name_or_path"):
         if getattr(model_args, name):
             raise SystemExit(f"--init_from and --{name} both say where to start; give one.")
+    sizes = [name for name in ("d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim",
+                               "vocab_size", "subword_model") if name in getattr(model_args, "_given", ())]
+    if sizes:
+        raise SystemExit(f"--{', --'.join(sizes)}: a model started from --init_from has the checkpoint's sizes and "
+                         "vocabulary; leave them out.")
     if model_args.model_type == "srcfeat_transformer" and (model_args.freeze_pretrained
                                                            or model_args.added_learning_rate is not None):
         raise SystemExit("--freeze_pretrained and --added_learning_rate concern what a method adds; --model_type "
@@ -146,6 +151,23 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
                                                         or model_args.unfreeze_after_steps < 1):
         raise SystemExit("--unfreeze_after_steps needs --freeze_pretrained and a positive step, got "
                          f"{model_args.unfreeze_after_steps}.")
+    check_init_from(model_args.init_from)
+
+
+def check_init_from(name: str) -> None:
+    """`--init_from` names a pretrained translation checkpoint this run can read, checked from its config before
+    the parsing (minutes to hours on a large corpus): a folder or a loadable Hub id, not a model of this library."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SystemExit(f"--init_from {name}: no such folder, and it does not load as a Hub id ({reason}).") \
+            from None
+    if config.model_type in MODEL_CONFIGS:
+        raise SystemExit(f"--init_from {name} is a model of this library ({config.model_type}); continue training it "
+                         "with --model_name_or_path.")
 
 
 def check_tokenizer_source(model_args: ModelArguments) -> None:
@@ -338,9 +360,14 @@ def check_resumed_model(folder: str, model_args: ModelArguments, output_dir: str
     before any work (its weights would otherwise fail to load after the parsing, or, from another run, load over a
     new tokenizer's ids without a word)."""
     config_file = Path(folder, "config.json")
-    if not config_file.is_file() or model_args.init_from or model_args.model_name_or_path:
+    if not config_file.is_file() or model_args.model_name_or_path:
         return
     config = json.loads(config_file.read_text(encoding="utf-8"))
+    if model_args.init_from:  # the sizes are the pretrained checkpoint's; the method grafted on must be the same
+        if config.get("model_type") != model_args.model_type:
+            raise SystemExit(f"--resume_from_checkpoint {folder} is a {config.get('model_type')} model, this run "
+                             f"grafts {model_args.model_type}; resume with the options the run was started with.")
+        return
     overrides = given_config_overrides(model_args)  # they win over the size options, as when the model is built
     asked = {key: (f"config_overrides {key}", overrides[key]) if key in overrides else
              (f"--{argument}", getattr(model_args, argument)) for argument, key in RESUMED_SETTINGS}
@@ -649,10 +676,19 @@ def pretrained_tokenizer(model_args: ModelArguments, data_args: DataArguments, t
                          annotator):
     """The `--init_from` checkpoint's own tokenizer with feature vocabularies from the training sources (or the one
     an earlier run of this output_dir saved)."""
-    if (Path(training_args.output_dir) / SETTINGS_FILE).exists():
-        return PretrainedSourceFeatureTokenizer.from_pretrained(training_args.output_dir)
     languages = {name: code for name, code in (("src_lang", model_args.source_lang_code),
                                                ("tgt_lang", model_args.target_lang_code)) if code}
+    if (Path(training_args.output_dir) / SETTINGS_FILE).exists():
+        saved = PretrainedSourceFeatureTokenizer.from_pretrained(training_args.output_dir)
+        # The run's tokenizer puts its language codes into every encoding: other codes would not reach it.
+        differing = [f"--{option} {code} (the run's: {getattr(saved.base, name, None)})"
+                     for name, option, code in (("src_lang", "source_lang_code", model_args.source_lang_code),
+                                                ("tgt_lang", "target_lang_code", model_args.target_lang_code))
+                     if code and getattr(saved.base, name, code) != code]
+        if differing:
+            raise SystemExit(f"{training_args.output_dir} was started with other language codes: "
+                             f"{', '.join(differing)}; resume with the run's own, or start a new run.")
+        return saved
     base = AutoTokenizer.from_pretrained(model_args.init_from, **languages)
     for code in languages.values():
         if base.convert_tokens_to_ids(code) == base.unk_token_id:
@@ -1069,8 +1105,12 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         return {"code_version": code_version(), "model_args": asdict(model_args), "data_args": asdict(data_args),
                 "vocab_size": len(tokenizer), "feature_vocabulary_sizes": tokenizer.feature_vocabularies.sizes()}
     model = build_model(model_args, tokenizer, training_args.seed)
-    model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
-    model.generation_config.num_beams = training_args.generation_num_beams or 1
+    # A pretrained checkpoint keeps its own decoding settings (its beams, its length limit) unless told otherwise.
+    keeps_its_settings = bool(model_args.init_from)
+    if training_args.generation_max_length or not keeps_its_settings:
+        model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
+    if training_args.generation_num_beams or not keeps_its_settings:
+        model.generation_config.num_beams = training_args.generation_num_beams or 1
     for name, value in given_decoding_options(data_args).items():
         setattr(model.generation_config, name, value)
 
@@ -1096,7 +1136,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                      for name, data in splits.items()}
         train_set, eval_set = tokenized.get("train"), tokenized.get("validation")
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
-    if not training_args.generation_max_length and "generation_max_length" not in getattr(training_args, "_given", ()):
+    if not keeps_its_settings and not training_args.generation_max_length \
+            and "generation_max_length" not in getattr(training_args, "_given", ()):
         model.generation_config.max_length = generation_length(
             [data for data in (eval_set, *test_sets.values()) if data is not None], data_args.max_target_length)
         logger.info("generation length %d tokens: 1.5 x the longest reference + 5 (at most --max_target_length); "
