@@ -207,6 +207,8 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--config_overrides", "{'sublayer_dropout': 0.1}", "--config_overrides is not valid JSON \\(Expecting property "
                                                        "name enclosed in double quotes at column 2\\)"),
     ("--config_overrides", "[0.1]", "--config_overrides must be a JSON object of config settings"),
+    ("--config_overrides", '{"attention_dropuot": 0.1}', "--config_overrides 'attention_dropuot': srcfeat_transformer "
+                                                          "has no such setting \\(did you mean 'attention_dropout'"),
 ])
 def test_the_training_command_refuses_an_option_value_it_cannot_use_before_any_work(option, value, message, tmp_path):
     from hf_srcfeat.commands import train

@@ -752,13 +752,33 @@ def given_config_overrides(model_args: ModelArguments) -> dict:
     return overrides
 
 
+def known_config_settings(config_class) -> set[str]:
+    """Every setting a config class takes: its own arguments and those of the configs it extends (a method's config
+    passes the backbone's on), and Transformers' common ones."""
+    from transformers import PretrainedConfig
+
+    known = set(config_argument_names(config_class)) | set(PretrainedConfig().to_dict())
+    for base in config_class.__mro__:
+        if "__init__" in vars(base):
+            known |= set(inspect.signature(base.__init__).parameters)
+    return known - {"self", "kwargs"}
+
+
 def check_model_type(model_args: ModelArguments) -> None:
     """`--model_type` and `--config_overrides` checked before any work: the model is built only after the parsing
-    and the tokenizer, which would otherwise be written to the output folder first."""
+    and the tokenizer, which would otherwise be written to the output folder first. A setting the model type does
+    not take would be stored in its config and read by nothing: a misspelt name is named with the closest ones."""
     if model_args.model_type not in MODEL_CONFIGS:
         raise SystemExit(f"--model_type {model_args.model_type!r} is not a model type; choose from "
                          f"{', '.join(MODEL_CONFIGS)} (or a --variant).")
-    given_config_overrides(model_args)
+    overrides = given_config_overrides(model_args)
+    known = known_config_settings(MODEL_CONFIGS[model_args.model_type])
+    for name in overrides:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.75)
+            raise SystemExit(f"--config_overrides {name!r}: {model_args.model_type} has no such setting"
+                             + (f" (did you mean {' or '.join(repr(one) for one in close)}?)" if close else "")
+                             + f"; `--help_model {model_args.model_type}` lists them.")
 
 
 def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
