@@ -130,3 +130,17 @@ def sampled_batches(monkeypatch) -> list[list[list[int]]]:
     monkeypatch.setattr(batching, "TokenBudgetBatchSampler", RecordingSampler)
     monkeypatch.setattr(RecordingSampler, "made", [])
     return RecordingSampler.made
+
+
+def annotator_fails_on(monkeypatch, marker: str = "FAIL") -> None:
+    """The feature-aware tokenizer's parser gives up on every batch holding a text with `marker`."""
+    from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
+
+    annotate = SourceFeatureTokenizer.annotate
+
+    def failing(self, texts, *args, **kwargs):
+        if any(marker in text for text in texts):
+            raise RuntimeError("the parser gave up")
+        return annotate(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", failing)

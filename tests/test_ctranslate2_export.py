@@ -17,6 +17,8 @@ from hf_srcfeat.commands.export_ct2 import main
 from hf_srcfeat.commands.translate import main as translate_main
 from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, check_exportable
 
+from .helpers import annotator_fails_on
+
 
 @pytest.fixture(scope="module")
 def exported(trained_baseline, feature_tokenizer, tmp_path_factory):
@@ -84,16 +86,7 @@ def test_the_translate_command_runs_the_export_line_for_line(exported, test_sent
 def test_the_export_translates_a_sentence_the_annotator_fails_on_from_its_raw_text(exported, test_sentences, tmp_path,
                                                                                    monkeypatch, capsys):
     """As the PyTorch backend does for a model without source features; the other lines as before."""
-    from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
-
-    annotate = SourceFeatureTokenizer.annotate
-
-    def failing(self, texts, *args, **kwargs):
-        if any("FAIL" in text for text in texts):
-            raise RuntimeError("the parser gave up")
-        return annotate(self, texts, *args, **kwargs)
-
-    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", failing)
+    annotator_fails_on(monkeypatch)
     _, ct2_folder = exported
     source = tmp_path / "input.en"
     source.write_text(f"{test_sentences[0]}\nFAIL {test_sentences[1]}\n", encoding="utf-8")

@@ -16,7 +16,7 @@ from hf_srcfeat import pipeline
 from hf_srcfeat.commands.translate import main
 from hf_srcfeat.conllu import conllu_lines
 
-from .helpers import REPO
+from .helpers import REPO, annotator_fails_on
 
 SETTINGS = ["--num_beams", "4", "--max_new_tokens", "24"]
 
@@ -245,16 +245,7 @@ def test_cuda_on_a_machine_without_it_is_a_clear_error(model_folder, tmp_path):
 
 def test_a_sentence_the_annotator_fails_on_is_translated_without_a_parse(model_folder, test_sentences, tmp_path,
                                                                          monkeypatch, capsys):
-    from hf_srcfeat.tokenization_source_features import SourceFeatureTokenizer
-
-    annotate = SourceFeatureTokenizer.annotate
-
-    def failing(self, texts, *args, **kwargs):
-        if any("FAIL" in text for text in texts):
-            raise RuntimeError("the parser gave up")
-        return annotate(self, texts, *args, **kwargs)
-
-    monkeypatch.setattr(SourceFeatureTokenizer, "annotate", failing)
+    annotator_fails_on(monkeypatch)
     report = tmp_path / "report.json"
     lines = [test_sentences[0], "FAIL " + test_sentences[1], test_sentences[2]]
     output = translate(model_folder, tmp_path, "--report_json", str(report), lines=lines)
