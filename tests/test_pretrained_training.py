@@ -201,6 +201,9 @@ def test_pretrained_start_options_are_checked_before_any_work(arguments, message
 
 def test_an_init_from_that_is_no_checkpoint_or_sizes_beside_it_are_named_before_any_parsing(marian_checkpoint,
                                                                                            model_folder, tmp_path):
+    with pytest.raises(SystemExit, match="--init_from starts a run that trains"):
+        train.main(["--init_from", str(marian_checkpoint), "--output_dir", str(tmp_path / "run"), "--do_predict",
+                    "--use_cpu"])
     for arguments, message in (
             (["--init_from", str(tmp_path / "nowhere")], "no such folder, and it does not load as a Hub id"),
             (["--init_from", str(model_folder)], "is a model of this library .*continue training it with "
@@ -324,7 +327,10 @@ def test_a_grafted_run_publishes_and_loads_through_remote_code_alone(grafted_run
                                str(tmp_path / "repository"), "--dry-run"])
     assert (repository / "checkpoint_tokenizer" / "source.spm").exists()
     assert (repository / "tokenization_pretrained_source_features.py").exists()
-    assert "Started from a pretrained marian checkpoint" in (repository / "README.md").read_text()
+    card = (repository / "README.md").read_text()
+    assert "Started from a pretrained marian checkpoint" in card
+    assert "AutoTokenizer.from_pretrained(" in card and ", trust_remote_code=True)" in card.split(
+        "AutoTokenizer.from_pretrained(", 1)[1].split("\n", 1)[0], "the card's tokenizer line loads the wrapped class"
     sentences = test_sentences[:2]
     model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
     tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(folder)

@@ -147,6 +147,8 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
         (4, 3, 1, 0)
     assert statistics["parse_seconds"] > 0 and statistics["translate_seconds"] > 0
     assert statistics["arguments"]["num_beams"] == 4
+    assert (statistics["arguments"]["device"], statistics["arguments"]["buffer_size"]) == ("cpu", 1000), \
+        "what was used, not auto and unset"
 
 
 def test_a_cut_short_gzip_input_is_named_and_nothing_is_written(model_folder, test_sentences, tmp_path):

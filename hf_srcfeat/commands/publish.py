@@ -238,6 +238,11 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
         card = card.replace("\n## ", f"\nStarted from a pretrained {model.config.converted_from} checkpoint, converted into the "
                             "zoo's backbone, with this method grafted on (the documentation's guide \"Pretrained "
                             "checkpoints\"); its own tokenizer is in `checkpoint_tokenizer/`.\n\n## ", 1)
+        # The tokenizer wraps the checkpoint's own: its class comes with the repository's code.
+        card = card.replace(f'AutoTokenizer.from_pretrained("{repo_id}")',
+                            f'AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)')
+        card = card.replace("(`SourceFeatureTokenizer`)", "(`PretrainedSourceFeatureTokenizer`, around the checkpoint's "
+                            "own)")
     write_text_atomically(output / "README.md", card)
     return output
 

@@ -440,6 +440,10 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
     score a new, untrained model."""
     if model_args.model_name_or_path:
         return
+    if model_args.init_from:
+        raise SystemExit("--init_from starts a run that trains (--do_train); to evaluate the checkpoint with a method "
+                         "grafted on and untrained, train one step that changes nothing (--do_train --max_steps 1 "
+                         "--learning_rate 0), or evaluate a finished run with --model_name_or_path <its output_dir>.")
     if Path(training_args.output_dir, "config.json").exists():
         model_args.model_name_or_path = training_args.output_dir
         logger.info("evaluating the trained model in %s", training_args.output_dir)

@@ -354,6 +354,7 @@ def load_translator(args: argparse.Namespace):
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     device = "cpu" if args.quantize else resolve_device(args.device)  # int8 dynamic quantization is CPU-only
+    args.device = device  # the report says where it ran, not "auto"
     if args.seed is not None:
         torch.manual_seed(args.seed)
     if args.threads is not None:  # the parser runs PyTorch in this process whatever the backend
@@ -555,7 +556,7 @@ def translate_files(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_arguments(parser, args)
     interactive = args.input == "-" and sys.stdin.isatty()
-    buffer_size = args.buffer_size or (1 if interactive else 1000)
+    buffer_size = args.buffer_size = args.buffer_size or (1 if interactive else 1000)  # the report says what was used
 
     from torch import nn
 
