@@ -97,12 +97,12 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
     def __call__(self, inputs: str | AnnotatedSentence | list | tuple, **kwargs):
         seed = kwargs.pop("seed", self._seed)
-        options = {**getattr(self, "_generate_kwargs", {}), **kwargs}
+        created = getattr(self, "_generate_kwargs", {})  # the generation settings given when the pipeline was made
+        options = {**created, **kwargs}
         check_generation_options(options)  # before any parsing
         check_seed(seed)
         if options.get("do_sample"):
             # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it).
-            created = getattr(self, "_generate_kwargs", {})
             beams = kwargs.get("num_beams", created.get("num_beams", 1) if "do_sample" not in kwargs else 1) or 1
             if beams > 1:
                 raise ValueError(f"do_sample=True draws each translation token by token: give num_beams=1 (or leave "
@@ -147,10 +147,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
         given_config = options.get("generation_config")
         count = options.get("num_return_sequences") or getattr(given_config, "num_return_sequences", None) or \
             self.model.generation_config.num_return_sequences or 1
-        postprocess = {**self._postprocess_params, **{name: options[name] for name in ("return_tensors",)
-                                                      if name in options}}
-        entry: dict[str, Any] = {"translation_token_ids": torch.zeros(0, dtype=torch.long)} \
-            if postprocess.get("return_tensors") else {"translation_text": ""}
+        return_tensors = options.get("return_tensors", self._postprocess_params.get("return_tensors"))
+        entry: dict[str, Any] = {"translation_token_ids": torch.zeros(0, dtype=torch.long)} if return_tensors \
+            else {"translation_text": ""}
         if options.get("return_scores", self._forward_params.get("return_scores")):
             entry["score"] = float("-inf")
         return [dict(entry) for _ in range(count)]

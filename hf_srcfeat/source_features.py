@@ -49,6 +49,11 @@ def is_user_factor_feature(argument: str) -> bool:
     return argument.startswith("factor_") and argument.endswith("_ids") and len(argument) > len("factor__ids")
 
 
+def user_factor_name(feature: str) -> str:
+    """The name of the user factor a `factor_<name>_ids` feature holds (`user_factor_feature`'s inverse)."""
+    return feature.removeprefix("factor_").removesuffix("_ids")
+
+
 @dataclass
 class SourceFeatures:
     """Source-side linguistic features aligned to subword tokens; any of them may be absent (None)."""

@@ -67,3 +67,23 @@ def resolve_device(name: str, option: str = "--device") -> str:
         raise SystemExit(f"{option} {name}: this machine has no CUDA device (torch {torch.__version__}); use "
                          f"{option} cpu or auto.")
     return name
+
+
+def error_summary(error: BaseException) -> str:
+    """An exception in a few words for a one-line message: its first line, else its type (loading errors of the
+    Hub client run to several lines of advice)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def used_cache_path(args: argparse.Namespace) -> str | None:
+    """The parse cache file a command run reads and writes: `--annotation_cache`, else the default (environment
+    variable, else the user's cache folder); None when it parses nothing (CoNLL-U input, `--no_parse`) or caches
+    nothing (`--no_annotation_cache`)."""
+    from hf_srcfeat.annotation_cache import default_cache_path
+
+    parses = getattr(args, "input_format", getattr(args, "source_format", "text")) != "conllu" \
+        and not getattr(args, "no_parse", False)
+    if getattr(args, "no_annotation_cache", False) or not parses:
+        return None
+    return str(args.annotation_cache or default_cache_path())

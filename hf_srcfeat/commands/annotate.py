@@ -26,10 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path, default_cache_path
+from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
 from hf_srcfeat.annotator import join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
-from hf_srcfeat.commands import check_counts, resolve_device
+from hf_srcfeat.commands import check_counts, resolve_device, used_cache_path
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.corpora import numbered_lines, single_line
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     check_counts(parser, args, ("batch_size", "num_proc", "max_characters"))
     args.device = resolve_device(args.device)
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
-                                {"input": args.input, "annotation cache": str(args.annotation_cache or
-                                                                              default_cache_path())})
+                                {"input": args.input, "annotation cache": used_cache_path(args)})
     if problem:
         parser.error(problem)
     if "-" in (args.input, args.output):
@@ -105,10 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--annotation_cache: {error}")
     sentences = read_sentences(args.input)[shard::shards]
     model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
+
+    def new_annotator(**cache_options):
+        return make_annotator(args.annotator, language=args.language, model=model, device=args.device,
+                              batch_size=args.batch_size, max_characters=args.max_characters, **cache_options)
+
     try:
-        annotator = make_annotator(args.annotator, language=args.language, model=model, device=args.device,
-                                   cache_path=args.annotation_cache, batch_size=args.batch_size,
-                                   max_characters=args.max_characters)
+        annotator = new_annotator(cache_path=args.annotation_cache)
     except ValueError as error:
         parser.error(str(error))
     start = time.perf_counter()
@@ -120,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hf-srcfeat-annotate: {error}\nhf-srcfeat-annotate: parsing without the annotation cache for "
                   "this run.", file=sys.stderr)
             annotator.close()
-            annotator = make_annotator(args.annotator, language=args.language, model=model, device=args.device,
-                                       use_cache=False, batch_size=args.batch_size,
-                                       max_characters=args.max_characters)
+            annotator = new_annotator(use_cache=False)
             parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
     except KeyboardInterrupt:
         resumes = " The same command resumes: the sentences parsed so far are in the annotation cache." \

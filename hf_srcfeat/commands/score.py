@@ -22,13 +22,12 @@ import zlib
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.commands import check_counts, check_model_source, resolve_device
+from hf_srcfeat.commands import check_counts, check_model_source, resolve_device, used_cache_path
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
     read_conllu_sentences,
     read_raw_lines,
-    used_cache_path,
 )
 from hf_srcfeat.safe_writing import overwritten_input, write_text_atomically
 

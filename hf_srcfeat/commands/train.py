@@ -48,7 +48,7 @@ from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS, AnnotatorLoadError
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
-from hf_srcfeat.commands import resolve_device, run_as_script
+from hf_srcfeat.commands import error_summary, resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
 from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
@@ -162,9 +162,8 @@ def check_init_from(name: str) -> None:
     try:
         config = AutoConfig.from_pretrained(name)
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SystemExit(f"--init_from {name}: no such folder, and it does not load as a Hub id ({reason}).") \
-            from None
+        raise SystemExit(f"--init_from {name}: no such folder, and it does not load as a Hub id "
+                         f"({error_summary(error)}).") from None
     if config.model_type in MODEL_CONFIGS:
         raise SystemExit(f"--init_from {name} is a model of this library ({config.model_type}); continue training it "
                          "with --model_name_or_path.")
@@ -179,9 +178,8 @@ def check_tokenizer_source(model_args: ModelArguments) -> None:
     try:
         load_tokenizer(name)
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SystemExit(f"--tokenizer_name_or_path {name}: no such folder, and it does not load as a Hub id "
-                         f"({reason}).") from None
+                         f"({error_summary(error)}).") from None
 
 
 def check_vocabulary_arguments(model_args: ModelArguments) -> None:
@@ -1047,7 +1045,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     resumed_from = None
-    if training_args.do_train or model_args.tokenizer_only:
+    # A run that only evaluates a trained model reads (and parses) neither the training data nor, unless it
+    # evaluates on it, the validation split.
+    trains = training_args.do_train or model_args.tokenizer_only
+    if trains:
         check_output_dir(training_args, data_args)
         resumed_from = check_resumed_checkpoint(training_args)
         if resumed_from:
@@ -1060,7 +1061,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
                            data_args.source_parse_column, data_args.source_factor_columns or (),
-                           need_train=training_args.do_train or model_args.tokenizer_only)
+                           need_train=trains)
     if corpora.validation is None and evaluates_during_training(training_args, data_args):
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
@@ -1091,9 +1092,6 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                          corpus.origin[0])
         return data
 
-    # A run that only evaluates a trained model reads (and parses) neither the training data nor, unless it
-    # evaluates on it, the validation split.
-    trains = training_args.do_train or model_args.tokenizer_only
     splits = {"train": prepared(corpora.train, data_args.max_train_samples, data_args.train_source_conllu)} \
         if trains and corpora.train is not None else {}
     if corpora.validation is not None and (trains or training_args.do_eval):
@@ -1111,7 +1109,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     train_data = splits.get("train")
 
     # The previous run goes only now that the data has passed its checks: a refused corpus leaves it as it was.
-    if ((training_args.do_train or model_args.tokenizer_only) and data_args.overwrite_output_dir
+    if (trains and data_args.overwrite_output_dir
             and not training_args.resume_from_checkpoint and training_args.process_index == 0
             and Path(training_args.output_dir).is_dir()):
         removed = clear_previous_run(Path(training_args.output_dir))

@@ -37,10 +37,16 @@ from pathlib import Path
 from typing import IO, cast
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path, default_cache_path
+from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
 from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.annotators import annotator_from_settings
-from hf_srcfeat.commands import check_counts, check_model_source, resolve_device
+from hf_srcfeat.commands import (
+    check_counts,
+    check_model_source,
+    error_summary,
+    resolve_device,
+    used_cache_path,
+)
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
 from hf_srcfeat.process_memory import keep_freed_memory
@@ -325,7 +331,7 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def check_factors_read(translator, factor_names: list[str]) -> None:
     """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
     a model without source features, translated as part of the words)."""
-    from hf_srcfeat.source_features import is_user_factor_feature
+    from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
 
     if hasattr(translator, "factors"):  # a CTranslate2 export: the factors it has embeddings for
         user_factors = list(translator.tokenizer.feature_vocabularies.extra)
@@ -334,7 +340,7 @@ def check_factors_read(translator, factor_names: list[str]) -> None:
         features = getattr(translator.model.config, "source_features_read", None)
         if features is None:  # a config that does not say reads every feature it is given
             return
-        read = [feature[len("factor_"):-len("_ids")] for feature in features if is_user_factor_feature(feature)]
+        read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
     unread = [name for name in factor_names if name not in read]
     if unread:
         raise SystemExit(f"hf-srcfeat-translate: --factor_names {' '.join(unread)}: the model reads no such factor "
@@ -380,9 +386,8 @@ def load_translator(args: argparse.Namespace):
         tokenizer = load_tokenizer(args.tokenizer or args.model)
     except OSError as error:  # not a folder here, and the Hub has no such model or cannot be reached
         name, option = (args.tokenizer, "--tokenizer") if args.tokenizer else (args.model, "--model")
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SystemExit(f"hf-srcfeat-translate: {option} {name}: no such folder here, and it does not load from "
-                         f"the Hub ({reason}).") from None
+                         f"the Hub ({error_summary(error)}).") from None
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
@@ -500,16 +505,6 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.no_parse and (args.input_format != "text" or args.backend != "transformers"):
         parser.error("--no_parse translates plain text (--input_format text) with --backend transformers; "
                      f"got --input_format {args.input_format} --backend {args.backend}.")
-
-
-def used_cache_path(args: argparse.Namespace) -> str | None:
-    """The parse cache file a run reads and writes: `--annotation_cache`, else the default (environment variable,
-    else the user's cache folder); None when it parses nothing or caches nothing."""
-    parses = getattr(args, "input_format", getattr(args, "source_format", "text")) != "conllu" \
-        and not getattr(args, "no_parse", False)
-    if getattr(args, "no_annotation_cache", False) or not parses:
-        return None
-    return str(args.annotation_cache or default_cache_path())
 
 
 def count_lines(path: str, input_format: str) -> int | None:

@@ -104,6 +104,11 @@ def check_sentence(text: object, what: str, origin: str, number: int) -> None:
         raise DataError(f"{origin} {number}: the {what} is not text: {_shown(text)}.")
 
 
+def _carried_names(parse_column: str | None, factor_columns: Sequence[str]) -> list[str]:
+    """The fields a corpus carries beside source and target: its parse column, then its factor columns."""
+    return [*([parse_column] if parse_column else []), *factor_columns]
+
+
 def _check_carried_value(value: object, name: str, parse_column: str | None, origin: str, number: int) -> None:
     """A parse or factor field of one row: a string (the parse's CoNLL-U, or the factor's values)."""
     if isinstance(value, str):
@@ -156,7 +161,7 @@ def check_json_lines(path: Path, source_lang: str, target_lang: str, parse_colum
             raise DataError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
         check_sentence(pair[source_lang], "source sentence", f"{path} line", number)
         check_sentence(pair[target_lang], "target sentence", f"{path} line", number)
-        for name in ([parse_column] if parse_column else []) + list(factor_columns):
+        for name in _carried_names(parse_column, factor_columns):
             _check_carried_value(value.get(name), name, parse_column, f"{path} line", number)
 
 
@@ -278,7 +283,7 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
         for row, (index, source, target) in enumerate(zip(indices, sources, targets, strict=True)):
             check_sentence(source, "source sentence", f"{origin} row", index + 1)
             check_sentence(target, "target sentence", f"{origin} row", index + 1)
-            for name in ([parse_column] if parse_column else []) + list(factor_columns):
+            for name in _carried_names(parse_column, factor_columns):
                 _check_carried_value(batch[name][row], name, parse_column, f"{origin} row", index + 1)
         return {"source": sources, "target": targets, **_carried_columns(batch, parse_column, factor_columns)}
 

@@ -311,18 +311,17 @@ class CTranslate2Translator:
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
         if parsed and len(parsed) != len(sources):
             raise ValueError("give either raw texts or AnnotatedSentences, not both.")
-        if not parsed and not self.factors and (not parse or not self.reads_parses):
+        if parsed or self.factors or (parse and self.reads_parses):
+            parsed = parsed or self.annotate(sources)
+            # The factors CTranslate2 takes have no tree; a model without factors reads the words' subwords alone.
+            options: dict[str, Any] = dict(return_dep_distance=False, return_word_heads=False,
+                                           **({} if self.factors else {"source_feature_names": ()}))
+            encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length, **options)
+            self.warn_truncated(parsed, encoded["input_ids"],
+                                lambda sentence: self.tokenizer(annotations=sentence, **options))
+        else:  # raw texts cut into subwords directly
             encoded = self.tokenizer(sources, source_features=False, truncation=True, max_length=self.max_length)
             self.warn_truncated(sources, encoded["input_ids"], lambda text: self.tokenizer(text, source_features=False))
-            return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
-        if not parsed:
-            parsed = self.annotate(sources)
-        # The factors CTranslate2 takes have no tree; a model without factors reads the words' subwords alone.
-        options: dict[str, Any] = dict(return_dep_distance=False, return_word_heads=False,
-                                       **({} if self.factors else {"source_feature_names": ()}))
-        encoded = self.tokenizer(annotations=parsed, truncation=True, max_length=self.max_length, **options)
-        self.warn_truncated(parsed, encoded["input_ids"],
-                            lambda sentence: self.tokenizer(annotations=sentence, **options))
         if not self.factors:
             return [cast(list[str], self.tokenizer.convert_ids_to_tokens(ids)) for ids in encoded["input_ids"]]
         vocabularies = self.tokenizer.feature_vocabularies
