@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 from transformers import pipeline as transformers_pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
@@ -51,8 +51,10 @@ class SourceFeatureTranslationPipeline(Pipeline):
     as there). Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when the pipeline is created
     or at each call; the model's generation config supplies the rest. `do_sample=True` draws with one beam (the
     model's config may search with more), `seed=N` makes the draws of a call reproducible.
-    `return_scores=True` (beam search only) adds each translation's `score`: beam search's own ranking score,
-    the sum of the token log-probabilities divided by the length to the power `length_penalty`. An empty or
+    `return_scores=True` adds each translation's `score`: beam search's own ranking score, the sum of the token
+    log-probabilities divided by the length to the power `length_penalty` (greedy and sampled translations are
+    scored the same way, from the model's log-probabilities before any temperature or top-k/top-p);
+    `do_sample=True, num_return_sequences=N` draws N translations of each sentence. An empty or
     whitespace-only sentence translates to `""` (score `-inf`) without the model, as in `hf-srcfeat-translate`.
     """
 
@@ -208,14 +210,21 @@ class SourceFeatureTranslationPipeline(Pipeline):
             output_ids = self.model.generate(**inputs, **generate_kwargs)
             # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
             return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+        config = generate_kwargs.get("generation_config") or self.model.generation_config
+        searched = (generate_kwargs.get("num_beams") or config.num_beams or 1) > 1
+        # Beam search ranks its hypotheses by a score; greedy and sampled translations are scored here the same way.
         generated = self.model.generate(**inputs, **generate_kwargs, return_dict_in_generate=True,
-                                        output_scores=True)
-        if getattr(generated, "sequences_scores", None) is None:
-            raise ValueError("return_scores=True needs beam search (num_beams > 1): only beam search ranks its "
-                             "translations by a score.")
+                                        **({"output_scores": True} if searched else {"output_logits": True}))
         output_ids = generated.sequences
+        if searched:
+            scores = generated.sequences_scores
+        else:
+            penalty = generate_kwargs.get("length_penalty", config.length_penalty)
+            if penalty is None:  # unset in the config: Transformers' default
+                penalty = GenerationConfig._get_default_generation_params()["length_penalty"]
+            scores = sequence_scores(output_ids, generated.logits, config.eos_token_id, penalty)
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
-                "scores": generated.sequences_scores.float().reshape(batch_size, -1)}
+                "scores": scores.float().reshape(batch_size, -1)}
 
     def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True,
                     return_tensors: bool = False, clean_up_tokenization_spaces: bool | None = None
@@ -256,6 +265,21 @@ class SourceFeatureTranslationPipeline(Pipeline):
         return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
 
 
+def sequence_scores(sequences: torch.Tensor, logits: Sequence[torch.Tensor], eos_token_id: int | list[int] | None,
+                    length_penalty: float) -> torch.Tensor:
+    """Each generated sequence's score as beam search ranks its hypotheses: the sum of the model's log-probabilities
+    of its tokens (before any temperature, top-k or top-p) over length ** length_penalty, the length counting the
+    tokens generated up to and including the first end token. `logits` holds one [sequences, vocab] tensor a step."""
+    generated = sequences[:, -len(logits):]
+    log_probs = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, generated[:, index, None])[:, 0]
+                             for index, step in enumerate(logits)], dim=1)
+    end_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    is_end = torch.isin(generated, torch.tensor(end_ids, dtype=generated.dtype, device=generated.device)).long()
+    counted = (is_end.cumsum(dim=1) - is_end) == 0  # the padding after the end token is no token of the translation
+    lengths = counted.sum(dim=1).clamp(min=1).float()
+    return torch.where(counted, log_probs, 0.0).sum(dim=1) / lengths ** length_penalty
+
+
 def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: bool) -> torch.Tensor:
     """[batch, length, length] of [S, S] `dep_distance` matrices padded with -1 rows and columns, on the side the
     tokens were padded."""
@@ -283,8 +307,6 @@ def check_generate_arguments(options: dict, model: Any) -> None:
     """Refuse, naming it, an option that is no generation setting, no argument of the model's `generate` and no
     input of its `forward` (which `generate` would blame on the model)."""
     import inspect
-
-    from transformers import GenerationConfig
 
     known = {*vars(GenerationConfig()), *GENERATE_ARGUMENTS, *inspect.signature(model.generate).parameters,
              *inspect.signature(model.forward).parameters}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
+from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 
 from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
 from .damaged_files import named_weights_error
@@ -184,15 +184,17 @@ def convert_pretrained(name_or_path: str, **config_overrides: Any) -> SrcFeatTra
     return convert_model(source, **config_overrides)
 
 
-def graft(model: PreTrainedModel, model_type: str,
-          **method_arguments: Any) -> PreTrainedModel:
-    """`model` (e.g. a converted checkpoint) with the method `model_type` added in its graft form (GRAFT_FORMS):
-    the backbone's weights are kept, and the method's own parameters start where the logits do not change.
-    `method_arguments` are the method's config arguments, e.g. the tokenizer's feature vocabulary sizes
-    (`tokenizer.feature_vocabularies.sizes()`) and `deps_san_layers`."""
+def grafted_methods(model_type: str, method_arguments: dict[str, Any]) -> list[str]:
+    """The methods a graft of `model_type` adds: itself, or a composition's components."""
+    return list(method_arguments.get("components", ())) if model_type == "srcfeat_composed" else [model_type]
+
+
+def grafted_config(backbone: PretrainedConfig, model_type: str, **method_arguments: Any) -> PretrainedConfig:
+    """The config of `model_type` in its graft form on a backbone of config `backbone`; a ValueError names a method
+    that cannot be grafted or a setting its config refuses (what `graft` would meet, known before any weights)."""
     from . import MODEL_CLASSES_BY_TYPE
 
-    methods = list(method_arguments.get("components", ())) if model_type == "srcfeat_composed" else [model_type]
+    methods = grafted_methods(model_type, method_arguments)
     unknown = [method for method in methods if method not in GRAFT_FORMS]
     if unknown or not methods:
         raise ValueError(f"{unknown or model_type!r} cannot be grafted onto a pretrained model yet; graftable: "
@@ -202,15 +204,25 @@ def graft(model: PreTrainedModel, model_type: str,
     for (method, form), reason in NOT_GRAFTABLE.items():
         if method in methods and form in arguments.values():
             raise ValueError(f"{method} with {form!r} cannot start as the pretrained model: {reason}.")
-    generation_class = MODEL_CLASSES_BY_TYPE[model_type]
-    backbone = {key: value for key, value in model.config.to_dict().items() if key not in CONFIG_BOOKKEEPING}
-    config = generation_class.config_class(**{**backbone, **arguments})
-    grafted = generation_class(config)
+    settings = {key: value for key, value in backbone.to_dict().items() if key not in CONFIG_BOOKKEEPING}
+    return MODEL_CLASSES_BY_TYPE[model_type].config_class(**{**settings, **arguments})
+
+
+def graft(model: PreTrainedModel, model_type: str,
+          **method_arguments: Any) -> PreTrainedModel:
+    """`model` (e.g. a converted checkpoint) with the method `model_type` added in its graft form (GRAFT_FORMS):
+    the backbone's weights are kept, and the method's own parameters start where the logits do not change.
+    `method_arguments` are the method's config arguments, e.g. the tokenizer's feature vocabulary sizes
+    (`tokenizer.feature_vocabularies.sizes()`) and `deps_san_layers`."""
+    from . import MODEL_CLASSES_BY_TYPE
+
+    config = grafted_config(model.config, model_type, **method_arguments)
+    grafted = MODEL_CLASSES_BY_TYPE[model_type](config)
     missing, unexpected = grafted.load_state_dict(model.state_dict(), strict=False)
     if unexpected:
         raise ValueError(f"the {model_type} model has no place for the weights {sorted(unexpected)[:5]}.")
     with torch.no_grad():
-        for method in methods:
+        for method in grafted_methods(model_type, method_arguments):
             start_as_identity(grafted, model, method, set(missing))
     tied = set(grafted.get_expanded_tied_weights_keys(all_submodels=True))
     # Recorded in the config, so that a later run can train these apart (--freeze_pretrained, their own rate).

@@ -9,19 +9,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+# Nothing in the tests may reach the network: set before anything imports huggingface_hub, which reads these once
+# (a Hub lookup would otherwise retry for a minute without a network).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from hf_srcfeat.single_row_products import set_cpu_threads
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
-from .helpers import REPO, train_briefly
+from hf_srcfeat.single_row_products import set_cpu_threads  # noqa: E402
+
+from .helpers import REPO, train_briefly  # noqa: E402
 
 SHARED = Path(os.environ.get("HF_SRCFEAT_SHARED", REPO.parent / "shared"))
 MULTI30K = Path(os.environ.get("HF_SRCFEAT_MULTI30K_DIR", SHARED / "data" / "multi30k"))
 
-# Nothing in the tests may reach the network.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ["HF_SRCFEAT_MULTI30K_DIR"] = str(MULTI30K)
 STANZA_DIR = Path(os.environ.get("HF_SRCFEAT_STANZA_DIR", SHARED / "stanza_resources"))
 os.environ["HF_SRCFEAT_STANZA_DIR"] = str(STANZA_DIR)

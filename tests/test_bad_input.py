@@ -101,11 +101,15 @@ def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_resul
     run = tmp_path / "run"
     trained = train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_eval"])
     saved = (run / "results.json").read_text()
-    train.main(TINY_RUN + ["--output_dir", str(run), "--do_eval"])
+    train.main(["--output_dir", str(run), "--do_eval", "--max_eval_samples", "20", "--report_to", "none",
+                "--use_cpu", "--disable_tqdm", "true"])
     assert (run / "results.json").read_text() == saved, "the run's training results are kept"
     evaluations = json.loads((run / "eval_results.json").read_text())
     assert evaluations[0]["eval_metrics"]["eval_loss"] == trained["eval_metrics"]["eval_loss"], \
         "the trained model was evaluated, not a new one"
+    recorded = evaluations[0]["model_args"]
+    assert (recorded["d_model"], recorded["encoder_layers"], recorded["ffn_dim"]) == (32, 1, 64), \
+        "the evaluated model's sizes, not the options' defaults"
 
 
 def test_evaluating_without_a_trained_model_is_refused(multi30k_dir, tmp_path):

@@ -199,7 +199,7 @@ def test_pretrained_start_options_are_checked_before_any_work(arguments, message
     assert not (tmp_path / "run").exists()
 
 
-def test_an_init_from_that_is_no_checkpoint_or_sizes_beside_it_are_named_before_any_parsing(marian_checkpoint,
+def test_an_init_from_that_is_no_checkpoint_or_sizes_or_method_settings_it_refuses_are_named_before_any_parsing(marian_checkpoint,
                                                                                            model_folder, tmp_path):
     with pytest.raises(SystemExit, match="--init_from starts a run that trains"):
         train.main(["--init_from", str(marian_checkpoint), "--output_dir", str(tmp_path / "run"), "--do_predict",
@@ -209,7 +209,11 @@ def test_an_init_from_that_is_no_checkpoint_or_sizes_beside_it_are_named_before_
             (["--init_from", str(model_folder)], "is a model of this library .*continue training it with "
                                                  "--model_name_or_path"),
             (["--init_from", str(marian_checkpoint), "--d_model", "512"], "--d_model: a model started from "
-                                                                          "--init_from has the checkpoint's sizes")):
+                                                                          "--init_from has the checkpoint's sizes"),
+            (["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
+              '{"deps_san_layers": [7]}'], "with --model_type deps_san: .*deps_san_layers"),
+            (["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
+              '{"deps_san_mode": "sideways"}'], "with --model_type deps_san: .*sideways")):
         with pytest.raises(SystemExit, match=message):
             train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu",
                         "--stanza_dir", str(tmp_path / "no_stanza_here")])

@@ -109,6 +109,22 @@ def test_nbest_lists_give_n_scored_entries_per_sentence_best_first(model_folder,
     assert [(text, float(score)) for _, text, score in entries[3:6]] == [("", -math.inf)] * 3
 
 
+def test_do_sample_with_n_sequences_gives_n_scored_samples_per_sentence_best_first(model_folder, test_sentences,
+                                                                                   tmp_path):
+    """fairseq's `--sampling --nbest N`: N draws of each sentence in the n-best format, ranked by their score, the
+    same draws for the same seed."""
+    sampling = ["--do_sample", "--num_beams", "1", "--num_return_sequences", "4", "--temperature", "1.5",
+                "--seed", "5"]
+    runs = [translate(model_folder, tmp_path, *sampling, lines=test_sentences[:3]) for _ in range(2)]
+    assert runs[0] == runs[1]
+    entries = [line.split(" ||| ") for line in runs[0]]
+    assert [int(index) for index, _, _ in entries] == [0] * 4 + [1] * 4 + [2] * 4
+    for first in (0, 4, 8):
+        scores = [float(score) for _, _, score in entries[first:first + 4]]
+        assert scores == sorted(scores, reverse=True) and all(score < 0 for score in scores)
+    assert len({text for _, text, _ in entries}) > 3, "draws, not one translation repeated"
+
+
 def test_a_line_that_is_not_utf8_is_reported_and_does_not_shift_the_rest(model_folder, translator, test_sentences,
                                                                          tmp_path, capsys):
     path = tmp_path / "input.en"
@@ -184,7 +200,7 @@ def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--num_return_sequences", "5"], "needs --num_beams >= 5"),
+    (["--num_return_sequences", "5"], "needs --num_beams >= 5 .*or draw that many samples"),
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--output", "SAME"], "is the input file"),
     (["--top_p", "0"], "--top_p must be a number in (0, 1], got 0.0"),

@@ -83,6 +83,30 @@ def test_sampling_draws_with_one_beam_and_a_seed_repeats_the_draws(translator, t
         translator(test_sentences[0], seed=1)
 
 
+def test_n_samples_per_sentence_come_with_the_models_own_score_of_each(translator, feature_tokenizer, test_sentences):
+    """fairseq's `--sampling --nbest N`: N draws per sentence, each scored as beam search scores a hypothesis (the
+    sum of the model's token log-probabilities over length ** length_penalty), which teacher forcing reproduces."""
+    drawn = translator(test_sentences[:2], do_sample=True, num_return_sequences=3, seed=3, return_scores=True,
+                       return_tensors=True, temperature=1.5, length_penalty=0.6)
+    assert [len(samples) for samples in drawn] == [3, 3]
+    assert len({tuple(sample["translation_token_ids"].tolist()) for sample in drawn[0]}) > 1, "three draws, not one"
+    model = translator.model
+    for sentence, samples in zip(test_sentences[:2], drawn, strict=True):
+        inputs = feature_tokenizer(sentence, return_tensors="pt")
+        for sample in samples:
+            ids = sample["translation_token_ids"]
+            end = int((ids[1:] == model.config.eos_token_id).nonzero()[0]) + 2 if \
+                (ids[1:] == model.config.eos_token_id).any() else len(ids)
+            ids = ids[:end]
+            with torch.no_grad():
+                logits = model(**inputs, decoder_input_ids=ids[None, :-1]).logits[0]
+            forced = torch.log_softmax(logits, dim=-1).gather(-1, ids[1:, None]).sum()
+            assert sample["score"] == pytest.approx(float(forced) / (len(ids) - 1) ** 0.6, abs=1e-4)
+    greedy = translator(test_sentences[0], num_beams=1, return_scores=True)[0]
+    assert greedy["score"] < 0 and greedy["translation_text"] == translator(test_sentences[0], num_beams=1)[0][
+        "translation_text"]
+
+
 def test_transformers_4_output_options_work_and_other_options_are_named(translator, test_sentences):
     ids = translator(test_sentences[0], return_tensors=True)[0]["translation_token_ids"]
     assert translator.tokenizer.decode(ids, skip_special_tokens=True).strip() == \

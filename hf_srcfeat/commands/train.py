@@ -151,12 +151,15 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
                                                         or model_args.unfreeze_after_steps < 1):
         raise SystemExit("--unfreeze_after_steps needs --freeze_pretrained and a positive step, got "
                          f"{model_args.unfreeze_after_steps}.")
-    check_init_from(model_args.init_from)
+    config = check_init_from(model_args.init_from)
+    if model_args.model_type != "srcfeat_transformer":
+        check_graft_settings(config, model_args)
 
 
-def check_init_from(name: str) -> None:
+def check_init_from(name: str):
     """`--init_from` names a pretrained translation checkpoint this run can read, checked from its config before
-    the parsing (minutes to hours on a large corpus): a folder or a loadable Hub id, not a model of this library."""
+    the parsing (minutes to hours on a large corpus): a folder or a loadable Hub id, not a model of this library.
+    Returns its config."""
     from transformers import AutoConfig
 
     try:
@@ -167,6 +170,20 @@ def check_init_from(name: str) -> None:
     if config.model_type in MODEL_CONFIGS:
         raise SystemExit(f"--init_from {name} is a model of this library ({config.model_type}); continue training it "
                          "with --model_name_or_path.")
+    return config
+
+
+def check_graft_settings(config, model_args: ModelArguments) -> None:
+    """The method's config on the checkpoint's backbone, built before the parsing from the checkpoint's config alone,
+    so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, ...) is named at once."""
+    from hf_srcfeat.pretrained_checkpoints import backbone_config, grafted_config
+
+    check_model_type(model_args)  # a misspelt setting is named as such first
+    try:
+        grafted_config(backbone_config(config), model_args.model_type, **given_config_overrides(model_args))
+    except (ValueError, TypeError) as error:
+        raise SystemExit(f"--init_from {model_args.init_from} with --model_type {model_args.model_type}: "
+                         f"{error}") from None
 
 
 def check_tokenizer_source(model_args: ModelArguments) -> None:
@@ -393,8 +410,9 @@ def check_resumed_tokenizer(folder: str, tokenizer) -> None:
 
 
 def generation_length(references: list, limit: int) -> int:
-    """How long a translation may grow when evaluating: 1.5 times the longest reference (in tokens) plus 5, at most
-    `limit`, so that an under-trained model that repeats itself stops near where the references do."""
+    """How long a translation may grow when evaluating: 1.5 times the longest reference (in tokens) of the tokenized
+    sets `references` plus 5, at most `limit`, so that an under-trained model that repeats itself stops near where
+    the references do."""
     longest = max((max(map(len, data["labels"]), default=0) for data in references if len(data)), default=0)
     return min(limit, int(1.5 * longest) + 5) if longest else limit
 
@@ -1129,6 +1147,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     model = build_model(model_args, tokenizer, training_args.seed)
     # A pretrained checkpoint keeps its own decoding settings (its beams, its length limit) unless told otherwise.
     keeps_its_settings = bool(model_args.init_from)
+    # A model trained here (evaluated again) decodes up to the limit its training run set, when no references say.
+    saved_length = model.generation_config.max_length if model_args.model_name_or_path else None
     if training_args.generation_max_length or not keeps_its_settings:
         model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
     if training_args.generation_num_beams or not keeps_its_settings:
@@ -1160,10 +1180,16 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
     if not keeps_its_settings and not training_args.generation_max_length \
             and "generation_max_length" not in getattr(training_args, "_given", ()):
-        model.generation_config.max_length = generation_length(
-            [data for data in (eval_set, *test_sets.values()) if data is not None], data_args.max_target_length)
-        logger.info("generation length %d tokens: 1.5 x the longest reference + 5 (at most --max_target_length); "
-                    "--generation_max_length sets it", model.generation_config.max_length)
+        # From the validation references, else the training ones; never the test sets' (a decoding setting taken from
+        # the test references would be tuned on them).
+        references = next((data for data in (eval_set, train_set) if data is not None), None)
+        if references is not None:
+            model.generation_config.max_length = generation_length([references], data_args.max_target_length)
+            logger.info("generation length %d tokens: 1.5 x the longest %s reference + 5 (at most "
+                        "--max_target_length); --generation_max_length sets it", model.generation_config.max_length,
+                        "validation" if references is eval_set else "training")
+        elif saved_length:
+            model.generation_config.max_length = saved_length
 
     callbacks: list[TrainerCallback] = [TimeBudgetCallback(data_args.max_train_minutes)] if data_args.max_train_minutes \
         else []
@@ -1188,7 +1214,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
 
     results: dict = {
         "code_version": code_version(),
-        "model_args": asdict(model_args),
+        "model_args": recorded_model_arguments(model_args, model.config),
         "data_args": asdict(data_args),
         "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
                                   for name, data in tokenized.items()},
@@ -1268,6 +1294,22 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
             earlier = json.loads(evaluations.read_text()) if evaluations.exists() else []
             write_json_atomically(evaluations, [*earlier, results], default=str)
     return results
+
+
+#: The options that shape a model built here, and the config setting each becomes.
+MODEL_SHAPING_ARGUMENTS = {"model_type": "model_type", "d_model": "d_model", "encoder_layers": "encoder_layers",
+                           "decoder_layers": "decoder_layers", "attention_heads": "encoder_attention_heads",
+                           "ffn_dim": "encoder_ffn_dim", "dropout": "dropout", "label_smoothing": "label_smoothing",
+                           "layernorm_position": "layernorm_position"}
+
+
+def recorded_model_arguments(model_args: ModelArguments, config) -> dict:
+    """The model arguments as the results record them. A model loaded rather than built here (`--model_name_or_path`,
+    `--init_from`) has its own type and sizes: those are recorded, not the options' defaults, which shaped nothing."""
+    recorded = asdict(model_args)
+    if model_args.model_name_or_path or model_args.init_from:
+        recorded.update({name: getattr(config, setting, None) for name, setting in MODEL_SHAPING_ARGUMENTS.items()})
+    return recorded
 
 
 def cli() -> int:

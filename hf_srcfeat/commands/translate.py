@@ -10,10 +10,10 @@ line gives an empty output line, and a line that cannot be translated (invalid U
 the model cannot handle) is reported on stderr with its line number and gives an empty output line, so the
 rest of the file never shifts. With `--input_format conllu` there is one output line per sentence.
 
-n-best output (`--num_return_sequences N`, beam search): N lines per input sentence in the Moses/Marian n-best
-format `INDEX ||| TRANSLATION ||| SCORE`, INDEX counting input sentences from 0 and SCORE the beam's ranking
-score (sum of token log-probabilities over length ** length_penalty); an empty or failed input gives N entries
-with an empty translation and score `-inf`.
+n-best output (`--num_return_sequences N`, beam search, or N samples with `--do_sample`): N lines per input
+sentence in the Moses/Marian n-best format `INDEX ||| TRANSLATION ||| SCORE`, INDEX counting input sentences from 0
+and SCORE the beam's ranking score (sum of token log-probabilities over length ** length_penalty; a sample's is
+computed the same way); an empty or failed input gives N entries with an empty translation and score `-inf`.
 
 Translations are the translation pipeline's (`hf_srcfeat.pipeline("translation")`): the same model, tokenizer
 and generation settings give the same output. Only translations go to stdout; progress, errors and the closing
@@ -204,8 +204,13 @@ class FileTranslator:
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
         """The translations (dicts of the pipeline) of every item; `[]` for empty and failed items."""
+        import torch
+
         start = time.perf_counter()
-        self.parse(items)
+        # The parser leaves the random state as it found it (loading its models draws from it), so that --seed
+        # gives the same samples whether the sentences were parsed or read from the parse cache.
+        with torch.random.fork_rng(devices=[]):
+            self.parse(items)
         parsed = time.perf_counter()
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
                  and (item.sentence is not None or not self.reads_parses or item.unparsed)]
@@ -316,6 +321,8 @@ def format_output(index: int, translations: list[dict], num_return_sequences: in
         return (translations[0]["translation_text"] if translations else "") + "\n"
     if not translations:
         translations = [{"translation_text": "", "score": -math.inf}] * num_return_sequences
+    # Best first, as beam search and CTranslate2 rank them (the pipeline gives samples in the order drawn).
+    translations = sorted(translations, key=lambda one: -one["score"])
     return "".join(f"{index} ||| {one['translation_text']} ||| {one['score']:.6f}\n" for one in translations)
 
 
@@ -432,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_beams", type=int, default=None,
                         help="beam size (default 4, or 1 with --do_sample; 1 is greedy)")
     parser.add_argument("--num_return_sequences", type=int, default=1,
-                        help="n-best: translations per sentence, in the n-best format above (needs num_beams >= n)")
+                        help="n-best: translations per sentence, in the n-best format above (needs num_beams >= n, or "
+                             "--do_sample: n samples)")
     add_decoding_arguments(parser)  # --length_penalty, --no_repeat_ngram_size, ..., --do_sample --top_k ...
     parser.add_argument("--seed", type=int, default=None, help="random seed for --do_sample (reproducible samples)")
     parser.add_argument("--max_new_tokens", type=int, default=None,
@@ -474,9 +482,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.seed is not None and not args.do_sample:
         parser.error("--seed makes sampling reproducible: it needs --do_sample.")
     args.num_beams = args.num_beams or (1 if args.do_sample else 4)
-    if args.num_return_sequences > args.num_beams:
+    if args.num_return_sequences > args.num_beams and not args.do_sample:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
-                     f"{args.num_return_sequences} (n-best lists come from beam search), got {args.num_beams}.")
+                     f"{args.num_return_sequences} (n-best lists come from beam search; or draw that many samples "
+                     f"with --do_sample), got {args.num_beams}.")
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
                                 {"input": args.input, "annotation cache": used_cache_path(args)},
                                 {"model": args.model, "tokenizer": args.tokenizer})
