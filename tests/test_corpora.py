@@ -92,6 +92,61 @@ def test_bad_data_is_named_by_file_and_line(tmp_path):
         load_file(str(tmp_path / "trian.tsv"), "en", "fr")
 
 
+def with_empty_pairs(data: Dataset) -> tuple[list[str], list[str], int]:
+    """The pairs with a blank source after the second, an empty target after the fifth and both empty after the
+    ninth, as scraped corpora have them; and how many pairs are empty."""
+    sources, targets = list(data["source"]), list(data["target"])
+    for index, (source, target) in ((2, (" ", "Un chien.")), (6, ("A dog.", "")), (11, ("", ""))):
+        sources.insert(index, source)
+        targets.insert(index, target)
+    return sources, targets, 3
+
+
+def test_skip_empty_pairs_drops_and_counts_them_in_every_corpus_form(en_fr, tmp_path):
+    """OpenNMT-py's and Sockeye's behaviour on request: every form reads the same full pairs, in order, and says how
+    many it dropped; without the option the first empty pair is an error naming its line."""
+    data = en_fr["valid"]
+    sources, targets, empty = with_empty_pairs(data)
+    expected = {"source": list(data["source"]), "target": list(data["target"])}
+    with open(tmp_path / "corpus.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"translation": {"en": s, "fr": t}}) + "\n"
+                          for s, t in zip(sources, targets, strict=True))
+    (tmp_path / "corpus.tsv").write_text("".join(f"{s}\t{t}\n" if (s, t) != ("", "") else "\n"
+                                                 for s, t in zip(sources, targets, strict=True)), encoding="utf-8")
+    (tmp_path / "corpus.en").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    (tmp_path / "corpus.fr").write_text("".join(t + "\n" for t in targets), encoding="utf-8")
+    for path in ("corpus.jsonl", "corpus.tsv", "corpus"):
+        with pytest.raises(DataError, match=r"line 3: the source sentence is empty"):
+            load_file(str(tmp_path / path), "en", "fr")
+        corpus = load_file(str(tmp_path / path), "en", "fr", skip_empty=True)
+        assert corpus.data.to_dict() == expected and corpus.skipped_empty == empty, path
+    folder = tmp_path / "my_corpus"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text((tmp_path / "corpus.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "test.jsonl").write_text((tmp_path / "corpus.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(DataError, match=r"test row 3: the source sentence is empty"):
+        load_corpora(str(folder), None, None, None, None, "en", "fr", skip_empty_pairs=True)
+    (folder / "test.jsonl").unlink()
+    corpora = load_corpora(str(folder), None, None, None, None, "en", "fr", skip_empty_pairs=True)
+    assert corpora.train.data.to_dict() == expected and corpora.train.skipped_empty == empty
+
+
+def test_the_training_command_reports_skipped_pairs_and_refuses_them_beside_aligned_parses(en_fr, tmp_path):
+    from hf_srcfeat.commands import train
+
+    sources, targets, empty = with_empty_pairs(en_fr["train"])
+    (tmp_path / "train.en").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    (tmp_path / "train.fr").write_text("".join(t + "\n" for t in targets), encoding="utf-8")
+    options = TINY_RUN + ["--source_lang", "en", "--target_lang", "fr", "--train_file", str(tmp_path / "train"),
+                          "--do_train", "--skip_empty_pairs", "--max_steps", "1"]
+    results = train.main(options + ["--output_dir", str(tmp_path / "run")])
+    assert results["skipped_empty_pairs"] == {"train": empty} and results["train_examples"] == 200
+    (tmp_path / "train.conllu").write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit, match="--skip_empty_pairs drops pairs, and the parses of --train_source_conllu"):
+        train.main(options + ["--output_dir", str(tmp_path / "run2"), "--train_source_conllu",
+                              str(tmp_path / "train.conllu")])
+
+
 @pytest.mark.slow
 def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_data(en_fr, tmp_path):
     """The corpus lives in Arrow files on disk and its tokenization is cached beside them: a second run reads the

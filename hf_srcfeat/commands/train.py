@@ -1060,6 +1060,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         for path in [given] if isinstance(given, str) else given or []:
             if not Path(path).is_file():
                 raise SystemExit(f"--{option} {path}: no such file.")
+    aligned = [option for option in ("train_source_conllu", "validation_source_conllu") if getattr(data_args, option)]
+    if data_args.skip_empty_pairs and aligned:
+        raise SystemExit(f"--skip_empty_pairs drops pairs, and the parses of --{aligned[0]} follow the corpus line for "
+                         "line: remove the empty pairs from both files instead.")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity_warning()
     resumed_from = None
@@ -1079,7 +1083,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                            data_args.validation_file, data_args.test_file, data_args.source_lang,
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
                            data_args.source_parse_column, data_args.source_factor_columns or (),
-                           need_train=trains)
+                           need_train=trains, skip_empty_pairs=data_args.skip_empty_pairs)
+    skipped_empty = {corpus.name: corpus.skipped_empty for corpus in corpora.all if corpus.skipped_empty}
+    for name, count in skipped_empty.items():
+        logger.warning("%s: %d pairs with an empty source or target dropped (--skip_empty_pairs)", name, count)
     if corpora.validation is None and evaluates_during_training(training_args, data_args):
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
@@ -1223,6 +1230,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                  *(data_args.test_source_conllu or ())) if conllu],
         "seed": training_args.seed,
         "train_examples": len(train_set) if train_set is not None else None,
+        "skipped_empty_pairs": skipped_empty,
         "num_parameters": model.num_parameters(),
         "config": model.config.to_dict(),
     }

@@ -100,6 +100,10 @@ class DataArguments:
                 "their names, in order (as hf-srcfeat-translate --input_format factored --factor_names). The words are "
                 "parsed as given and each gets its values.", "nargs": "+"})
     target_column: str | None = field(default=None, metadata={"help": "Target text column of --dataset_name."})
+    skip_empty_pairs: bool = field(default=False, metadata={
+        "help": "Drop the training and validation pairs whose source or target is empty (counted in the log and "
+                "results.json), as OpenNMT-py and Sockeye do; without it such a pair is an error naming its line. "
+                "Test sets keep every line (their predictions are written line for line)."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with Multi30k {split}.{lang}.gz (default: $HF_SRCFEAT_MULTI30K_DIR, else download)."})
     source_lang: str = field(default="en", metadata={"help": "Source language code (file suffixes, columns)."})

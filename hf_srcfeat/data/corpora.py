@@ -10,7 +10,8 @@ The forms Transformers' `run_translation.py` reads, and the plain ones NMT toolk
 | `PREFIX` with `PREFIX.<src>` and `PREFIX.<tgt>` beside it (`.gz` too) | a pair of plain-text files, one sentence a line |
 | `--dataset_name multi30k` (the default) | Multi30k task 1 (`hf_srcfeat.data.multi30k`) |
 
-Every pair is checked: a missing language, or an empty source or target, is a `DataError` naming the file and line.
+Every pair is checked: a missing language, or an empty source or target, is a `DataError` naming the file and line
+(or, with `skip_empty=True`, as OpenNMT-py and Sockeye do, the pair is dropped and counted).
 A JSON-lines field or a dataset column can carry each source's CoNLL-U parse (`parse_column`), kept as
 `source_conllu`.
 """
@@ -64,6 +65,7 @@ class Corpus:
     name: str
     data: Dataset
     origin: list[str] = field(default_factory=list)
+    skipped_empty: int = 0  # pairs dropped for an empty source or target (`skip_empty`)
 
 
 def _existing(path: Path) -> Path | None:
@@ -96,12 +98,28 @@ def _shown(value: object) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def check_sentence(text: object, what: str, origin: str, number: int) -> None:
-    """`text` (`what`: "source sentence", ...) is text, not blank; else an error naming `origin` and `number`."""
+def check_sentence(text: object, what: str, origin: str, number: int, empty_allowed: bool = False) -> bool:
+    """`text` (`what`: "source sentence", ...) is text, not blank; else an error naming `origin` and `number`. With
+    `empty_allowed`, a blank or missing sentence is no error: False says it is one."""
     if text is None or isinstance(text, str) and not text.strip():
+        if empty_allowed:
+            return False
         raise DataError(f"{origin} {number}: the {what} is empty.")
     if not isinstance(text, str):
         raise DataError(f"{origin} {number}: the {what} is not text: {_shown(text)}.")
+    return True
+
+
+def is_full_pair(source: object, target: object) -> bool:
+    """Neither side blank or missing."""
+    return all(isinstance(text, str) and text.strip() for text in (source, target))
+
+
+def without_empty_pairs(data: Dataset) -> Dataset:
+    """The pairs of `data` whose source and target both hold text (a cached `filter`: the data stays on disk)."""
+    return data.filter(lambda batch: [is_full_pair(source, target)
+                                      for source, target in zip(batch["source"], batch["target"], strict=True)],
+                       batched=True, desc="drop empty pairs")
 
 
 def _carried_names(parse_column: str | None, factor_columns: Sequence[str]) -> list[str]:
@@ -148,9 +166,11 @@ def json_objects(path: Path) -> Iterator[tuple[int, dict]]:
 
 
 def check_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
-                     factor_columns: Sequence[str] = ()) -> None:
-    """Every line a JSON object whose translation dict holds both languages, non-empty, and the parse and factor
-    fields named, as strings (blank lines are skipped)."""
+                     factor_columns: Sequence[str] = (), skip_empty: bool = False) -> int:
+    """Every line a JSON object whose translation dict holds both languages, non-empty (with `skip_empty`, the
+    pairs with an empty side are counted instead), and the parse and factor fields named, as strings (blank lines
+    are skipped). Returns the count of empty pairs."""
+    empty = 0
     for number, value in json_objects(path):
         pair = value.get("translation")
         if not isinstance(pair, dict):
@@ -159,10 +179,14 @@ def check_json_lines(path: Path, source_lang: str, target_lang: str, parse_colum
         missing = [lang for lang in (source_lang, target_lang) if lang not in pair]
         if missing:
             raise DataError(f"{path} line {number}: the translation has no {missing} (it has {sorted(pair)}).")
-        check_sentence(pair[source_lang], "source sentence", f"{path} line", number)
-        check_sentence(pair[target_lang], "target sentence", f"{path} line", number)
+        full = [check_sentence(pair[lang], f"{side} sentence", f"{path} line", number, skip_empty)
+                for lang, side in ((source_lang, "source"), (target_lang, "target"))]
+        if not all(full):
+            empty += 1
+            continue
         for name in _carried_names(parse_column, factor_columns):
             _check_carried_value(value.get(name), name, parse_column, f"{path} line", number)
+    return empty
 
 
 def single_line(line: str, path: Path, number: int) -> str:
@@ -173,36 +197,50 @@ def single_line(line: str, path: Path, number: int) -> str:
     return line
 
 
-def check_tsv(path: Path) -> None:
+def check_tsv(path: Path, skip_empty: bool = False) -> int:
+    """Two columns a line, both non-empty (with `skip_empty`, blank lines and pairs with an empty side are counted
+    instead); returns the count of empty pairs."""
+    empty = 0
     for number, line in numbered_lines(path):
         line = single_line(line, path, number)
+        if skip_empty and not line.strip():
+            empty += 1
+            continue
         columns = line.split("\t")
         if len(columns) != 2:
             raise DataError(f"{path} line {number} has {len(columns)} tab-separated columns, expected 2 "
                              "(source, target).")
-        check_sentence(columns[0], "source sentence", f"{path} line", number)
-        check_sentence(columns[1], "target sentence", f"{path} line", number)
+        full = [check_sentence(column, f"{side} sentence", f"{path} line", number, skip_empty)
+                for column, side in zip(columns, ("source", "target"), strict=True)]
+        empty += not all(full)
+    return empty
 
 
-def check_text_pair(source_file: Path, target_file: Path) -> None:
+def check_text_pair(source_file: Path, target_file: Path, skip_empty: bool = False) -> int:
+    """Line-aligned files without empty lines (with `skip_empty`, the pairs with an empty side are counted
+    instead); returns the count of empty pairs."""
     counts = {}
+    empty_lines: set[int] = set()
     for path, side in ((source_file, "source"), (target_file, "target")):
         number = 0
         for number, line in numbered_lines(path):
-            check_sentence(single_line(line, path, number), f"{side} sentence", f"{path} line", number)
+            if not check_sentence(single_line(line, path, number), f"{side} sentence", f"{path} line", number,
+                                  skip_empty):
+                empty_lines.add(number)
         counts[side] = number
     if counts["source"] != counts["target"]:
         raise DataError(f"{source_file} has {counts['source']} lines but {target_file} has {counts['target']}; "
                          "the two sides must be line-aligned.")
+    return len(empty_lines)
 
 
 # The files are checked line by line first (errors name the line), then read by `datasets` into Arrow files on
 # disk: memory-mapped, and `map` over them is cached, so a second run over the same corpus reuses the work.
 def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column: str | None = None,
-                    factor_columns: Sequence[str] = ()) -> Dataset:
+                    factor_columns: Sequence[str] = (), skip_empty: bool = False) -> Corpus:
     from datasets import load_dataset
 
-    check_json_lines(path, source_lang, target_lang, parse_column, factor_columns)
+    empty = check_json_lines(path, source_lang, target_lang, parse_column, factor_columns, skip_empty)
     loaded = load_dataset("json", data_files=str(path), split="train")
     _check_carried(str(path), loaded.column_names, parse_column, factor_columns)
 
@@ -211,60 +249,65 @@ def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column
                    "target": [pair[target_lang] for pair in batch["translation"]]}
         return {**columns, **_carried_columns(batch, parse_column, factor_columns)}
 
-    return loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
+    data = loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
+    return Corpus(path.name.split(".")[0], without_empty_pairs(data) if empty else data, [str(path)], empty)
 
 
-def read_tsv(path: Path) -> Dataset:
+def read_tsv(path: Path, skip_empty: bool = False) -> Corpus:
     from datasets import Features, Value, load_dataset
 
-    check_tsv(path)
+    empty = check_tsv(path, skip_empty)
     # QUOTE_NONE and string columns: quotes, "NA" or "12" in a sentence stay text.
-    return load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
+    data = load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
                         quoting=csv.QUOTE_NONE, keep_default_na=False,
                         features=Features({"source": Value("string"), "target": Value("string")}))
+    return Corpus(path.name.split(".")[0], without_empty_pairs(data) if empty else data, [str(path)], empty)
 
 
-def read_text_pair(source_file: Path, target_file: Path) -> Dataset:
+def read_text_pair(source_file: Path, target_file: Path, skip_empty: bool = False, name: str | None = None) -> Corpus:
+    """The pair of line-aligned files as one corpus (named `name`, by default after the source file)."""
     from datasets import concatenate_datasets, load_dataset
 
-    check_text_pair(source_file, target_file)
+    empty = check_text_pair(source_file, target_file, skip_empty)
     # utf-8-sig: a byte-order mark at the start of a file is not part of its first sentence.
     sides = [load_dataset("text", data_files=str(path), split="train", encoding="utf-8-sig").rename_column("text", side)
              for path, side in ((source_file, "source"), (target_file, "target"))]
-    return concatenate_datasets(sides, axis=1)
+    data = concatenate_datasets(sides, axis=1)
+    return Corpus(name or source_file.name.split(".")[0], without_empty_pairs(data) if empty else data,
+                  [str(source_file), str(target_file)], empty)
 
 
 def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None,
-              factor_columns: Sequence[str] = ()) -> Corpus:
+              factor_columns: Sequence[str] = (), skip_empty: bool = False) -> Corpus:
     """One parallel file (or text-file pair by prefix), by its form; the corpus is named after the file. JSON lines
-    may carry each source's CoNLL-U parse in the field `parse_column` and word-aligned factors in `factor_columns`."""
+    may carry each source's CoNLL-U parse in the field `parse_column` and word-aligned factors in `factor_columns`.
+    `skip_empty`: pairs with an empty side are dropped (and counted) instead of refused."""
     given = Path(path)
     suffixes = [suffix for suffix in given.suffixes if suffix != ".gz"]
     kind = suffixes[-1] if suffixes else ""
-    name = given.name.split(".")[0]
     if kind in (".json", ".jsonl", ".tsv") and not given.is_file():
         raise DataError(f"{path}: no such file.")
     if kind in (".json", ".jsonl"):
-        return Corpus(name, read_json_lines(given, source_lang, target_lang, parse_column, factor_columns),
-                      [str(given)])
+        return read_json_lines(given, source_lang, target_lang, parse_column, factor_columns, skip_empty)
     if parse_column or factor_columns:
         raise DataError(f"{path}: source parses or factors in a column need JSON lines or a datasets source; for "
                          "other files give them as CoNLL-U (--train_source_conllu etc., factors in MISC).")
     if kind == ".tsv":
-        return Corpus(name, read_tsv(given), [str(given)])
+        return read_tsv(given, skip_empty)
     source_file = _existing(given.with_name(f"{given.name}.{source_lang}"))
     target_file = _existing(given.with_name(f"{given.name}.{target_lang}"))
     if source_file and target_file:
-        return Corpus(given.name, read_text_pair(source_file, target_file), [str(source_file), str(target_file)])
+        return read_text_pair(source_file, target_file, skip_empty, name=given.name)
     raise DataError(f"{path}: not a .json/.jsonl/.tsv file, and no {given.name}.{source_lang} and "
                     f"{given.name}.{target_lang} (.gz) beside it.")
 
 
 def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, source_column: str | None,
                  target_column: str | None, parse_column: str | None = None,
-                 factor_columns: Sequence[str] = ()) -> Dataset:
+                 factor_columns: Sequence[str] = (), skip_empty: bool = False) -> Dataset:
     """`source`/`target` columns from a `translation` dict column or from named columns (a cached `map`: the
-    data stays on disk); an empty or missing sentence is an error naming its row."""
+    data stays on disk); an empty or missing sentence is an error naming its row (with `skip_empty`, its pair is
+    dropped)."""
     if source_column or target_column:
         missing = [column for column in (source_column, target_column) if column not in dataset.column_names]
         if missing:
@@ -281,13 +324,16 @@ def from_dataset(dataset, origin: str, source_lang: str, target_lang: str, sourc
             sources = [(pair or {}).get(source_lang) for pair in batch["translation"]]
             targets = [(pair or {}).get(target_lang) for pair in batch["translation"]]
         for row, (index, source, target) in enumerate(zip(indices, sources, targets, strict=True)):
-            check_sentence(source, "source sentence", f"{origin} row", index + 1)
-            check_sentence(target, "target sentence", f"{origin} row", index + 1)
+            full = [check_sentence(text, f"{side} sentence", f"{origin} row", index + 1, skip_empty)
+                    for text, side in ((source, "source"), (target, "target"))]
+            if not all(full):
+                continue
             for name in _carried_names(parse_column, factor_columns):
                 _check_carried_value(batch[name][row], name, parse_column, f"{origin} row", index + 1)
         return {"source": sources, "target": targets, **_carried_columns(batch, parse_column, factor_columns)}
 
-    return dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
+    data = dataset.map(pairs, batched=True, with_indices=True, remove_columns=dataset.column_names)
+    return without_empty_pairs(data) if skip_empty else data
 
 
 @dataclass
@@ -307,11 +353,14 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
                  validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
                  source_column: str | None = None, target_column: str | None = None,
                  data_dir: str | None = None, parse_column: str | None = None,
-                 factor_columns: Sequence[str] = (), need_train: bool = True) -> Corpora:
+                 factor_columns: Sequence[str] = (), need_train: bool = True,
+                 skip_empty_pairs: bool = False) -> Corpora:
     """Train, validation and test sets from files, a `datasets` source or Multi30k (the default when nothing else
     is given); files given override the same split of the named dataset. Every split keeps the parse column and the
     word-aligned factor columns named (`SOURCE_CONLLU`, `SOURCE_FACTOR_PREFIX + name`). A run that only evaluates
-    neither needs nor reads training data (`need_train=False`)."""
+    neither needs nor reads training data (`need_train=False`). `skip_empty_pairs`: the training and validation
+    pairs with an empty side are dropped (and counted in `Corpus.skipped_empty`) instead of refused; test sets keep
+    every line, as their predictions are written line for line."""
     factor_columns = tuple(factor_columns)
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
@@ -321,9 +370,10 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
         loaded = load_dataset(dataset_name, dataset_config_name)
         origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         for split in loaded:
-            corpus = Corpus(split, from_dataset(loaded[split], f"{origin} {split}", source_lang, target_lang,
-                                                source_column, target_column, parse_column, factor_columns),
-                            [f"{origin} split {split}"])
+            skip_empty = skip_empty_pairs and not split.startswith("test")
+            data = from_dataset(loaded[split], f"{origin} {split}", source_lang, target_lang, source_column,
+                                target_column, parse_column, factor_columns, skip_empty)
+            corpus = Corpus(split, data, [f"{origin} split {split}"], len(loaded[split]) - len(data))
             if split.startswith("test"):
                 tests.append(corpus)
             else:
@@ -336,16 +386,17 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
             if key == "train" and not need_train:
                 continue
             files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
-            corpus = Corpus(split, read_text_pair(*files), [str(path) for path in files])
+            corpus = read_text_pair(*files, skip_empty=skip_empty_pairs and key is not None, name=split)
             if key:
                 splits[key] = corpus
             else:
                 tests.append(corpus)
     if train_file and need_train:
-        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column, factor_columns)
+        splits["train"] = load_file(train_file, source_lang, target_lang, parse_column, factor_columns,
+                                    skip_empty_pairs)
     if validation_file:
         splits["validation"] = load_file(validation_file, source_lang, target_lang, parse_column,
-                                         factor_columns)
+                                         factor_columns, skip_empty_pairs)
     if test_files:
         tests = [load_file(path, source_lang, target_lang, parse_column, factor_columns) for path in test_files]
     if "train" not in splits and need_train:
