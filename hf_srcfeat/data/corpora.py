@@ -385,8 +385,9 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
         for split, key in (("train", "train"), ("val", "validation"), ("test_2016_flickr", None)):
             if key == "train" and not need_train:
                 continue
-            files = [multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang)]
-            corpus = read_text_pair(*files, skip_empty=skip_empty_pairs and key is not None, name=split)
+            source_file, target_file = (multi30k_file(split, lang, data_dir) for lang in (source_lang, target_lang))
+            corpus = read_text_pair(source_file, target_file, skip_empty=skip_empty_pairs and key is not None,
+                                    name=split)
             if key:
                 splits[key] = corpus
             else:
