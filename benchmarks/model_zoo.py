@@ -65,6 +65,8 @@ def zoo_table(entries: list[dict], benchmark_dir: Path = REPO / "benchmarks" / "
             mean_text = f"{mean['bleu']} ({seeds})"
         else:
             mean_text = "–"
+        if replaced and mean:  # the card's mean includes the replaced run
+            mean_text += " (superseded)"
         load = f'`hf_srcfeat.pipeline("translation", model="{entry["repo_id"]}")`'
         method = method_name(entry["model_type"])
         if "system" in results:  # several benchmark systems share a model type (e.g. relevance_self, _word)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Pre-train a latent feature encoder as a denoising autoencoder (Li, Li & Zhang 2021, Section 3).
 
-    hf-srcfeat-pretrain-dae --output_dir runs/dae_multi30k_en --max_steps 4000 \
+    hf-srcfeat-pretrain-dae --output_dir runs/dae_multi30k_en --do_train --max_steps 4000 \
         --max_tokens_per_batch 1024 --learning_rate 1e-3 --warmup_steps 400 --use_cpu --report_to none
 
 Each English source sentence s is corrupted on the fly into s' (new noise every time it is drawn): N_swap = 3

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=32, help="pairs scored at once (default 32)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
     parser.add_argument("--annotation_cache", default=None,
-                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)")
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")

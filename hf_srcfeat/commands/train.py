@@ -2,7 +2,7 @@
 """`hf-srcfeat-train`: train a source-feature translation model with Seq2SeqTrainer (cf. Transformers'
 run_translation.py), on Multi30k or your own corpus.
 
-    hf-srcfeat-train --output_dir runs/baseline --max_steps 2000 --max_tokens_per_batch 1024
+    hf-srcfeat-train --output_dir runs/baseline --do_train --max_steps 2000 --max_tokens_per_batch 1024
     hf-srcfeat-train --config examples/recipes/deps_san_multi30k_en_de.json --max_steps 100 --output_dir runs/try
 
 Every Seq2SeqTrainingArguments option works. A recipe (`--config FILE`, JSON or YAML, or the file as the first

@@ -83,7 +83,8 @@ class DataArguments:
                 "P.<source_lang> and P.<target_lang> (.gz allowed)."})
     validation_file: str | None = field(default=None, metadata={"help": "As --train_file."})
     test_file: list[str] | None = field(default=None, metadata={
-        "help": "One or more test sets (as --train_file); each is scored and written as test_<name>_predictions.txt.",
+        "help": "One or more test sets (as --train_file); with --do_predict each is scored, its translations written to "
+                "test_predictions.txt (one set) or test_<name>_predictions.txt (several).",
         "nargs": "+"})
     source_column: str | None = field(default=None, metadata={"help": "Source text column of --dataset_name."})
     source_parse_column: str | None = field(default=None, metadata={
@@ -134,7 +135,7 @@ class DataArguments:
         "help": "Worker processes parsing the sources not yet in the annotation cache (one torch thread each)."})
     annotation_device: str = field(default="cpu", metadata={"help": "Where Stanza parses: cpu, cuda, cuda:N or auto."})
     annotation_cache: str | None = field(default=None, metadata={
-        "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)."})
+        "help": "SQLite file caching the parses (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)."})
     max_train_minutes: float | None = field(default=None, metadata={
         "help": "Stop training after this many minutes (wall clock), whatever max_steps says."})
     max_tokens_per_batch: int | None = field(default=None, metadata={

@@ -6,9 +6,10 @@
 
 Like `onmt_translate`, `sockeye-translate` and `marian-decoder`, but the source features are computed from the
 raw text on the way (or read from CoNLL-U). The output is aligned line for line with the input: an empty input
-line gives an empty output line, and a line that cannot be translated (invalid UTF-8, a sentence the parser or
-the model cannot handle) is reported on stderr with its line number and gives an empty output line, so the
-rest of the file never shifts. With `--input_format conllu` there is one output line per sentence.
+line gives an empty output line, and a line that cannot be translated (invalid UTF-8, a sentence the model cannot
+handle) is reported on stderr with its line number and gives an empty output line, so the rest of the file never
+shifts. A sentence the parser fails on is translated without its parse, and reported (factored input and CTranslate2
+exports that read factors give it an empty line). With `--input_format conllu` there is one output line per sentence.
 
 n-best output (`--num_return_sequences N`, beam search, or N samples with `--do_sample`): N lines per input
 sentence in the Moses/Marian n-best format `INDEX ||| TRANSLATION ||| SCORE`, INDEX counting input sentences from 0
@@ -455,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         "int8: dynamic int8 quantization of the linear layers, on the CPU with float32 weights (faster; a few "
         "translations differ from float32's; for CTranslate2 use --compute_type int8)"))
     parser.add_argument("--annotation_cache", default=None,
-                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat)")
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)")
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
