@@ -102,7 +102,7 @@ def test_pickled_weights_a_filled_output_and_too_few_checkpoints_are_refused(run
 
 
 @pytest.mark.slow
-def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoints(multi30k_dir, tmp_path):
+def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoints(multi30k_dir, tmp_path, caplog):
     from hf_srcfeat.commands import train
 
     output_dir = tmp_path / "run"
@@ -110,10 +110,13 @@ def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoint
             "--ffn_dim", "64", "--vocab_size", "1000", "--report_to", "none", "--use_cpu", "--seed", "3",
             "--disable_tqdm", "true", "--data_dir", str(multi30k_dir), "--max_train_samples", "200",
             "--per_device_train_batch_size", "16", "--learning_rate", "3e-3"]
-    results = train.main(tiny + ["--output_dir", str(output_dir), "--do_train", "--max_steps", "4",
-                                 "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "3",
-                                 "--average_last_checkpoints", "3"])
+    with caplog.at_level("INFO", logger="hf_srcfeat"):
+        results = train.main(tiny + ["--output_dir", str(output_dir), "--do_train", "--max_steps", "4",
+                                     "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "3",
+                                     "--average_last_checkpoints", "3", "--do_eval", "--max_eval_samples", "8"])
     assert results["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-3", "checkpoint-4"]
+    assert "the average of checkpoint-2, checkpoint-3, checkpoint-4, validation:" in caplog.text, \
+        "the final evaluation names the averaged model, not a step"
     states = [load_file(output_dir / name / "model.safetensors") for name in results["averaged_checkpoints"]]
     final = load_file(output_dir / "model.safetensors")
     for key, tensor in final.items():
@@ -128,3 +131,15 @@ def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoint
         train.main(tiny + ["--output_dir", str(tmp_path / "short"), "--do_train", "--max_steps", "4",
                            "--save_strategy", "steps", "--save_steps", "2", "--average_last_checkpoints", "3"])
     assert not (tmp_path / "short").exists()
+    # The best checkpoint kept by rotation is no "last" one, and the averaged model no best one: refused together
+    with pytest.raises(SystemExit, match="averages the last checkpoints, --load_best_model_at_end keeps the best one"):
+        train.main(tiny + ["--output_dir", str(tmp_path / "best"), "--do_train", "--max_steps", "4",
+                           "--save_strategy", "steps", "--save_steps", "1", "--average_last_checkpoints", "3",
+                           "--eval_strategy", "steps", "--eval_steps", "1", "--load_best_model_at_end", "true"])
+    for metric, message in (("bleu", "is computed on translations: it needs --predict_with_generate"),
+                            ("eval_bleu4", "the evaluations measure loss, bleu, bleu_lowercase, chrf")):
+        with pytest.raises(SystemExit, match=message):
+            train.main(tiny + ["--output_dir", str(tmp_path / "best"), "--do_train", "--do_eval", "--max_steps", "4",
+                               "--eval_strategy", "steps", "--save_strategy", "steps", "--load_best_model_at_end",
+                               "true", "--metric_for_best_model", metric])
+    assert not (tmp_path / "best").exists()

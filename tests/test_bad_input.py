@@ -138,6 +138,13 @@ def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_
     second = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
     assert len(second) < len(first), "a new tokenizer of the new size, not the old one"
     assert not (run / "checkpoint-99").exists() and (run / "notes.txt").read_text() == "user data"
+    # The folder a run starts from is never cleared for it
+    for option in ("--model_name_or_path", "--tokenizer_name_or_path"):
+        with pytest.raises(SystemExit, match=f"is also {option}: --overwrite_output_dir would remove what the run "
+                                             "starts from"):
+            train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--overwrite_output_dir", option,
+                                   str(run)])
+    assert (run / "model.safetensors").exists() and (run / "tokenizer.json").exists()
 
 
 @pytest.mark.parametrize(("bad", "error", "message"), [

@@ -134,13 +134,17 @@ def test_skip_empty_pairs_drops_and_counts_them_in_every_corpus_form(en_fr, tmp_
 def test_the_training_command_reports_skipped_pairs_and_refuses_them_beside_aligned_parses(en_fr, tmp_path):
     from hf_srcfeat.commands import train
 
-    sources, targets, empty = with_empty_pairs(en_fr["train"])
-    (tmp_path / "train.en").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
-    (tmp_path / "train.fr").write_text("".join(t + "\n" for t in targets), encoding="utf-8")
-    options = TINY_RUN + ["--source_lang", "en", "--target_lang", "fr", "--train_file", str(tmp_path / "train"),
-                          "--do_train", "--skip_empty_pairs", "--max_steps", "1"]
+    for folder, split in (("a", "train"), ("b", "valid")):  # two files of one name: counted by split
+        sources, targets, empty = with_empty_pairs(en_fr[split])
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "corpus.en").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        (tmp_path / folder / "corpus.fr").write_text("".join(t + "\n" for t in targets), encoding="utf-8")
+    options = TINY_RUN + ["--source_lang", "en", "--target_lang", "fr", "--train_file", str(tmp_path / "a" / "corpus"),
+                          "--validation_file", str(tmp_path / "b" / "corpus"), "--do_train", "--skip_empty_pairs",
+                          "--max_steps", "1"]
     results = train.main(options + ["--output_dir", str(tmp_path / "run")])
-    assert results["skipped_empty_pairs"] == {"train": empty} and results["train_examples"] == 200
+    assert results["skipped_empty_pairs"] == {"train": empty, "validation": empty}
+    assert results["train_examples"] == 200
     (tmp_path / "train.conllu").write_text("", encoding="utf-8")
     with pytest.raises(SystemExit, match="--skip_empty_pairs drops pairs, and the parses of --train_source_conllu"):
         train.main(options + ["--output_dir", str(tmp_path / "run2"), "--train_source_conllu",

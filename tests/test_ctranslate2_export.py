@@ -116,6 +116,21 @@ def test_an_export_with_a_tokenizer_without_an_annotator_reads_raw_text(exported
         wrapped.translate(test_sentences[:3], num_beams=1, max_new_tokens=24, parse=False)
 
 
+def test_sampling_draws_as_generate_does_from_the_models_top_k_or_transformers_default(exported, tmp_path):
+    """CTranslate2's own default samples from the whole vocabulary; `generate` from the generation config's top_k,
+    else 50: the export samples as `generate` would, unless told otherwise."""
+    folder, ct2_folder = exported
+    sampling = CTranslate2Translator(str(ct2_folder), num_beams=1, do_sample=True).decoding
+    assert (sampling["sampling_topk"], sampling["sampling_topp"], sampling["sampling_temperature"]) == (50, 1.0, 1.0)
+    assert CTranslate2Translator(str(ct2_folder), num_beams=1, do_sample=True, top_k=5).decoding["sampling_topk"] == 5
+    assert "sampling_topk" not in CTranslate2Translator(str(ct2_folder)).decoding, "no sampling unless asked"
+    model_folder = shutil.copytree(folder, tmp_path / "top_k_10")
+    settings = json.loads((model_folder / "generation_config.json").read_text())
+    (model_folder / "generation_config.json").write_text(json.dumps({**settings, "top_k": 10}))
+    assert main([str(model_folder), str(tmp_path / "ct2")]) == 0
+    assert CTranslate2Translator(str(tmp_path / "ct2"), num_beams=1, do_sample=True).decoding["sampling_topk"] == 10
+
+
 def test_an_export_given_without_its_backend_or_a_model_folder_that_is_not_there_is_named(exported, tmp_path,
                                                                                           capsys):
     import huggingface_hub.constants

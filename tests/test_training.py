@@ -493,6 +493,21 @@ def test_a_source_carries_inline_factors_when_most_of_its_tokens_do():
     assert not train.carries_inline_factors("The sign ￨ stands between two words .")
 
 
+def test_do_sample_is_a_switch_as_in_the_translate_command_and_still_takes_a_value():
+    for flags, expected in (([], None), (["--do_sample"], True), (["--do_sample", "false"], False),
+                            (["--do_sample", "true", "--top_k", "5"], True)):
+        _, data_args, _ = train.parse_arguments(["--output_dir", "unused", *flags])
+        assert data_args.do_sample is expected, flags
+
+
+def test_config_overrides_given_beside_a_recipe_add_to_its_settings_instead_of_replacing_them():
+    recipe = "examples/recipes/deps_san_multi30k_en_de.json"
+    model_args, _, _ = train.parse_arguments([recipe, "--output_dir", "unused", "--config_overrides",
+                                              '{"deps_san_variance": 2.0}'])
+    merged = train.given_config_overrides(model_args)
+    assert merged["deps_san_variance"] == 2.0 and merged["deps_san_layers"] == [0], "the recipe's layers stay"
+
+
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():
     from datasets import Dataset
 

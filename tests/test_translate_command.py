@@ -125,6 +125,17 @@ def test_do_sample_with_n_sequences_gives_n_scored_samples_per_sentence_best_fir
     assert len({text for _, text, _ in entries}) > 3, "draws, not one translation repeated"
 
 
+def test_a_model_saved_with_sampling_translates_by_search_unless_told_to_sample(model_folder, translator,
+                                                                                test_sentences, tmp_path):
+    """A model trained with sampled evaluations keeps do_sample in its generation config; the command still
+    searches (fairseq's and Marian's decoders sample only when asked)."""
+    sampled_config = shutil.copytree(model_folder, tmp_path / "sampled_config")
+    settings = json.loads((sampled_config / "generation_config.json").read_text())
+    (sampled_config / "generation_config.json").write_text(json.dumps({**settings, "do_sample": True, "top_k": 10}))
+    runs = [translate(sampled_config, tmp_path, lines=test_sentences[:4]) for _ in range(2)]
+    assert runs[0] == runs[1] == [result["translation_text"] for result in translator(test_sentences[:4])]
+
+
 def test_a_line_that_is_not_utf8_is_reported_and_does_not_shift_the_rest(model_folder, translator, test_sentences,
                                                                          tmp_path, capsys):
     path = tmp_path / "input.en"
@@ -200,7 +211,7 @@ def test_stdin_to_stdout_prints_only_translations(model_folder, translator, test
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--num_return_sequences", "5"], "needs --num_beams >= 5 .*or draw that many samples"),
+    (["--num_return_sequences", "5"], "needs --num_beams >= 5 (n-best lists come from beam search; or draw that many samples"),
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--output", "SAME"], "is the input file"),
     (["--top_p", "0"], "--top_p must be a number in (0, 1], got 0.0"),

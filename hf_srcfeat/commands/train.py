@@ -287,9 +287,13 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
             raise SystemExit("--early_stopping_patience needs --load_best_model_at_end true and a "
                              "--metric_for_best_model (e.g. eval_loss or bleu; eval_strategy = save_strategy = steps), "
                              "so that the best model is kept.")
+    check_best_model_metric(training_args)
     count = data_args.average_last_checkpoints
     if count is None:
         return
+    if training_args.load_best_model_at_end:
+        raise SystemExit(f"--average_last_checkpoints {count} averages the last checkpoints, --load_best_model_at_end "
+                         "keeps the best one (and checkpoint rotation keeps it in place of a later one): choose one.")
     if isinstance(count, bool) or not isinstance(count, int) or count < 2:
         raise SystemExit(f"--average_last_checkpoints must be an integer of at least 2, got {count!r}.")
     if not training_args.do_train or training_args.save_strategy != "steps":
@@ -306,6 +310,25 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
         if saved < count:
             raise SystemExit(f"--average_last_checkpoints {count}: --max_steps {steps} with --save_steps {every} "
                              f"saves {saved} checkpoint(s); lower it or save more often.")
+
+
+#: What an evaluation measures: its loss, and with --predict_with_generate the translations' scores.
+EVALUATION_METRICS = ("loss", "bleu", "bleu_lowercase", "chrf")
+
+
+def check_best_model_metric(training_args: Seq2SeqTrainingArguments) -> None:
+    """`--metric_for_best_model` names what the evaluations measure (else the Trainer fails at the first one, after
+    the parsing and the first steps)."""
+    given = training_args.metric_for_best_model
+    if not given or not (training_args.load_best_model_at_end or training_args.eval_strategy != "no"):
+        return
+    metric = given.removeprefix("eval_")
+    if metric not in EVALUATION_METRICS:
+        raise SystemExit(f"--metric_for_best_model {given}: the evaluations measure "
+                         f"{', '.join(EVALUATION_METRICS)} (as eval_<name>).")
+    if metric != "loss" and not training_args.predict_with_generate:
+        raise SystemExit(f"--metric_for_best_model {given} is computed on translations: it needs "
+                         "--predict_with_generate (or choose eval_loss).")
 
 
 def load_checkpoint_average(model: PreTrainedModel, output_dir: Path, count: int) -> list[str]:
@@ -329,10 +352,19 @@ def load_checkpoint_average(model: PreTrainedModel, output_dir: Path, count: int
     return [path.name for path in checkpoints]
 
 
-def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments) -> None:
+def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArguments,
+                     model_args: ModelArguments | None = None) -> None:
     output_dir = Path(str(training_args.output_dir))
     if output_dir.exists() and not output_dir.is_dir():
         raise SystemExit(f"--output_dir {output_dir} is a file; name a folder for the run.")
+    if model_args is not None and data_args.overwrite_output_dir and not training_args.resume_from_checkpoint \
+            and output_dir.is_dir():
+        # --overwrite_output_dir clears the folder before the model and tokenizer are loaded from it.
+        for option in ("model_name_or_path", "tokenizer_name_or_path", "init_from"):
+            source = getattr(model_args, option)
+            if source and Path(source).is_dir() and Path(source).resolve() == output_dir.resolve():
+                raise SystemExit(f"--output_dir {output_dir} is also --{option}: --overwrite_output_dir would remove "
+                                 "what the run starts from. Write the new run to another folder.")
     try:
         check_cache_path(getattr(data_args, "annotation_cache", None))
     except ValueError as error:
@@ -995,10 +1027,35 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
     if unused:
         raise SystemExit(unknown_options_message(parser, unused))
     flags = given_flags(parser, argv)
+    for name in MERGED_OPTIONS & set(values) & flags:
+        for arguments in parsed:
+            if hasattr(arguments, name):
+                setattr(arguments, name, merged_mapping(values[name], getattr(arguments, name)))
     for arguments in parsed:  # which options were set, for defaults that depend on the run
         arguments.__dict__["_given"] = set(values) | flags
         arguments.__dict__["_given_as_flags"] = flags
     return tuple(parsed)
+
+
+#: Options whose value is a mapping: a flag beside a recipe adds to the recipe's mapping (its keys win), as
+#: `--variant` does, instead of replacing it.
+MERGED_OPTIONS = {"config_overrides"}
+
+
+def merged_mapping(recipe_value: object, flag_value: object) -> object:
+    """The recipe's mapping updated with the flag's, as a JSON object; either not a mapping: the flag's value as
+    given (named later if it is no JSON object)."""
+    def as_mapping(value: object) -> dict | None:
+        if isinstance(value, dict):
+            return value
+        try:
+            loaded = json.loads(value) if isinstance(value, str) else None
+        except json.JSONDecodeError:
+            return None
+        return loaded if isinstance(loaded, dict) else None
+
+    recipe, flag = as_mapping(recipe_value), as_mapping(flag_value)
+    return json.dumps({**recipe, **flag}) if recipe is not None and flag is not None else flag_value
 
 
 def unknown_options_message(parser: argparse.ArgumentParser, unused: list[str]) -> str:
@@ -1071,7 +1128,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     # evaluates on it, the validation split.
     trains = training_args.do_train or model_args.tokenizer_only
     if trains:
-        check_output_dir(training_args, data_args)
+        check_output_dir(training_args, data_args, model_args)
         resumed_from = check_resumed_checkpoint(training_args)
         if resumed_from:
             check_resumed_model(resumed_from, model_args, training_args.output_dir)
@@ -1084,9 +1141,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                            data_args.target_lang, data_args.source_column, data_args.target_column, data_args.data_dir,
                            data_args.source_parse_column, data_args.source_factor_columns or (),
                            need_train=trains, skip_empty_pairs=data_args.skip_empty_pairs)
-    skipped_empty = {corpus.name: corpus.skipped_empty for corpus in corpora.all if corpus.skipped_empty}
-    for name, count in skipped_empty.items():
-        logger.warning("%s: %d pairs with an empty source or target dropped (--skip_empty_pairs)", name, count)
+    skipped_empty = {split: corpus.skipped_empty for split, corpus in (("train", corpora.train),
+                                                                       ("validation", corpora.validation))
+                     if corpus is not None and corpus.skipped_empty}
+    for split, count in skipped_empty.items():
+        origin = getattr(corpora, split).origin
+        logger.warning("%s (%s): %d pairs with an empty source or target dropped (--skip_empty_pairs)", split,
+                       ", ".join(origin), count)
     if corpora.validation is None and evaluates_during_training(training_args, data_args):
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
@@ -1263,6 +1324,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         best = trainer.state.best_model_checkpoint
         if training_args.load_best_model_at_end and best:
             metrics_report.evaluated_model = f"{Path(best).name} (the best, loaded at the end)"
+        if results.get("averaged_checkpoints"):
+            metrics_report.evaluated_model = f"the average of {', '.join(results['averaged_checkpoints'])}"
         results["eval_metrics"] = trainer.evaluate(metric_key_prefix="eval")
     written_predictions: set[str] = set()
     if test_sets:

@@ -160,8 +160,9 @@ class DataArguments:
         "help": DECODING_OPTIONS["no_repeat_ngram_size"].help + "; for evaluation, tests and the saved generation config"})
     repetition_penalty: float | None = field(default=None, metadata={
         "help": DECODING_OPTIONS["repetition_penalty"].help + "; for evaluation, tests and the saved generation config"})
-    do_sample: bool | None = field(default=None, metadata={
-        "help": DECODING_OPTIONS["do_sample"].help + " (evaluation and tests; BLEU then varies with the seed)"})
+    do_sample: bool | None = field(default=None, metadata={  # a switch, as in hf-srcfeat-translate (or true/false)
+        "help": DECODING_OPTIONS["do_sample"].help + " (evaluation and tests; BLEU then varies with the seed)",
+        "nargs": "?", "const": True})
     top_k: int | None = field(default=None, metadata={"help": DECODING_OPTIONS["top_k"].help})
     top_p: float | None = field(default=None, metadata={"help": DECODING_OPTIONS["top_p"].help})
     temperature: float | None = field(default=None, metadata={"help": DECODING_OPTIONS["temperature"].help})

@@ -482,6 +482,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      f"got {args.num_beams}.")
     if args.seed is not None and not args.do_sample:
         parser.error("--seed makes sampling reproducible: it needs --do_sample.")
+    # The command searches unless told to sample, whatever the model's generation config says (a model trained with
+    # sampled evaluations keeps do_sample there), as fairseq's and Marian's decoders do.
+    args.do_sample = bool(args.do_sample)
     args.num_beams = args.num_beams or (1 if args.do_sample else 4)
     if args.num_return_sequences > args.num_beams and not args.do_sample:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "

@@ -51,6 +51,8 @@ CONFIG_FILE = "hf_srcfeat_export.json"
 #: The model's generation settings an export keeps (and the translator applies unless given), as the PyTorch model
 #: applies its generation config.
 SAVED_DECODING_OPTIONS = ("no_repeat_ngram_size", "length_penalty", "repetition_penalty")
+#: The generation config's sampling settings, kept by the export and applied when sampling (as `generate` does).
+SAVED_SAMPLING_OPTIONS = ("top_k", "top_p", "temperature")
 #: New tokens at most, for an export that records no generation length.
 DEFAULT_MAX_NEW_TOKENS = 256
 
@@ -212,7 +214,7 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
          # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
          "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None,
          "generation": {name: getattr(model.generation_config, name)
-                        for name in (*SAVED_DECODING_OPTIONS, "max_new_tokens", "max_length")
+                        for name in (*SAVED_DECODING_OPTIONS, *SAVED_SAMPLING_OPTIONS, "max_new_tokens", "max_length")
                         if getattr(model.generation_config, name, None) is not None}}, indent=1)
     return output
 
@@ -256,7 +258,8 @@ class CTranslate2Translator:
         inter_threads, intra_threads: CTranslate2's parallelism (batches in parallel, threads per batch).
         num_beams, max_new_tokens, decoding: how `__call__` decodes; the length, `no_repeat_ngram_size`,
             `length_penalty` and `repetition_penalty` not given come from the model's generation config as the
-            export kept it (as the PyTorch model decodes).
+            export kept it (as the PyTorch model decodes), and so do `top_k`, `top_p` and `temperature` when
+            sampling (`do_sample=True`; Transformers' defaults where the config has none).
     """
 
 
@@ -292,6 +295,15 @@ class CTranslate2Translator:
         self.max_new_tokens = max_new_tokens or saved.get("max_new_tokens") or (
             saved["max_length"] - 1 if saved.get("max_length") else DEFAULT_MAX_NEW_TOKENS)
         decoding = {**{name: saved[name] for name in SAVED_DECODING_OPTIONS if name in saved}, **decoding}
+        if decoding.get("do_sample"):
+            # Sampling draws as `generate` draws: from the model's top_k (else Transformers' default, 50; CTranslate2's
+            # own default is the whole vocabulary), top_p and temperature unless given.
+            from transformers import GenerationConfig
+
+            defaults = GenerationConfig._get_default_generation_params()
+            for name in SAVED_SAMPLING_OPTIONS:
+                if decoding.get(name) is None:
+                    decoding[name] = saved.get(name, defaults[name])
         check_decoding_options(decoding)
         self.decoding = ctranslate2_decoding_options(decoding)
 
