@@ -62,6 +62,14 @@ def check_decoding_options(options: dict[str, Any]) -> None:
                          "do_sample (--do_sample).")
 
 
+def transformers_generation_default(name: str) -> Any:
+    """The value `generate` gives a setting that neither the call nor any generation config sets (Transformers 5's
+    global defaults: length_penalty 1.0, top_k 50, ...)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig._get_default_generation_params()[name]
+
+
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The decoding options as command-line flags (`--do_sample` a switch), unset unless given."""
     for name, option in DECODING_OPTIONS.items():

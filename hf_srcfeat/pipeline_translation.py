@@ -20,7 +20,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotated_sentence import AnnotatedSentence, check_text
-from .decoding_options import check_decoding_options
+from .decoding_options import check_decoding_options, transformers_generation_default
 from .linear import prepared_inference_weights
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import NO_WORD, check_tokenizer_matches, encoding_options
@@ -210,8 +210,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
             output_ids = self.model.generate(**inputs, **generate_kwargs)
             # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
             return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
-        config = generate_kwargs.get("generation_config") or self.model.generation_config
-        searched = (generate_kwargs.get("num_beams") or config.num_beams or 1) > 1
+        # The settings `generate` will use: the call's, over the given generation config's, over the model's.
+        settings = self._get_set_generation_params(generate_kwargs)
+        searched = (settings.get("num_beams") or 1) > 1
         # Beam search ranks its hypotheses by a score; greedy and sampled translations are scored here the same way.
         generated = self.model.generate(**inputs, **generate_kwargs, return_dict_in_generate=True,
                                         **({"output_scores": True} if searched else {"output_logits": True}))
@@ -219,10 +220,10 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if searched:
             scores = generated.sequences_scores
         else:
-            penalty = generate_kwargs.get("length_penalty", config.length_penalty)
-            if penalty is None:  # unset in the config: Transformers' default
-                penalty = GenerationConfig._get_default_generation_params()["length_penalty"]
-            scores = sequence_scores(output_ids, generated.logits, config.eos_token_id, penalty)
+            penalty = settings.get("length_penalty")
+            scores = sequence_scores(output_ids, generated.logits, settings.get("eos_token_id"),
+                                     transformers_generation_default("length_penalty") if penalty is None else penalty,
+                                     forced_first_token=settings.get("forced_bos_token_id"))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
                 "scores": scores.float().reshape(batch_size, -1)}
 
@@ -266,13 +267,17 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
 
 def sequence_scores(sequences: torch.Tensor, logits: Sequence[torch.Tensor], eos_token_id: int | list[int] | None,
-                    length_penalty: float) -> torch.Tensor:
+                    length_penalty: float, forced_first_token: int | None = None) -> torch.Tensor:
     """Each generated sequence's score as beam search ranks its hypotheses: the sum of the model's log-probabilities
     of its tokens (before any temperature, top-k or top-p) over length ** length_penalty, the length counting the
-    tokens generated up to and including the first end token. `logits` holds one [sequences, vocab] tensor a step."""
+    tokens generated up to and including the first end token. A forced first token (a target language's) counts 0,
+    as beam search counts it; other logits processors (repetition penalty, n-gram bans) are not applied. `logits`
+    holds one [sequences, vocab] tensor a step."""
     generated = sequences[:, -len(logits):]
     log_probs = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, generated[:, index, None])[:, 0]
                              for index, step in enumerate(logits)], dim=1)
+    if forced_first_token is not None:
+        log_probs[:, 0] = torch.where(generated[:, 0] == forced_first_token, 0.0, log_probs[:, 0])
     end_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     is_end = torch.isin(generated, torch.tensor(end_ids, dtype=generated.dtype, device=generated.device)).long()
     counted = (is_end.cumsum(dim=1) - is_end) == 0  # the padding after the end token is no token of the translation

@@ -138,13 +138,19 @@ def test_overwrite_output_dir_starts_a_clean_run_and_keeps_other_files(multi30k_
     second = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
     assert len(second) < len(first), "a new tokenizer of the new size, not the old one"
     assert not (run / "checkpoint-99").exists() and (run / "notes.txt").read_text() == "user data"
-    # The folder a run starts from is never cleared for it
-    for option in ("--model_name_or_path", "--tokenizer_name_or_path"):
-        with pytest.raises(SystemExit, match=f"is also {option}: --overwrite_output_dir would remove what the run "
-                                             "starts from"):
+    # The folder a run starts from, or one inside the output folder (a checkpoint), is never cleared for it
+    checkpoint = run / "checkpoint-5"
+    checkpoint.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        if (run / name).exists():
+            (checkpoint / name).write_bytes((run / name).read_bytes())
+    for option, source, where in (("--model_name_or_path", run, "is also"), ("--tokenizer_name_or_path", run, "is also"),
+                                  ("--model_name_or_path", checkpoint, "holds")):
+        with pytest.raises(SystemExit, match=f"{where} {option} {source}: --overwrite_output_dir would remove what "
+                                             "the run starts from"):
             train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--overwrite_output_dir", option,
-                                   str(run)])
-    assert (run / "model.safetensors").exists() and (run / "tokenizer.json").exists()
+                                   str(source)])
+    assert (run / "model.safetensors").exists() and (checkpoint / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize(("bad", "error", "message"), [

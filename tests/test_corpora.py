@@ -9,7 +9,7 @@ import json
 import pytest
 from datasets import Dataset
 
-from hf_srcfeat.data.corpora import load_corpora, load_file
+from hf_srcfeat.data.corpora import from_dataset, load_corpora, load_file
 from hf_srcfeat.data.errors import DataError
 from hf_srcfeat.data.multi30k import load_multi30k
 
@@ -129,6 +129,10 @@ def test_skip_empty_pairs_drops_and_counts_them_in_every_corpus_form(en_fr, tmp_
     (folder / "test.jsonl").unlink()
     corpora = load_corpora(str(folder), None, None, None, None, "en", "fr", skip_empty_pairs=True)
     assert corpora.train.data.to_dict() == expected and corpora.train.skipped_empty == empty
+    rows = Dataset.from_dict({"translation": [{"en": "A dog.", "fr": "Un chien."}, None, {"en": None, "fr": "Oui."},
+                                              {"en": "A cat.", "fr": "Un chat."}]})
+    kept = from_dataset(rows, "hub corpus train", "en", "fr", None, None, skip_empty=True)
+    assert kept.to_dict() == {"source": ["A dog.", "A cat."], "target": ["Un chien.", "Un chat."]}
 
 
 def test_the_training_command_reports_skipped_pairs_and_refuses_them_beside_aligned_parses(en_fr, tmp_path):
@@ -230,8 +234,6 @@ def test_json_lines_that_datasets_could_not_read_or_would_misread_are_named_by_l
 
 
 def test_a_factor_column_of_lists_in_a_datasets_source_is_named_by_row():
-    from hf_srcfeat.data.corpora import from_dataset
-
     dataset = Dataset.from_dict({"translation": [{"en": "A dog runs.", "de": "Ein Hund rennt."}] * 3,
                                  "case": [["Cap", "lower", "lower"]] * 3})
     with pytest.raises(DataError, match=r"my_corpus train row 1: the 'case' field is not a string: list"):

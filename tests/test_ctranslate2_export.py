@@ -129,6 +129,18 @@ def test_sampling_draws_as_generate_does_from_the_models_top_k_or_transformers_d
     (model_folder / "generation_config.json").write_text(json.dumps({**settings, "top_k": 10}))
     assert main([str(model_folder), str(tmp_path / "ct2")]) == 0
     assert CTranslate2Translator(str(tmp_path / "ct2"), num_beams=1, do_sample=True).decoding["sampling_topk"] == 10
+    # N samples per sentence, as the Transformers backend draws them: n-best lines, best first, one seed one draw
+    source = tmp_path / "input.en"
+    source.write_text("A dog runs in the snow.\nTwo men play football.\n", encoding="utf-8")
+    outputs = []
+    for run in range(2):
+        assert translate_main(["--model", str(ct2_folder), "--backend", "ctranslate2", "--input", str(source),
+                               "--output", str(tmp_path / f"samples{run}.de"), "--do_sample", "--num_return_sequences",
+                               "3", "--seed", "4", "--quiet"]) == 0
+        outputs.append((tmp_path / f"samples{run}.de").read_text(encoding="utf-8").splitlines())
+    assert outputs[0] == outputs[1] and [line.split(" ||| ")[0] for line in outputs[0]] == ["0"] * 3 + ["1"] * 3
+    scores = [float(line.split(" ||| ")[2]) for line in outputs[0][:3]]
+    assert scores == sorted(scores, reverse=True)
 
 
 def test_an_export_given_without_its_backend_or_a_model_folder_that_is_not_there_is_named(exported, tmp_path,

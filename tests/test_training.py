@@ -462,11 +462,16 @@ def test_the_test_loss_is_the_mean_over_tokens_whatever_the_evaluation_batch_siz
                           "--do_predict", "--test_file", str(tmp_path / "mine.tsv"), "--train_file",
                           str(tmp_path / "broken.tsv"), "--report_to", "none", "--use_cpu"])
     assert results["train_examples"] is None and results["test_sets"]["mine"]["metrics"]["test_loss"] > 0
-    from transformers import AutoModelForSeq2SeqLM
+    # A trained model's own length limit, never one taken from the test references
+    import shutil
 
-    saved = AutoModelForSeq2SeqLM.from_pretrained(model_folder).generation_config.max_length
-    assert results["test_sets"]["mine"]["setup"]["max_length"] == (saved or 128), \
-        "the model's own length limit (else --max_target_length), never one taken from the test references"
+    limited = shutil.copytree(model_folder, tmp_path / "limited")
+    settings = json.loads((limited / "generation_config.json").read_text())
+    (limited / "generation_config.json").write_text(json.dumps({**settings, "max_length": 77}))
+    results = train.main(["--model_name_or_path", str(limited), "--output_dir", str(tmp_path / "limit"),
+                          "--do_predict", "--test_file", str(tmp_path / "mine.tsv"), "--report_to", "none",
+                          "--use_cpu"])
+    assert results["test_sets"]["mine"]["setup"]["max_length"] == 77
 
 
 def test_config_overrides_win_over_the_size_options_and_may_be_a_recipes_mapping():

@@ -107,6 +107,33 @@ def test_n_samples_per_sentence_come_with_the_models_own_score_of_each(translato
         "translation_text"]
 
 
+def test_scores_follow_the_settings_generate_uses_with_a_given_generation_config(translator, test_sentences,
+                                                                                  monkeypatch):
+    """A generation config given in the call leaves num_beams unset: `generate` takes the model's (4 here), and the
+    score is that beam search's."""
+    from transformers import GenerationConfig
+
+    monkeypatch.setattr(translator.model.generation_config, "num_beams", 4)
+    given = translator(test_sentences[0], generation_config=GenerationConfig(max_new_tokens=24), return_scores=True)
+    assert given == translator(test_sentences[0], num_beams=4, max_new_tokens=24, return_scores=True)
+
+
+def test_a_forced_first_token_counts_nothing_in_a_sampled_or_greedy_score():
+    """As beam search scores a forced target-language token: log-probability 0; the rest are the model's."""
+    from hf_srcfeat.pipeline_translation import sequence_scores
+
+    torch.manual_seed(0)
+    logits = [torch.randn(2, 6) for _ in range(3)]
+    sequences = torch.tensor([[0, 5, 2, 1], [0, 5, 1, 0]])  # start, forced 5, then a token and the end (1) or end
+    log_probs = [torch.log_softmax(step, dim=-1) for step in logits]
+    first = log_probs[1][0, 2] + log_probs[2][0, 1]
+    second = log_probs[1][1, 1]  # the padding after the end token counts nothing either
+    scores = sequence_scores(sequences, logits, eos_token_id=1, length_penalty=1.0, forced_first_token=5)
+    assert scores.tolist() == pytest.approx([float(first) / 3, float(second) / 2])
+    unforced = sequence_scores(sequences, logits, eos_token_id=1, length_penalty=1.0)
+    assert unforced[0] == pytest.approx(float(log_probs[0][0, 5] + first) / 3)
+
+
 def test_transformers_4_output_options_work_and_other_options_are_named(translator, test_sentences):
     ids = translator(test_sentences[0], return_tensors=True)[0]["translation_token_ids"]
     assert translator.tokenizer.decode(ids, skip_special_tokens=True).strip() == \

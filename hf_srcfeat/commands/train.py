@@ -60,6 +60,7 @@ from hf_srcfeat.data.errors import DataError
 from hf_srcfeat.data.user_factors import FACTOR_SEPARATOR, attach_factors, split_factored_line
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
+from hf_srcfeat.metrics.translation_scores import SCORE_NAMES
 from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
@@ -287,7 +288,6 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
             raise SystemExit("--early_stopping_patience needs --load_best_model_at_end true and a "
                              "--metric_for_best_model (e.g. eval_loss or bleu; eval_strategy = save_strategy = steps), "
                              "so that the best model is kept.")
-    check_best_model_metric(training_args)
     count = data_args.average_last_checkpoints
     if count is None:
         return
@@ -313,7 +313,7 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
 
 
 #: What an evaluation measures: its loss, and with --predict_with_generate the translations' scores.
-EVALUATION_METRICS = ("loss", "bleu", "bleu_lowercase", "chrf")
+EVALUATION_METRICS = ("loss", *SCORE_NAMES)
 
 
 def check_best_model_metric(training_args: Seq2SeqTrainingArguments) -> None:
@@ -362,9 +362,10 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         # --overwrite_output_dir clears the folder before the model and tokenizer are loaded from it.
         for option in ("model_name_or_path", "tokenizer_name_or_path", "init_from"):
             source = getattr(model_args, option)
-            if source and Path(source).is_dir() and Path(source).resolve() == output_dir.resolve():
-                raise SystemExit(f"--output_dir {output_dir} is also --{option}: --overwrite_output_dir would remove "
-                                 "what the run starts from. Write the new run to another folder.")
+            if source and Path(source).is_dir() and Path(source).resolve().is_relative_to(output_dir.resolve()):
+                where = "is also" if Path(source).resolve() == output_dir.resolve() else "holds"
+                raise SystemExit(f"--output_dir {output_dir} {where} --{option} {source}: --overwrite_output_dir would "
+                                 "remove what the run starts from. Write the new run to another folder.")
     try:
         check_cache_path(getattr(data_args, "annotation_cache", None))
     except ValueError as error:
@@ -1006,7 +1007,7 @@ def apply_variant(model_args: ModelArguments) -> None:
 
 def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
     """The parser's dataclasses from flags, from a recipe file (`--config FILE`, or the file as the first
-    argument), or both: flags given beside a recipe override its values."""
+    argument), or both: flags given beside a recipe override its values (a mapping's, MERGED_OPTIONS, add to it)."""
     argv = ["--help" if argument == HELP_ALL else argument for argument in (sys.argv[1:] if argv is None else argv)]
     if argv and argv[0].endswith(CONFIG_SUFFIXES) and not argv[0].startswith("-"):
         argv = ["--config", *argv]
@@ -1106,6 +1107,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                                        "max_target_length": data_args.max_target_length})
     check_label_smoothing(training_args)
     check_averaging(data_args, training_args)
+    check_best_model_metric(training_args)
     check_vocabulary_arguments(model_args)
     check_pretrained_start(model_args)
     check_model_type(model_args)
@@ -1248,14 +1250,12 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         test_sets = {name.split(":", 1)[1]: data for name, data in tokenized.items() if name.startswith("test:")}
     if not keeps_its_settings and not training_args.generation_max_length \
             and "generation_max_length" not in getattr(training_args, "_given", ()):
-        # From the validation references, else the training ones; never the test sets' (a decoding setting taken from
-        # the test references would be tuned on them).
-        references = next((data for data in (eval_set, train_set) if data is not None), None)
-        if references is not None:
-            model.generation_config.max_length = generation_length([references], data_args.max_target_length)
-            logger.info("generation length %d tokens: 1.5 x the longest %s reference + 5 (at most "
-                        "--max_target_length); --generation_max_length sets it", model.generation_config.max_length,
-                        "validation" if references is eval_set else "training")
+        # From the validation references, never the test sets' (a decoding setting taken from the test references
+        # would be tuned on them); without validation data, --max_target_length (set above) or a trained model's own.
+        if eval_set is not None:
+            model.generation_config.max_length = generation_length([eval_set], data_args.max_target_length)
+            logger.info("generation length %d tokens: 1.5 x the longest validation reference + 5 (at most "
+                        "--max_target_length); --generation_max_length sets it", model.generation_config.max_length)
         elif saved_length:
             model.generation_config.max_length = saved_length
 
@@ -1371,7 +1371,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
 MODEL_SHAPING_ARGUMENTS = {"model_type": "model_type", "d_model": "d_model", "encoder_layers": "encoder_layers",
                            "decoder_layers": "decoder_layers", "attention_heads": "encoder_attention_heads",
                            "ffn_dim": "encoder_ffn_dim", "dropout": "dropout", "label_smoothing": "label_smoothing",
-                           "layernorm_position": "layernorm_position"}
+                           "layernorm_position": "layernorm_position", "vocab_size": "vocab_size"}
 
 
 def recorded_model_arguments(model_args: ModelArguments, config) -> dict:

@@ -69,7 +69,8 @@ class ModelArguments:
     layernorm_position: str = field(default="pre", metadata={
         "help": "pre (LayerNorm before each sublayer) or post (after the residual sum, as the original Transformer)."})
     config_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'."})
+        "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'; beside a recipe, "
+                "added to the recipe's (its keys win)."})
 
 
 @dataclass

@@ -209,8 +209,12 @@ class FileTranslator:
 
         start = time.perf_counter()
         # The parser leaves the random state as it found it (loading its models draws from it), so that --seed
-        # gives the same samples whether the sentences were parsed or read from the parse cache.
-        with torch.random.fork_rng(devices=[]):
+        # gives the same samples whether the sentences were parsed or read from the parse cache: the CPU's, and the
+        # GPU's the model samples on.
+        device = getattr(self.translator, "device", None)
+        gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
+            if isinstance(device, torch.device) and device.type == "cuda" else []
+        with torch.random.fork_rng(devices=gpus):
             self.parse(items)
         parsed = time.perf_counter()
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty

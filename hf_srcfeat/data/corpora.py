@@ -98,10 +98,15 @@ def _shown(value: object) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
+def is_empty(text: object) -> bool:
+    """A missing or blank sentence."""
+    return text is None or isinstance(text, str) and not text.strip()
+
+
 def check_sentence(text: object, what: str, origin: str, number: int, empty_allowed: bool = False) -> bool:
     """`text` (`what`: "source sentence", ...) is text, not blank; else an error naming `origin` and `number`. With
     `empty_allowed`, a blank or missing sentence is no error: False says it is one."""
-    if text is None or isinstance(text, str) and not text.strip():
+    if is_empty(text):
         if empty_allowed:
             return False
         raise DataError(f"{origin} {number}: the {what} is empty.")
@@ -110,14 +115,9 @@ def check_sentence(text: object, what: str, origin: str, number: int, empty_allo
     return True
 
 
-def is_full_pair(source: object, target: object) -> bool:
-    """Neither side blank or missing."""
-    return all(isinstance(text, str) and text.strip() for text in (source, target))
-
-
 def without_empty_pairs(data: Dataset) -> Dataset:
     """The pairs of `data` whose source and target both hold text (a cached `filter`: the data stays on disk)."""
-    return data.filter(lambda batch: [is_full_pair(source, target)
+    return data.filter(lambda batch: [not (is_empty(source) or is_empty(target))
                                       for source, target in zip(batch["source"], batch["target"], strict=True)],
                        batched=True, desc="drop empty pairs")
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from hf_srcfeat.decoding_options import check_decoding_options
+from hf_srcfeat.decoding_options import check_decoding_options, transformers_generation_default
 from hf_srcfeat.safe_writing import write_json_atomically
 
 if TYPE_CHECKING:  # torch loads with the model, not with the command's --help
@@ -298,12 +298,9 @@ class CTranslate2Translator:
         if decoding.get("do_sample"):
             # Sampling draws as `generate` draws: from the model's top_k (else Transformers' default, 50; CTranslate2's
             # own default is the whole vocabulary), top_p and temperature unless given.
-            from transformers import GenerationConfig
-
-            defaults = GenerationConfig._get_default_generation_params()
             for name in SAVED_SAMPLING_OPTIONS:
                 if decoding.get(name) is None:
-                    decoding[name] = saved.get(name, defaults[name])
+                    decoding[name] = saved.get(name, transformers_generation_default(name))
         check_decoding_options(decoding)
         self.decoding = ctranslate2_decoding_options(decoding)
 

@@ -7,6 +7,9 @@ import os
 from collections.abc import Sequence
 from typing import cast
 
+#: The scores `corpus_scores` gives (each with its `<name>_signature`).
+SCORE_NAMES = ("bleu", "bleu_lowercase", "chrf")
+
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """sacreBLEU (13a, cased), lowercased sacreBLEU and chrF of detokenized hypotheses against one reference each,
@@ -16,15 +19,10 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     if len(hypotheses) == 0:
         raise ValueError("No predictions to score.")
     streams = [list(references)]  # sacreBLEU takes one list per reference stream
-    bleu, bleu_lowercase, chrf = BLEU(), BLEU(lowercase=True), CHRF()
-    return {
-        "bleu": bleu.corpus_score(list(hypotheses), streams).score,
-        "bleu_lowercase": bleu_lowercase.corpus_score(list(hypotheses), streams).score,
-        "chrf": chrf.corpus_score(list(hypotheses), streams).score,
-        "bleu_signature": str(bleu.get_signature()),
-        "bleu_lowercase_signature": str(bleu_lowercase.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-    }
+    metrics = dict(zip(SCORE_NAMES, (BLEU(), BLEU(lowercase=True), CHRF()), strict=True))
+    scores: dict = {name: metric.corpus_score(list(hypotheses), streams).score for name, metric in metrics.items()}
+    scores.update({f"{name}_signature": str(metric.get_signature()) for name, metric in metrics.items()})
+    return scores
 
 
 def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
