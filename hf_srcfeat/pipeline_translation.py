@@ -221,9 +221,14 @@ class SourceFeatureTranslationPipeline(Pipeline):
             scores = generated.sequences_scores
         else:
             penalty = settings.get("length_penalty")
+            # The step at the length limit, where a generation config's forced_eos_token_id forces the end token.
+            prompt = output_ids.shape[-1] - len(generated.logits)
+            limit = settings.get("max_new_tokens") or (settings.get("max_length") or
+                                                       transformers_generation_default("max_length")) - prompt
             scores = sequence_scores(output_ids, generated.logits, settings.get("eos_token_id"),
                                      transformers_generation_default("length_penalty") if penalty is None else penalty,
-                                     forced_first_token=settings.get("forced_bos_token_id"))
+                                     forced_first_token=settings.get("forced_bos_token_id"),
+                                     forced_last_token=(settings.get("forced_eos_token_id"), limit - 1))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
                 "scores": scores.float().reshape(batch_size, -1)}
 
@@ -267,17 +272,20 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
 
 def sequence_scores(sequences: torch.Tensor, logits: Sequence[torch.Tensor], eos_token_id: int | list[int] | None,
-                    length_penalty: float, forced_first_token: int | None = None) -> torch.Tensor:
+                    length_penalty: float, forced_first_token: int | None = None,
+                    forced_last_token: tuple[int | None, int] | None = None) -> torch.Tensor:
     """Each generated sequence's score as beam search ranks its hypotheses: the sum of the model's log-probabilities
     of its tokens (before any temperature, top-k or top-p) over length ** length_penalty, the length counting the
-    tokens generated up to and including the first end token. A forced first token (a target language's) counts 0,
-    as beam search counts it; other logits processors (repetition penalty, n-gram bans) are not applied. `logits`
+    tokens generated up to and including the first end token. Forced tokens count 0, as beam search counts them: a
+    forced first token (a target language's), and `forced_last_token` = (token, step) at the length limit's step
+    (Marian's forced `</s>`); other logits processors (repetition penalty, n-gram bans) are not applied. `logits`
     holds one [sequences, vocab] tensor a step."""
     generated = sequences[:, -len(logits):]
     log_probs = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, generated[:, index, None])[:, 0]
                              for index, step in enumerate(logits)], dim=1)
-    if forced_first_token is not None:
-        log_probs[:, 0] = torch.where(generated[:, 0] == forced_first_token, 0.0, log_probs[:, 0])
+    for token, step in ((forced_first_token, 0), forced_last_token or (None, 0)):
+        if token is not None and 0 <= step < len(logits):
+            log_probs[:, step] = torch.where(generated[:, step] == token, 0.0, log_probs[:, step])
     end_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     is_end = torch.isin(generated, torch.tensor(end_ids, dtype=generated.dtype, device=generated.device)).long()
     counted = (is_end.cumsum(dim=1) - is_end) == 0  # the padding after the end token is no token of the translation

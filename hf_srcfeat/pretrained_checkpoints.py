@@ -61,6 +61,13 @@ NOT_GRAFTABLE = {
     ("relevance_features", "word_relevance"): "the factor embeddings are concatenated to the subword's; use "
                                               "relevance_combine='add'",
 }
+#: Backbone settings the checkpoint's weights fix (sizes, layout, special tokens); its dropouts may change.
+CHECKPOINT_FIXED_SETTINGS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "activation_function",
+                             "max_position_embeddings", "scale_embedding", "share_embeddings", "tie_word_embeddings",
+                             "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+                             "layernorm_position", "position_embedding_type", "position_offset",
+                             "layernorm_embedding", "final_logits_bias")
 #: Config keys that describe a saved config rather than the model.
 CONFIG_BOOKKEEPING = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map", "dtype",
                       "torch_dtype", "tokenizer_fingerprint")
@@ -68,13 +75,15 @@ CONFIG_BOOKKEEPING = ("model_type", "architectures", "transformers_version", "_n
 
 @dataclass(frozen=True)
 class CheckpointFamily:
-    """What sets a family's architecture apart from Vaswani et al.'s Transformer."""
+    """What sets a family's architecture apart from Vaswani et al.'s Transformer, and whether its checkpoints are
+    multilingual (source and target language codes say which pair a run translates)."""
 
     layernorm_position: str
     position_embedding_type: str
     position_offset: int | None  # None: fairseq's padding_idx + 1 (the checkpoint's pad_token_id + 1)
     layernorm_embedding: bool
     final_logits_bias: bool
+    language_codes: bool = False
 
 
 #: Keyed by the checkpoint config's `model_type`.
@@ -83,10 +92,11 @@ FAMILIES = {
                                position_offset=0, layernorm_embedding=False, final_logits_bias=True),
     # fairseq positions start after padding_idx (1 in M2M100 and NLLB): position 0 is index 2.
     "m2m_100": CheckpointFamily(layernorm_position="pre", position_embedding_type="sinusoidal_fairseq",
-                                position_offset=None, layernorm_embedding=False, final_logits_bias=False),
+                                position_offset=None, layernorm_embedding=False, final_logits_bias=False,
+                                language_codes=True),
     # mBART's learned table keeps 2 rows before position 0 (fairseq's offset).
     "mbart": CheckpointFamily(layernorm_position="pre", position_embedding_type="learned", position_offset=2,
-                              layernorm_embedding=True, final_logits_bias=True),
+                              layernorm_embedding=True, final_logits_bias=True, language_codes=True),
 }
 
 #: (pattern, replacement) on the checkpoint's parameter names inside `model.`, in order.
@@ -113,7 +123,12 @@ def checkpoint_family(config) -> CheckpointFamily:
 
 
 def backbone_config(config, **overrides: Any) -> SrcFeatTransformerConfig:
-    """The backbone config computing what a Marian / M2M100 / mBART config computes; `overrides` win."""
+    """The backbone config computing what a Marian / M2M100 / mBART config computes; `overrides` win (settings the
+    weights fix, CHECKPOINT_FIXED_SETTINGS, are refused)."""
+    fixed = [key for key in overrides if key in CHECKPOINT_FIXED_SETTINGS]
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)}: a converted checkpoint has its own sizes and layout; leave "
+                         f"{'them' if len(fixed) > 1 else 'it'} out (dropout settings may change).")
     family = checkpoint_family(config)
     decoder_vocab_size = getattr(config, "decoder_vocab_size", None) or config.vocab_size
     if decoder_vocab_size != config.vocab_size:
@@ -199,11 +214,18 @@ def grafted_config(backbone: PretrainedConfig, model_type: str, **method_argumen
     if unknown or not methods:
         raise ValueError(f"{unknown or model_type!r} cannot be grafted onto a pretrained model yet; graftable: "
                          f"{sorted(GRAFT_FORMS)} and their compositions (srcfeat_composed, components=[...]).")
+    for method in methods:  # the settings of a graft form are what lets the model start as the checkpoint
+        for key, form in GRAFT_FORMS[method].items():
+            value = method_arguments.get(key, form)
+            if value != form:
+                reason = NOT_GRAFTABLE.get((method, value), f"only {key}={form!r} does")
+                raise ValueError(f"{method} with {key}={value!r} cannot start as the pretrained model: {reason}.")
+    fixed = [key for key in method_arguments if key in CHECKPOINT_FIXED_SETTINGS]
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)}: a grafted model has the checkpoint's sizes and layout; leave "
+                         f"{'them' if len(fixed) > 1 else 'it'} out (dropout settings may change).")
     arguments = {key: value for method in methods for key, value in GRAFT_FORMS[method].items()}
     arguments.update(method_arguments)
-    for (method, form), reason in NOT_GRAFTABLE.items():
-        if method in methods and form in arguments.values():
-            raise ValueError(f"{method} with {form!r} cannot start as the pretrained model: {reason}.")
     settings = {key: value for key, value in backbone.to_dict().items() if key not in CONFIG_BOOKKEEPING}
     return MODEL_CLASSES_BY_TYPE[model_type].config_class(**{**settings, **arguments})
 

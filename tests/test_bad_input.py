@@ -110,6 +110,10 @@ def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_resul
     recorded = evaluations[0]["model_args"]
     assert (recorded["d_model"], recorded["encoder_layers"], recorded["ffn_dim"]) == (32, 1, 64), \
         "the evaluated model's sizes, not the options' defaults"
+    for options, message in ((["--config_overrides", '{"dropout": 0.1}'], "--config_overrides: an evaluation-only"),
+                             (["--model_type", "deps_san"], "--model_type deps_san \\(the model's: srcfeat_transformer")):
+        with pytest.raises(SystemExit, match=message):  # dropped without a word, before
+            train.main(["--output_dir", str(run), "--do_eval", "--max_eval_samples", "20", "--use_cpu", *options])
 
 
 def test_evaluating_without_a_trained_model_is_refused(multi30k_dir, tmp_path):

@@ -82,6 +82,19 @@ def test_nllb_and_mbart_checkpoints_train_with_their_language_codes(family, mode
     batch = tokenizer(["A dog runs."], return_tensors="pt")
     assert tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())[0] == codes[1]  # the source code first
     assert model.generate(**batch, num_beams=2, max_new_tokens=6)[0, 1] == target_code
+    # The forced target-language token counts 0 in every score: beam search's, a greedy translation's and forced
+    # decoding's agree on the same output.
+    from hf_srcfeat import pipeline
+    from hf_srcfeat.metrics.forced_decoding import score_targets
+
+    model.generation_config.forced_eos_token_id = None  # forced decoding knows no length limit to force </s> at
+    translator = pipeline("translation", model=model, tokenizer=tokenizer, max_new_tokens=8, length_penalty=1.0)
+    for beams in (1, 2):
+        [best] = translator("A dog runs.", num_beams=beams, return_scores=True, return_tensors=True)
+        ids = best["translation_token_ids"].tolist()[1:]  # without the decoder's start
+        ids = ids[:ids.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in ids else ids
+        [forced] = score_targets(model, tokenizer, ["A dog runs."], [ids])
+        assert forced.per_token == pytest.approx(best["score"], abs=1e-4), beams
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +212,8 @@ def test_pretrained_start_options_are_checked_before_any_work(arguments, message
     assert not (tmp_path / "run").exists()
 
 
-def test_an_init_from_that_is_no_checkpoint_or_sizes_or_method_settings_it_refuses_are_named_before_any_parsing(marian_checkpoint,
-                                                                                           model_folder, tmp_path):
+def test_an_init_from_that_is_no_checkpoint_or_sizes_or_method_settings_it_refuses_are_named_before_any_parsing(
+        marian_checkpoint, model_folder, checkpoint_tokenizers, tmp_path):  # noqa: F811
     with pytest.raises(SystemExit, match="--init_from starts a run that trains"):
         train.main(["--init_from", str(marian_checkpoint), "--output_dir", str(tmp_path / "run"), "--do_predict",
                     "--use_cpu"])
@@ -213,7 +226,19 @@ def test_an_init_from_that_is_no_checkpoint_or_sizes_or_method_settings_it_refus
             (["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
               '{"deps_san_layers": [7]}'], "with --model_type deps_san: .*deps_san_layers"),
             (["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
-              '{"deps_san_mode": "sideways"}'], "with --model_type deps_san: .*sideways")):
+              '{"deps_san_mode": "sideways"}'], "with --model_type deps_san: .*sideways"),
+            (["--init_from", str(marian_checkpoint), "--model_type", "deps_san", "--config_overrides",
+              '{"d_model": 64}'], "d_model: a grafted model has the checkpoint's sizes and layout"),
+            (["--init_from", str(marian_checkpoint), "--config_overrides", '{"encoder_layers": 3}'],
+             "encoder_layers: a converted checkpoint has its own sizes and layout"),
+            (["--init_from", str(marian_checkpoint), "--model_type", "diverse_input", "--config_overrides",
+              '{"graft_gates": false}'], "diverse_input with graft_gates=False cannot start as the pretrained model"),
+            (["--init_from", str(marian_checkpoint), "--target_lang_code", "de_DE"],
+             "--target_lang_code: --init_from .* is a marian checkpoint, which translates the one language pair"),
+            (["--init_from", str(tiny_checkpoint("nllb", checkpoint_tokenizers["nllb"], tmp_path / "nllb")),
+              "--target_lang_code", "deu_Latn"], "is a multilingual checkpoint \\(m2m_100\\): give --source_lang_code "
+                                                "and --target_lang_code"),
+            (["--init_from", str(tmp_path)], "is a folder without a config.json: not a checkpoint")):
         with pytest.raises(SystemExit, match=message):
             train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu",
                         "--stanza_dir", str(tmp_path / "no_stanza_here")])
@@ -245,6 +270,12 @@ def test_a_grafted_model_keeps_the_checkpoints_decoding_settings_and_resumes_onl
     with pytest.raises(SystemExit, match="is a deps_san model, this run grafts relevance_features"):
         train.main(["--init_from", str(checkpoint), "--model_type", "relevance_features", "--output_dir",
                     str(tmp_path / "run"), "--max_steps", "4", "--resume_from_checkpoint", "True", *run])
+    # The same method with other settings: its saved gates would load into other layers without a word
+    with pytest.raises(SystemExit, match=r"is another model than this run builds: deps_san_layers \[1\] \(the "
+                                         r"checkpoint's: None\)"):
+        train.main(["--init_from", str(checkpoint), "--model_type", "deps_san", "--config_overrides",
+                    '{"deps_san_layers": [1]}', "--output_dir", str(tmp_path / "run"), "--max_steps", "4",
+                    "--resume_from_checkpoint", "True", *run])
 
 
 @pytest.mark.slow

@@ -118,7 +118,7 @@ def test_scores_follow_the_settings_generate_uses_with_a_given_generation_config
     assert given == translator(test_sentences[0], num_beams=4, max_new_tokens=24, return_scores=True)
 
 
-def test_a_forced_first_token_counts_nothing_in_a_sampled_or_greedy_score():
+def test_forced_tokens_count_nothing_in_a_sampled_or_greedy_score():
     """As beam search scores a forced target-language token: log-probability 0; the rest are the model's."""
     from hf_srcfeat.pipeline_translation import sequence_scores
 
@@ -132,6 +132,10 @@ def test_a_forced_first_token_counts_nothing_in_a_sampled_or_greedy_score():
     assert scores.tolist() == pytest.approx([float(first) / 3, float(second) / 2])
     unforced = sequence_scores(sequences, logits, eos_token_id=1, length_penalty=1.0)
     assert unforced[0] == pytest.approx(float(log_probs[0][0, 5] + first) / 3)
+    # Marian's </s> forced at the length limit's step (the third here) counts nothing either
+    at_limit = sequence_scores(sequences, logits, eos_token_id=1, length_penalty=1.0, forced_first_token=5,
+                               forced_last_token=(1, 2))
+    assert at_limit.tolist() == pytest.approx([float(log_probs[1][0, 2]) / 3, float(second) / 2])
 
 
 def test_transformers_4_output_options_work_and_other_options_are_named(translator, test_sentences):

@@ -5,7 +5,8 @@
     hf-srcfeat-score --model runs/quickstart --source parsed.conllu --source_format conllu --target test.de
 
 One output line per (source, target) pair, aligned with the input: `TOTAL<TAB>PER_TOKEN<TAB>TOKENS`, the natural-log
-probability of the target's subwords (with `</s>`) summed, its mean per token, and the token count. Sources are
+probability of the target's subwords (with `</s>`) summed, its mean per token, and the token count (a target-language
+token the model's generation forces first, NLLB's or mBART-50's, counts 0, as in the translate command's scores). Sources are
 parsed as for translation (the model's annotator, through the parse cache), or read from CoNLL-U (one sentence per
 target line). A pair that cannot be scored (an empty line, invalid UTF-8) is reported on stderr with its line
 number and gives `nan<TAB>nan<TAB>0`, so later lines never shift. The Python function is

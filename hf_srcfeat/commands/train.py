@@ -52,6 +52,7 @@ from hf_srcfeat.commands import error_summary, resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
 from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
 from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
+from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
@@ -153,8 +154,12 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
         raise SystemExit("--unfreeze_after_steps needs --freeze_pretrained and a positive step, got "
                          f"{model_args.unfreeze_after_steps}.")
     config = check_init_from(model_args.init_from)
-    if model_args.model_type != "srcfeat_transformer":
-        check_graft_settings(config, model_args)
+    check_language_codes(config, model_args)
+    check_start_settings(config, model_args)
+
+
+#: Config settings the tokenizer's feature vocabularies give (not the options), and the init's own arguments.
+FEATURE_SIZE_SETTINGS = {*FACTOR_VOCABULARY_SIZE_ARGUMENTS.values(), "extra_factors", "self", "kwargs"}
 
 
 def check_init_from(name: str):
@@ -163,6 +168,9 @@ def check_init_from(name: str):
     Returns its config."""
     from transformers import AutoConfig
 
+    if Path(name).is_dir() and not Path(name, "config.json").is_file():
+        raise SystemExit(f"--init_from {name} is a folder without a config.json: not a checkpoint (a folder written "
+                         "by save_pretrained, or a Hub id).")
     try:
         config = AutoConfig.from_pretrained(name)
     except (OSError, ValueError) as error:
@@ -174,17 +182,45 @@ def check_init_from(name: str):
     return config
 
 
-def check_graft_settings(config, model_args: ModelArguments) -> None:
-    """The method's config on the checkpoint's backbone, built before the parsing from the checkpoint's config alone,
-    so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, ...) is named at once."""
-    from hf_srcfeat.pretrained_checkpoints import backbone_config, grafted_config
+def check_language_codes(config, model_args: ModelArguments) -> None:
+    """A multilingual checkpoint (NLLB, M2M100, mBART) is told its pair; a bilingual one (Marian) takes no codes."""
+    from hf_srcfeat.pretrained_checkpoints import FAMILIES
 
+    family = FAMILIES.get(str(getattr(config, "model_type", "")))
+    if family is None:
+        return  # named by the conversion's own check
+    given = [option for option in ("source_lang_code", "target_lang_code") if getattr(model_args, option)]
+    if family.language_codes and len(given) < 2:
+        raise SystemExit(f"--init_from {model_args.init_from} is a multilingual checkpoint ({config.model_type}): give "
+                         "--source_lang_code and --target_lang_code (e.g. eng_Latn and deu_Latn for NLLB, en_XX and "
+                         "de_DE for mBART-50), so that it reads and writes the languages of this corpus.")
+    if not family.language_codes and given:
+        raise SystemExit(f"--{', --'.join(given)}: --init_from {model_args.init_from} is a {config.model_type} "
+                         "checkpoint, which translates the one language pair it was trained for and takes no "
+                         "language codes; leave them out.")
+
+
+def check_start_settings(config, model_args: ModelArguments) -> None:
+    """The config this run builds from the checkpoint, made before the parsing from the checkpoint's config alone,
+    so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, a size the weights fix, ...)
+    is named at once."""
     check_model_type(model_args)  # a misspelt setting is named as such first
     try:
-        grafted_config(backbone_config(config), model_args.model_type, **given_config_overrides(model_args))
+        started_config(config, model_args)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"--init_from {model_args.init_from} with --model_type {model_args.model_type}: "
                          f"{error}") from None
+
+
+def started_config(config, model_args: ModelArguments):
+    """The config of the model a run started from the checkpoint of config `config` builds: the converted backbone,
+    with `--model_type` grafted onto it (feature vocabulary sizes aside, which only the tokenizer knows)."""
+    from hf_srcfeat.pretrained_checkpoints import backbone_config, grafted_config
+
+    overrides = given_config_overrides(model_args)
+    if model_args.model_type == "srcfeat_transformer":
+        return backbone_config(config, **overrides)
+    return grafted_config(backbone_config(config), model_args.model_type, **overrides)
 
 
 def check_tokenizer_source(model_args: ModelArguments) -> None:
@@ -415,6 +451,15 @@ def check_resumed_model(folder: str, model_args: ModelArguments, output_dir: str
         if config.get("model_type") != model_args.model_type:
             raise SystemExit(f"--resume_from_checkpoint {folder} is a {config.get('model_type')} model, this run "
                              f"grafts {model_args.model_type}; resume with the options the run was started with.")
+        from transformers import AutoConfig
+
+        built = started_config(AutoConfig.from_pretrained(model_args.init_from), model_args).to_dict()
+        method_settings = config_argument_names(MODEL_CONFIGS[model_args.model_type]) - FEATURE_SIZE_SETTINGS
+        differing = [f"{key} {built[key]!r} (the checkpoint's: {config[key]!r})" for key in sorted(method_settings)
+                     if key in built and key in config and built[key] != config[key]]
+        if differing:
+            raise SystemExit(f"--resume_from_checkpoint {folder} is another model than this run builds: "
+                             f"{', '.join(differing)}; resume with the --config_overrides it was started with.")
         return
     overrides = given_config_overrides(model_args)  # they win over the size options, as when the model is built
     asked = {key: (f"config_overrides {key}", overrides[key]) if key in overrides else
@@ -486,19 +531,26 @@ def clear_previous_run(output_dir: Path) -> list[str]:
 
 def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
     """Without --do_train, evaluate a trained model: --model_name_or_path, else the run in output_dir; refuse to
-    score a new, untrained model."""
-    if model_args.model_name_or_path:
-        return
+    score a new, untrained model, and options that build one (they would be dropped without a word)."""
     if model_args.init_from:
         raise SystemExit("--init_from starts a run that trains (--do_train); to evaluate the checkpoint with a method "
                          "grafted on and untrained, train one step that changes nothing (--do_train --max_steps 1 "
                          "--learning_rate 0), or evaluate a finished run with --model_name_or_path <its output_dir>.")
-    if Path(training_args.output_dir, "config.json").exists():
+    if not model_args.model_name_or_path:
+        if not Path(training_args.output_dir, "config.json").exists():
+            raise SystemExit(f"nothing to evaluate: without --do_train, pass --model_name_or_path or an --output_dir "
+                             f"holding a trained model ({training_args.output_dir} has no config.json).")
         model_args.model_name_or_path = training_args.output_dir
         logger.info("evaluating the trained model in %s", training_args.output_dir)
-        return
-    raise SystemExit(f"nothing to evaluate: without --do_train, pass --model_name_or_path or an --output_dir "
-                     f"holding a trained model ({training_args.output_dir} has no config.json).")
+    saved = Path(model_args.model_name_or_path, "config.json")
+    saved_type = json.loads(saved.read_text(encoding="utf-8")).get("model_type") if saved.is_file() else None
+    given = getattr(model_args, "_given", set())
+    building = ["config_overrides"] if "config_overrides" in given and model_args.config_overrides else []
+    if given & {"model_type", "variant"} and saved_type and model_args.model_type != saved_type:
+        building.append(f"model_type {model_args.model_type} (the model's: {saved_type})")
+    if building:
+        raise SystemExit(f"--{', --'.join(building)}: an evaluation-only run evaluates {model_args.model_name_or_path} "
+                         "as it was trained; these options build a new model (with --do_train).")
 
 
 PARSE_COLUMN = "source_parse"
@@ -759,12 +811,14 @@ def pretrained_model(model_args: ModelArguments, tokenizer):
     from hf_srcfeat.pretrained_checkpoints import convert_pretrained, graft
 
     assert model_args.init_from  # only called with --init_from
-    model: PreTrainedModel = convert_pretrained(model_args.init_from)
+    overrides = given_config_overrides(model_args)
+    grafts = model_args.model_type != "srcfeat_transformer"
+    # The backbone's own settings (its dropouts) go to the conversion; a graft takes them with the method's.
+    model: PreTrainedModel = convert_pretrained(model_args.init_from, **({} if grafts else overrides))
     if len(tokenizer) > model.config.vocab_size:
         raise SystemExit(f"the tokenizer of {model_args.init_from} has {len(tokenizer)} tokens, its model "
                          f"{model.config.vocab_size}.")
-    if model_args.model_type != "srcfeat_transformer":
-        overrides = given_config_overrides(model_args)
+    if grafts:
         config_class = MODEL_CONFIGS[model_args.model_type]
         model = graft(model, model_args.model_type, **feature_vocabulary_arguments(config_class, tokenizer),
                       **overrides)

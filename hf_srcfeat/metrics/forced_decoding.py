@@ -26,7 +26,8 @@ class TargetScore:
 def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
                   targets: Sequence[str] | Sequence[Sequence[int]], batch_size: int = 32, parse: bool = True
                   ) -> list[TargetScore]:
-    """The log-probability of each target given its source under `model`.
+    """The log-probability of each target given its source under `model` (a target-language token the model's
+    generation forces first counts 0, as in beam search's scores).
 
     Args:
         model: a source-feature translation model (any model type of the zoo).
@@ -60,6 +61,11 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
         with torch.no_grad():
             logits = model(**encoded.to(model.device), decoder_input_ids=decoder_input_ids.to(model.device)).logits
         log_probs = logits.float().log_softmax(dim=-1).cpu().gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        # A target-language token the model's generation forces first (NLLB, mBART-50) counts 0, as beam search
+        # and the translate command's scores count it: the model never chooses it.
+        forced = getattr(model.generation_config, "forced_bos_token_id", None)
+        if forced is not None:
+            log_probs[:, 0] = torch.where(labels[:, 0] == forced, 0.0, log_probs[:, 0])
         totals = (log_probs * present).sum(dim=-1)
         counts = present.sum(dim=-1)
         scores += [TargetScore(total=float(total), per_token=float(total) / int(count), tokens=int(count))
