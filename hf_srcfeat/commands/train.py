@@ -544,7 +544,7 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
         logger.info("evaluating the trained model in %s", training_args.output_dir)
     saved = Path(model_args.model_name_or_path, "config.json")
     saved_type = json.loads(saved.read_text(encoding="utf-8")).get("model_type") if saved.is_file() else None
-    given = getattr(model_args, "_given", set())
+    given: set[str] = getattr(model_args, "_given", set())
     building = ["config_overrides"] if "config_overrides" in given and model_args.config_overrides else []
     if given & {"model_type", "variant"} and saved_type and model_args.model_type != saved_type:
         building.append(f"model_type {model_args.model_type} (the model's: {saved_type})")
