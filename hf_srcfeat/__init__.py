@@ -65,6 +65,9 @@ _MODULE_OF = {
     "SourceFeatures": "source_features",
     "SourceFeatureTokenizer": "tokenization_source_features",
     "train_source_feature_tokenizer": "tokenization_source_features",
+    "PretrainedSourceFeatureTokenizer": "tokenization_pretrained_source_features",
+    "load_tokenizer": "tokenization_pretrained_source_features",
+    "SourceFeatureCollator": "data.batching",
 }
 
 if TYPE_CHECKING:  # the names for type checkers and editors
@@ -82,6 +85,7 @@ if TYPE_CHECKING:  # the names for type checkers and editors
     from .configuration_relevance_features import RelevanceFeaturesConfig
     from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
     from .conllu import read_conllu, write_conllu
+    from .data.batching import SourceFeatureCollator
     from .feature_vocabulary import FeatureVocabularies, FeatureVocabulary
     from .modeling_composed import SrcFeatComposedForConditionalGeneration, SrcFeatComposedModel
     from .modeling_deps_san import DepsSanForConditionalGeneration, DepsSanModel
@@ -103,6 +107,7 @@ if TYPE_CHECKING:  # the names for type checkers and editors
     )
     from .pipeline_translation import SourceFeatureTranslationPipeline, pipeline, register_pipeline
     from .source_features import SOURCE_FEATURE_NAMES, SourceFeatures
+    from .tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer, load_tokenizer
     from .tokenization_source_features import SourceFeatureTokenizer, train_source_feature_tokenizer
 
 
@@ -170,6 +175,9 @@ __all__ = [
     "read_conllu",
     "write_conllu",
     "train_source_feature_tokenizer",
+    "PretrainedSourceFeatureTokenizer",
+    "load_tokenizer",
+    "SourceFeatureCollator",
     "DecoderLayerContext",
     "EncoderLayerContext",
     "ScoreModification",

@@ -281,6 +281,7 @@ class SrcFeatEncoder(nn.Module, ForwardSignatureKept):
     ) -> SrcFeatEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        check_token_ids("input_ids", input_ids, self.config.vocab_size)
         batch_size, seq_len = given_tokens(input_ids, inputs_embeds).shape[:2]
         if seq_len == 0:
             raise ValueError("The source sequence is empty (0 tokens); the encoder needs at least one token.")
@@ -452,6 +453,15 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
         started = time.time_ns()
         result = super().save_pretrained(save_directory, *args, **kwargs)
         folder = Path(save_directory)
+        if getattr(self.config, "custom_pipelines", None) and getattr(self, "_auto_class", None):
+            # A published model, loaded with trust_remote_code and saved again, names the shipped translation pipeline
+            # in its config: its module goes with it, or the new folder would name a file it lacks. (This relative
+            # import also lists the module among the model's own code files, which Transformers copies with them.)
+            from transformers.dynamic_module_utils import custom_object_save
+
+            from .pipeline_translation import SourceFeatureTranslationPipeline
+
+            custom_object_save(SourceFeatureTranslationPipeline, folder)
         index = folder / "model.safetensors.index.json"
         if index.exists() and index.stat().st_mtime_ns >= started:
             written = {index.name, *json.loads(index.read_text())["weight_map"].values()}
@@ -686,7 +696,8 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         The source features (`pos_ids` ... `dep_distance`, see `hf_srcfeat.source_features`) are accepted by
         every model of the zoo; the baseline ignores them.
         """
-        for name, ids in (("input_ids", input_ids), ("decoder_input_ids", decoder_input_ids), ("labels", labels)):
+        # The source's ids are checked by the encoder, which `generate` calls without this forward.
+        for name, ids in (("decoder_input_ids", decoder_input_ids), ("labels", labels)):
             check_token_ids(name, ids, self.config.vocab_size)
         if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -7,10 +7,11 @@ as the task `source-feature-translation` for `transformers.pipeline(...)`.
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader
@@ -103,16 +104,33 @@ class SourceFeatureTranslationPipeline(Pipeline):
         options = {**created, **kwargs}
         check_generation_options(options)  # before any parsing
         check_seed(seed)
-        if options.get("do_sample"):
-            # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it).
-            beams = kwargs.get("num_beams", created.get("num_beams", 1) if "do_sample" not in kwargs else 1) or 1
+        # Sampling asked for in the call, at creation, in a given generation config or in the model's.
+        given_config = options.get("generation_config")
+        sampling = next((value for value in (options.get("do_sample"), getattr(given_config, "do_sample", None),
+                                             self.model.generation_config.do_sample) if value is not None), False)
+        if sampling:
+            # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it; a
+            # generation config given in the call replaces the settings given at creation, as in Transformers).
+            if "do_sample" in kwargs:
+                beams = kwargs.get("num_beams", 1)
+            elif "generation_config" in kwargs:
+                beams = kwargs.get("num_beams") or getattr(given_config, "num_beams", None)
+            else:
+                beams = kwargs.get("num_beams", created.get("num_beams", 1))
+            beams = beams or 1
             if beams > 1:
                 raise ValueError(f"do_sample=True draws each translation token by token: give num_beams=1 (or leave "
                                  f"it out), got num_beams={beams}.")
-            kwargs["num_beams"] = 1
+            if given_config is not None:  # into a copy of the config: generate deprecates settings beside one
+                kwargs["generation_config"] = copy.deepcopy(given_config)
+                kwargs["generation_config"].num_beams = 1
+            else:
+                kwargs["num_beams"] = 1
         elif seed is not None:
             raise ValueError("seed makes sampling reproducible: it needs do_sample=True.")
         single = isinstance(inputs, (str, AnnotatedSentence))
+        if not single and not isinstance(inputs, (list, tuple, bytes, bytearray, dict)) and is_iterable(inputs):
+            inputs = list(cast(Iterable, inputs))  # a generator, a datasets column, a KeyDataset: read whole
         if not single and not isinstance(inputs, (list, tuple)):
             check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
         items = [inputs] if isinstance(inputs, (str, AnnotatedSentence)) else list(inputs)
@@ -214,8 +232,10 @@ class SourceFeatureTranslationPipeline(Pipeline):
         settings = self._get_set_generation_params(generate_kwargs)
         searched = (settings.get("num_beams") or 1) > 1
         # Beam search ranks its hypotheses by a score; greedy and sampled translations are scored here the same way.
-        generated = self.model.generate(**inputs, **generate_kwargs, return_dict_in_generate=True,
-                                        **({"output_scores": True} if searched else {"output_logits": True}))
+        # Into the given generation config's copy, if there is one (generate deprecates settings beside a config).
+        generated = self.model.generate(**inputs, **self._prepare_generate_kwargs(
+            generate_kwargs, return_dict_in_generate=True,
+            **({"output_scores": True} if searched else {"output_logits": True})))
         output_ids = generated.sequences
         if searched:
             scores = generated.sequences_scores
@@ -302,6 +322,14 @@ def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: b
         start = length - size if left else 0
         padded[index, start:start + size, start:start + size] = matrix
     return padded
+
+
+def is_iterable(value: object) -> bool:
+    try:
+        iter(cast(Iterable, value))  # what is to be found out
+    except TypeError:
+        return False
+    return True
 
 
 def check_seed(seed: object) -> None:

@@ -465,6 +465,9 @@ def test_ids_of_the_wrong_type_or_beyond_the_vocabulary_are_named(trained_baseli
         model(**{**batch, "pos_ids": batch["pos_ids"].float()})
     with pytest.raises(ValueError, match=r"`input_ids` holds ids from \d+ to 5000, but the model has \d+ token"):
         model(**{**batch, "input_ids": batch["input_ids"].clone().fill_(5000)})
+    for fast in (True, False):  # generate runs the encoder without the model's forward
+        with pytest.raises(ValueError, match=r"`input_ids` holds ids from 2 to 5000"):
+            model.generate(input_ids=torch.tensor([[5000, 2]]), max_new_tokens=3, fast_decoding=fast)
     labels = batch["labels"].clone()
     labels[0, 0] = model.config.vocab_size
     with pytest.raises(ValueError, match="`labels` holds ids"):

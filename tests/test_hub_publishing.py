@@ -341,6 +341,37 @@ def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test
     assert loaded["translations"] == expected
 
 
+#: Run in a fresh interpreter without hf_srcfeat: a published folder loaded through its shipped code, saved again
+#: (as after fine-tuning), still translates through the pipeline its config names.
+RESAVE_LOADER = """
+import json, sys
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "hf_srcfeat":
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, Blocker())
+import transformers
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+folder, saved, sentences = json.loads(sys.stdin.read())
+AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).save_pretrained(saved)
+AutoTokenizer.from_pretrained(folder, trust_remote_code=True).save_pretrained(saved)
+translator = transformers.pipeline("source-feature-translation", model=saved, trust_remote_code=True, num_beams=4,
+                                   max_new_tokens=20)
+print(json.dumps([result["translation_text"] for result in translator(sentences)]))
+"""
+
+
+@pytest.mark.slow
+def test_a_published_model_saved_again_through_its_shipped_code_keeps_its_pipeline(published, test_sentences,
+                                                                                    tmp_path):
+    folder, expected = published
+    completed = subprocess.run([sys.executable, "-c", RESAVE_LOADER], capture_output=True, text=True, timeout=600,
+                               input=json.dumps([str(folder / "repository"), str(tmp_path / "saved"),
+                                                 test_sentences[:3]]))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == expected
+
+
 #: Run in a fresh interpreter without hf_srcfeat: load each published folder through its shipped code alone.
 REMOTE_CODE_LOADER = """
 import json, sys

@@ -232,6 +232,13 @@ def test_a_grafted_marian_model_fine_tunes_with_seq2seq_trainer_and_reloads(chec
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses[-1] < losses[0], losses
     assert model.model.encoder.deps_san_gates.values.abs().sum() > 0
+    # Evaluation with the Trainer's default remove_unused_columns=True would run without the tree: refused
+    dropping = Seq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path / "eval"),
+                                                                        use_cpu=True, report_to="none"),
+                              eval_dataset=Dataset.from_dict(dict(encoded)), processing_class=tokenizer,
+                              data_collator=SourceFeatureCollator(tokenizer, model=model))
+    with pytest.raises(ValueError, match="not their tree .*set remove_unused_columns=False"):
+        dropping.evaluate()
 
     trainer.save_model(str(tmp_path / "grafted"))
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "grafted").eval()

@@ -138,6 +138,30 @@ def test_forced_tokens_count_nothing_in_a_sampled_or_greedy_score():
     assert at_limit.tolist() == pytest.approx([float(log_probs[1][0, 2]) / 3, float(second) / 2])
 
 
+def test_sampling_switched_on_by_a_generation_config_takes_a_seed_and_one_beam(translator, test_sentences,
+                                                                                 monkeypatch):
+    from transformers import GenerationConfig
+
+    sampling = GenerationConfig(do_sample=True, max_new_tokens=24)
+    draws = [translator(test_sentences[:3], generation_config=sampling, seed=seed) for seed in (5, 5, 6)]
+    assert draws[0] == draws[1] != draws[2]
+    monkeypatch.setattr(translator.model.generation_config, "do_sample", True)  # a model saved sampling
+    with pytest.raises(ValueError, match="give num_beams=1"):  # the pipeline was made with num_beams=4
+        translator(test_sentences[0], seed=5)
+    assert translator(test_sentences[0], num_beams=1, seed=5) == translator(test_sentences[0], num_beams=1, seed=5)
+
+
+def test_any_iterable_of_sentences_translates_as_a_list(translator, test_sentences):
+    """A generator, a datasets column or a KeyDataset, as Transformers' pipelines take them."""
+    from datasets import Dataset
+    from transformers.pipelines.pt_utils import KeyDataset
+
+    expected = translator(test_sentences[:3])
+    column = Dataset.from_dict({"en": test_sentences[:3]})
+    for inputs in ((sentence for sentence in test_sentences[:3]), column["en"], KeyDataset(column, "en")):
+        assert translator(inputs) == expected, type(inputs).__name__
+
+
 def test_transformers_4_output_options_work_and_other_options_are_named(translator, test_sentences):
     ids = translator(test_sentences[0], return_tensors=True)[0]["translation_token_ids"]
     assert translator.tokenizer.decode(ids, skip_special_tokens=True).strip() == \

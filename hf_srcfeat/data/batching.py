@@ -202,6 +202,8 @@ class SourceFeatureCollator(DataCollatorForSeq2Seq):
     (`remove_unused_columns=False`): the models do not take it."""
 
     def __call__(self, features, return_tensors=None):
+        if features and TREE_COLUMN not in features[0]:
+            self.check_tree_kept(features[0])
         if not features or TREE_COLUMN not in features[0]:
             return super().__call__(features, return_tensors)
         heads = [feature[TREE_COLUMN] for feature in features]
@@ -211,3 +213,14 @@ class SourceFeatureCollator(DataCollatorForSeq2Seq):
                                                                               strict=True)]
         batch["dep_distance"] = torch.from_numpy(np.stack(matrices))
         return batch
+
+    def check_tree_kept(self, row: dict) -> None:
+        """A model that reads tree distances gets rows encoded with their features (`word_ids`) but neither their
+        tree nor the distances only when the Trainer dropped the tree column: in training the model says so, but in
+        evaluation it would translate without the tree, with a warning only."""
+        config = getattr(self.model, "config", None)
+        if config is not None and getattr(config, "reads_dependency_distances", False) and "word_ids" in row \
+                and "dep_distance" not in row:
+            raise ValueError(f"the rows carry the source features but not their tree (`{TREE_COLUMN}`), which "
+                             f"{config.model_type} reads: with Seq2SeqTrainer, set remove_unused_columns=False (the "
+                             "Trainer drops the tree column before the collator sees it).")
