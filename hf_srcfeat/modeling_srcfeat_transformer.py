@@ -454,14 +454,7 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
         result = super().save_pretrained(save_directory, *args, **kwargs)
         folder = Path(save_directory)
         if getattr(self.config, "custom_pipelines", None) and getattr(self, "_auto_class", None):
-            # A published model, loaded with trust_remote_code and saved again, names the shipped translation pipeline
-            # in its config: its module goes with it, or the new folder would name a file it lacks. (This relative
-            # import also lists the module among the model's own code files, which Transformers copies with them.)
-            from transformers.dynamic_module_utils import custom_object_save
-
-            from .pipeline_translation import SourceFeatureTranslationPipeline
-
-            custom_object_save(SourceFeatureTranslationPipeline, folder)
+            self.save_pipeline_code(folder)
         index = folder / "model.safetensors.index.json"
         if index.exists() and index.stat().st_mtime_ns >= started:
             written = {index.name, *json.loads(index.read_text())["weight_map"].values()}
@@ -473,6 +466,23 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
             if stale.exists() and stale.name not in written:
                 stale.unlink()
         return result
+
+    def save_pipeline_code(self, folder: Path) -> None:
+        """A published model, loaded with trust_remote_code and saved again, names the shipped translation pipeline
+        in its config (`custom_pipelines`): its module and the modules it imports go with it, or the new folder
+        would name a file it lacks. Found beside the model's code, else in the repository the model came from; not
+        imported here, so that loading the model alone needs none of the pipeline's packages."""
+        import shutil
+
+        from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
+        from transformers.utils import HF_MODULES_CACHE
+
+        source = Path(inspect.getfile(type(self))).with_name("pipeline_translation.py")
+        if not source.exists():
+            source = Path(HF_MODULES_CACHE) / get_cached_module_file(str(self.name_or_path), source.name)
+        for file in [source, *map(Path, get_relative_import_files(source))]:
+            if not (folder / file.name).exists():
+                shutil.copy(file, folder / file.name)
 
     def _init_weights(self, module: nn.Module) -> None:
         # Xavier-uniform linear layers and N(0, d^-1/2) embeddings, as in the original Transformer code

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any, cast
 
@@ -104,10 +104,11 @@ class SourceFeatureTranslationPipeline(Pipeline):
         options = {**created, **kwargs}
         check_generation_options(options)  # before any parsing
         check_seed(seed)
-        # Sampling asked for in the call, at creation, in a given generation config or in the model's.
+        # Sampling asked for (in the call, at creation or in a given generation config), else the model's default.
         given_config = options.get("generation_config")
-        sampling = next((value for value in (options.get("do_sample"), getattr(given_config, "do_sample", None),
-                                             self.model.generation_config.do_sample) if value is not None), False)
+        asked = next((value for value in (options.get("do_sample"), getattr(given_config, "do_sample", None))
+                      if value is not None), None)
+        sampling = asked if asked is not None else bool(self.model.generation_config.do_sample)
         if sampling:
             # The beams asked for with the sampling (a search setting given apart, or the model's, yields to it; a
             # generation config given in the call replaces the settings given at creation, as in Transformers).
@@ -116,20 +117,19 @@ class SourceFeatureTranslationPipeline(Pipeline):
             elif "generation_config" in kwargs:
                 beams = kwargs.get("num_beams") or getattr(given_config, "num_beams", None)
             else:
-                beams = kwargs.get("num_beams", created.get("num_beams", 1))
+                beams = kwargs.get("num_beams", created.get("num_beams", getattr(given_config, "num_beams", 1)))
             beams = beams or 1
-            if beams > 1:
+            if beams > 1 and asked is None and seed is None:
+                kwargs["do_sample"] = False  # beams asked for win over the model's default of sampling
+            elif beams > 1:
                 raise ValueError(f"do_sample=True draws each translation token by token: give num_beams=1 (or leave "
                                  f"it out), got num_beams={beams}.")
-            if given_config is not None:  # into a copy of the config: generate deprecates settings beside one
-                kwargs["generation_config"] = copy.deepcopy(given_config)
-                kwargs["generation_config"].num_beams = 1
             else:
-                kwargs["num_beams"] = 1
+                kwargs["num_beams"] = 1  # into the generation config's copy, if one is given (see _forward)
         elif seed is not None:
             raise ValueError("seed makes sampling reproducible: it needs do_sample=True.")
         single = isinstance(inputs, (str, AnnotatedSentence))
-        if not single and not isinstance(inputs, (list, tuple, bytes, bytearray, dict)) and is_iterable(inputs):
+        if not single and not isinstance(inputs, (list, tuple, bytes, bytearray, Mapping, Set)) and is_iterable(inputs):
             inputs = list(cast(Iterable, inputs))  # a generator, a datasets column, a KeyDataset: read whole
         if not single and not isinstance(inputs, (list, tuple)):
             check_input(0, inputs)  # None, a number, bytes, a dict: an error that names it
@@ -219,7 +219,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
     def _forward(self, model_inputs: dict[str, torch.Tensor], return_scores: bool = False, **generate_kwargs
                  ) -> dict[str, torch.Tensor]:
         batch_size = model_inputs["input_ids"].shape[0]
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        generate_kwargs = inside_generation_config(self._prepare_generate_kwargs(generate_kwargs))
         if "max_new_tokens" in generate_kwargs and "generation_config" not in generate_kwargs:
             generate_kwargs.setdefault("max_length", None)  # the limit asked for wins, without a warning
         inputs = {name: model_inputs[name] for name in model_inputs
@@ -245,9 +245,10 @@ class SourceFeatureTranslationPipeline(Pipeline):
             prompt = output_ids.shape[-1] - len(generated.logits)
             limit = settings.get("max_new_tokens") or (settings.get("max_length") or
                                                        transformers_generation_default("max_length")) - prompt
+            # Transformers forces the first token only right after a one-token decoder prompt.
             scores = sequence_scores(output_ids, generated.logits, settings.get("eos_token_id"),
                                      transformers_generation_default("length_penalty") if penalty is None else penalty,
-                                     forced_first_token=settings.get("forced_bos_token_id"),
+                                     forced_first_token=settings.get("forced_bos_token_id") if prompt == 1 else None,
                                      forced_last_token=(settings.get("forced_eos_token_id"), limit - 1))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
                 "scores": scores.float().reshape(batch_size, -1)}
@@ -293,7 +294,7 @@ class SourceFeatureTranslationPipeline(Pipeline):
 
 def sequence_scores(sequences: torch.Tensor, logits: Sequence[torch.Tensor], eos_token_id: int | list[int] | None,
                     length_penalty: float, forced_first_token: int | None = None,
-                    forced_last_token: tuple[int | None, int] | None = None) -> torch.Tensor:
+                    forced_last_token: tuple[int | list[int] | None, int] | None = None) -> torch.Tensor:
     """Each generated sequence's score as beam search ranks its hypotheses: the sum of the model's log-probabilities
     of its tokens (before any temperature, top-k or top-p) over length ** length_penalty, the length counting the
     tokens generated up to and including the first end token. Forced tokens count 0, as beam search counts them: a
@@ -304,13 +305,25 @@ def sequence_scores(sequences: torch.Tensor, logits: Sequence[torch.Tensor], eos
     log_probs = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, generated[:, index, None])[:, 0]
                              for index, step in enumerate(logits)], dim=1)
     for token, step in ((forced_first_token, 0), forced_last_token or (None, 0)):
-        if token is not None and 0 <= step < len(logits):
-            log_probs[:, step] = torch.where(generated[:, step] == token, 0.0, log_probs[:, step])
-    end_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    is_end = torch.isin(generated, torch.tensor(end_ids, dtype=generated.dtype, device=generated.device)).long()
+        count_forced_as_zero(log_probs, generated, token, step)
+    is_end = is_one_of(generated, eos_token_id).long()
     counted = (is_end.cumsum(dim=1) - is_end) == 0  # the padding after the end token is no token of the translation
     lengths = counted.sum(dim=1).clamp(min=1).float()
     return torch.where(counted, log_probs, 0.0).sum(dim=1) / lengths ** length_penalty
+
+
+def is_one_of(tokens: torch.Tensor, ids: int | list[int] | None) -> torch.Tensor:
+    """Where `tokens` holds one of `ids` (a token id, a list of them, or None: nowhere)."""
+    wanted = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return torch.isin(tokens, torch.tensor(wanted, dtype=tokens.dtype, device=tokens.device))
+
+
+def count_forced_as_zero(log_probs: torch.Tensor, tokens: torch.Tensor, forced: int | list[int] | None,
+                         step: int) -> None:
+    """Set to 0, in place, the log-probability at `step` of the rows whose token there is the `forced` one: a token
+    the generation forces, which beam search counts 0 (the model never chooses it)."""
+    if forced is not None and 0 <= step < tokens.shape[1]:
+        log_probs[:, step] = torch.where(is_one_of(tokens[:, step], forced), 0.0, log_probs[:, step])
 
 
 def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: bool) -> torch.Tensor:
@@ -322,6 +335,20 @@ def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: b
         start = length - size if left else 0
         padded[index, start:start + size, start:start + size] = matrix
     return padded
+
+
+def inside_generation_config(generate_kwargs: dict) -> dict:
+    """`generate`'s arguments with the generation settings moved into a copy of the given generation config, if
+    there is one: `generate` deprecates settings beside a config."""
+    given = generate_kwargs.get("generation_config")
+    if given is None:
+        return generate_kwargs
+    settings = {name: value for name, value in generate_kwargs.items()
+                if name != "generation_config" and hasattr(given, name)}
+    config = copy.deepcopy(given)
+    config.update(**settings)
+    return {**{name: value for name, value in generate_kwargs.items() if name not in settings},
+            "generation_config": config}
 
 
 def is_iterable(value: object) -> bool:

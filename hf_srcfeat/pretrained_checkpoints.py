@@ -61,13 +61,23 @@ NOT_GRAFTABLE = {
     ("relevance_features", "word_relevance"): "the factor embeddings are concatenated to the subword's; use "
                                               "relevance_combine='add'",
 }
-#: Backbone settings the checkpoint's weights fix (sizes, layout, special tokens); its dropouts may change.
+#: Backbone settings the checkpoint's weights fix (sizes, layout, special tokens); its dropouts may change, and so
+#: may `max_position_embeddings` where positions are computed (sinusoidal), not a learned table.
 CHECKPOINT_FIXED_SETTINGS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
                              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "activation_function",
-                             "max_position_embeddings", "scale_embedding", "share_embeddings", "tie_word_embeddings",
+                             "scale_embedding", "share_embeddings", "tie_word_embeddings",
                              "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                              "layernorm_position", "position_embedding_type", "position_offset",
                              "layernorm_embedding", "final_logits_bias")
+
+
+def check_checkpoint_settings(overrides: dict[str, Any], position_embedding_type: str) -> None:
+    """Refuse, naming them, settings a converted checkpoint's weights fix."""
+    fixed = [key for key in overrides if key in CHECKPOINT_FIXED_SETTINGS
+             or key == "max_position_embeddings" and position_embedding_type == "learned"]
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)}: a model started from a checkpoint has the checkpoint's sizes and "
+                         f"layout; leave {'them' if len(fixed) > 1 else 'it'} out (dropout settings may change).")
 #: Config keys that describe a saved config rather than the model.
 CONFIG_BOOKKEEPING = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map", "dtype",
                       "torch_dtype", "tokenizer_fingerprint")
@@ -125,11 +135,8 @@ def checkpoint_family(config) -> CheckpointFamily:
 def backbone_config(config, **overrides: Any) -> SrcFeatTransformerConfig:
     """The backbone config computing what a Marian / M2M100 / mBART config computes; `overrides` win (settings the
     weights fix, CHECKPOINT_FIXED_SETTINGS, are refused)."""
-    fixed = [key for key in overrides if key in CHECKPOINT_FIXED_SETTINGS]
-    if fixed:
-        raise ValueError(f"{', '.join(fixed)}: a converted checkpoint has its own sizes and layout; leave "
-                         f"{'them' if len(fixed) > 1 else 'it'} out (dropout settings may change).")
     family = checkpoint_family(config)
+    check_checkpoint_settings(overrides, family.position_embedding_type)
     decoder_vocab_size = getattr(config, "decoder_vocab_size", None) or config.vocab_size
     if decoder_vocab_size != config.vocab_size:
         raise ValueError(f"the checkpoint has a source vocabulary of {config.vocab_size} and a target vocabulary of "
@@ -218,12 +225,10 @@ def grafted_config(backbone: PretrainedConfig, model_type: str, **method_argumen
         for key, form in GRAFT_FORMS[method].items():
             value = method_arguments.get(key, form)
             if value != form:
-                reason = NOT_GRAFTABLE.get((method, value), f"only {key}={form!r} does")
+                reason = NOT_GRAFTABLE.get((method, value), f"only {key}={form!r} does") if isinstance(value, str) \
+                    else f"only {key}={form!r} does"
                 raise ValueError(f"{method} with {key}={value!r} cannot start as the pretrained model: {reason}.")
-    fixed = [key for key in method_arguments if key in CHECKPOINT_FIXED_SETTINGS]
-    if fixed:
-        raise ValueError(f"{', '.join(fixed)}: a grafted model has the checkpoint's sizes and layout; leave "
-                         f"{'them' if len(fixed) > 1 else 'it'} out (dropout settings may change).")
+    check_checkpoint_settings(method_arguments, backbone.position_embedding_type)
     arguments = {key: value for method in methods for key, value in GRAFT_FORMS[method].items()}
     arguments.update(method_arguments)
     settings = {key: value for key, value in backbone.to_dict().items() if key not in CONFIG_BOOKKEEPING}

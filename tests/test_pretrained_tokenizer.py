@@ -239,6 +239,9 @@ def test_a_grafted_marian_model_fine_tunes_with_seq2seq_trainer_and_reloads(chec
                               data_collator=SourceFeatureCollator(tokenizer, model=model))
     with pytest.raises(ValueError, match="not their tree .*set remove_unused_columns=False"):
         dropping.evaluate()
+    treeless = [{name: values[row] for name, values in encoded.items() if name != "word_heads"} for row in range(2)]
+    batch = SourceFeatureCollator(tokenizer, model=model, require_tree=False)(treeless)  # no tree on purpose
+    assert "dep_distance" not in batch and batch["input_ids"].shape[0] == 2
 
     trainer.save_model(str(tmp_path / "grafted"))
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "grafted").eval()

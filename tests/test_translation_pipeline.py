@@ -138,6 +138,21 @@ def test_forced_tokens_count_nothing_in_a_sampled_or_greedy_score():
     assert at_limit.tolist() == pytest.approx([float(log_probs[1][0, 2]) / 3, float(second) / 2])
 
 
+def test_a_greedy_score_counts_the_end_token_forced_at_the_length_limit_as_zero(translator, feature_tokenizer,
+                                                                                test_sentences, monkeypatch):
+    """As beam search counts Marian's `</s>` forced at the limit: the translation's other tokens are the model's."""
+    model = translator.model
+    monkeypatch.setattr(model.generation_config, "forced_eos_token_id", model.config.eos_token_id)
+    [cut] = translator(test_sentences[0], num_beams=1, max_new_tokens=4, return_scores=True, return_tensors=True)
+    ids = cut["translation_token_ids"]
+    assert len(ids) == 5 and ids[-1] == model.config.eos_token_id, "three tokens, then the forced end"
+    inputs = feature_tokenizer(test_sentences[0], return_tensors="pt")
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(**inputs, decoder_input_ids=ids[None, :-1]).logits[0], dim=-1)
+    chosen = log_probs.gather(-1, ids[1:, None])[:, 0]
+    assert cut["score"] == pytest.approx(float(chosen[:-1].sum()) / 4, abs=1e-4)
+
+
 def test_sampling_switched_on_by_a_generation_config_takes_a_seed_and_one_beam(translator, test_sentences,
                                                                                  monkeypatch):
     from transformers import GenerationConfig
@@ -145,10 +160,18 @@ def test_sampling_switched_on_by_a_generation_config_takes_a_seed_and_one_beam(t
     sampling = GenerationConfig(do_sample=True, max_new_tokens=24)
     draws = [translator(test_sentences[:3], generation_config=sampling, seed=seed) for seed in (5, 5, 6)]
     assert draws[0] == draws[1] != draws[2]
+    searched = translator(test_sentences[:3])
     monkeypatch.setattr(translator.model.generation_config, "do_sample", True)  # a model saved sampling
-    with pytest.raises(ValueError, match="give num_beams=1"):  # the pipeline was made with num_beams=4
+    assert translator(test_sentences[:3]) == searched, "the beams the pipeline was made with win over the default"
+    with pytest.raises(ValueError, match="give num_beams=1"):  # a seed asks for sampling, the beams for a search
         translator(test_sentences[0], seed=5)
-    assert translator(test_sentences[0], num_beams=1, seed=5) == translator(test_sentences[0], num_beams=1, seed=5)
+    draws = [translator(test_sentences[:3], num_beams=1, seed=seed) for seed in (5, 5, 6)]
+    assert draws[0] == draws[1] != draws[2]
+    # A generation config given at creation keeps the other settings given with it when sampling switches on
+    made = pipeline("translation", model=translator.model, tokenizer=translator.tokenizer,
+                    generation_config=GenerationConfig(do_sample=True), max_new_tokens=3)
+    assert all(len(made.tokenizer(result["translation_text"])["input_ids"]) <= 6
+               for result in made(test_sentences[:3], seed=1))
 
 
 def test_any_iterable_of_sentences_translates_as_a_list(translator, test_sentences):

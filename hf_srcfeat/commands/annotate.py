@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu",
                         help="where Stanza runs: cpu (default), cuda, cuda:N or auto (cuda when there is one)")
     parser.add_argument("--annotation_cache", default=None,
-                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)")
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else "
+                             "~/.cache/hf_srcfeat/annotations.sqlite)")
     parser.add_argument("--batch_size", type=int, default=256, help="sentences handed to Stanza at once (default 256)")
     parser.add_argument("--max_characters", type=int, default=10000,
                         help="longest text handed to the parser at once; a longer line is parsed in pieces joined "

@@ -6,9 +6,9 @@
 
 One output line per (source, target) pair, aligned with the input: `TOTAL<TAB>PER_TOKEN<TAB>TOKENS`, the natural-log
 probability of the target's subwords (with `</s>`) summed, its mean per token, and the token count (a target-language
-token the model's generation forces first, NLLB's or mBART-50's, counts 0, as in the translate command's scores). Sources are
-parsed as for translation (the model's annotator, through the parse cache), or read from CoNLL-U (one sentence per
-target line). A pair that cannot be scored (an empty line, invalid UTF-8) is reported on stderr with its line
+token the model's generation forces first, NLLB's or mBART-50's, counts 0, as in the translate command's scores).
+Sources are parsed as for translation (the model's annotator, through the parse cache), or read from CoNLL-U (one
+sentence per target line). A pair that cannot be scored (an empty line, invalid UTF-8) is reported on stderr with its line
 number and gives `nan<TAB>nan<TAB>0`, so later lines never shift. The Python function is
 `hf_srcfeat.metrics.forced_decoding.score_targets`.
 """
@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=32, help="pairs scored at once (default 32)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda if available)")
     parser.add_argument("--annotation_cache", default=None,
-                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)")
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else "
+                             "~/.cache/hf_srcfeat/annotations.sqlite)")
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")

@@ -51,8 +51,11 @@ from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import error_summary, resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
 from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
-from hf_srcfeat.configuration_composed import BACKBONE_ARGUMENTS, COMPONENT_ARGUMENTS
-from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
+from hf_srcfeat.configuration_composed import (
+    BACKBONE_ARGUMENTS,
+    COMPONENT_ARGUMENTS,
+    VOCABULARY_SIZE_ARGUMENTS,
+)
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
@@ -159,7 +162,7 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
 
 
 #: Config settings the tokenizer's feature vocabularies give (not the options), and the init's own arguments.
-FEATURE_SIZE_SETTINGS = {*FACTOR_VOCABULARY_SIZE_ARGUMENTS.values(), "extra_factors", "self", "kwargs"}
+FEATURE_SIZE_SETTINGS = {*VOCABULARY_SIZE_ARGUMENTS, "self", "kwargs"}
 
 
 def check_init_from(name: str):
@@ -190,14 +193,17 @@ def check_language_codes(config, model_args: ModelArguments) -> None:
     if family is None:
         return  # named by the conversion's own check
     given = [option for option in ("source_lang_code", "target_lang_code") if getattr(model_args, option)]
-    if family.language_codes and len(given) < 2:
+    # A checkpoint fine-tuned for one pair (mbart-large-en-ro) starts its translations with its target language as
+    # the decoder's start token; a many-to-many one (NLLB, mBART-50) starts with </s> and is told the language.
+    many_to_many = family.language_codes and config.decoder_start_token_id in (None, config.eos_token_id)
+    if many_to_many and len(given) < 2:
         raise SystemExit(f"--init_from {model_args.init_from} is a multilingual checkpoint ({config.model_type}): give "
                          "--source_lang_code and --target_lang_code (e.g. eng_Latn and deu_Latn for NLLB, en_XX and "
                          "de_DE for mBART-50), so that it reads and writes the languages of this corpus.")
     if not family.language_codes and given:
         raise SystemExit(f"--{', --'.join(given)}: --init_from {model_args.init_from} is a {config.model_type} "
-                         "checkpoint, which translates the one language pair it was trained for and takes no "
-                         "language codes; leave them out.")
+                         "checkpoint, which takes no language codes (a multi-target OPUS-MT model reads its target "
+                         "language as a token at the start of each source, e.g. >>fra<<); leave them out.")
 
 
 def check_start_settings(config, model_args: ModelArguments) -> None:
@@ -529,13 +535,17 @@ def clear_previous_run(output_dir: Path) -> list[str]:
     return removed
 
 
+INIT_FROM_WITHOUT_TRAINING = (
+    "--init_from starts a run that trains (--do_train); to evaluate the checkpoint with a method grafted on and "
+    "untrained, train one step that changes nothing (--do_train --max_steps 1 --learning_rate 0), or evaluate a "
+    "finished run with --model_name_or_path <its output_dir>.")
+
+
 def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
     """Without --do_train, evaluate a trained model: --model_name_or_path, else the run in output_dir; refuse to
     score a new, untrained model, and options that build one (they would be dropped without a word)."""
     if model_args.init_from:
-        raise SystemExit("--init_from starts a run that trains (--do_train); to evaluate the checkpoint with a method "
-                         "grafted on and untrained, train one step that changes nothing (--do_train --max_steps 1 "
-                         "--learning_rate 0), or evaluate a finished run with --model_name_or_path <its output_dir>.")
+        raise SystemExit(INIT_FROM_WITHOUT_TRAINING)
     if not model_args.model_name_or_path:
         if not Path(training_args.output_dir, "config.json").exists():
             raise SystemExit(f"nothing to evaluate: without --do_train, pass --model_name_or_path or an --output_dir "
@@ -543,8 +553,12 @@ def model_to_evaluate(model_args: ModelArguments, training_args) -> None:
         model_args.model_name_or_path = training_args.output_dir
         logger.info("evaluating the trained model in %s", training_args.output_dir)
     saved = Path(model_args.model_name_or_path, "config.json")
-    saved_type = json.loads(saved.read_text(encoding="utf-8")).get("model_type") if saved.is_file() else None
-    given: set[str] = getattr(model_args, "_given", set())
+    try:
+        saved_type = json.loads(saved.read_text(encoding="utf-8")).get("model_type") if saved.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise SystemExit(f"{saved} is not a JSON config (damaged?); nothing to evaluate.") from None
+    # Flags only: a recipe the run was trained with may be given again to evaluate it.
+    given: set[str] = getattr(model_args, "_given_as_flags", set())
     building = ["config_overrides"] if "config_overrides" in given and model_args.config_overrides else []
     if given & {"model_type", "variant"} and saved_type and model_args.model_type != saved_type:
         building.append(f"model_type {model_args.model_type} (the model's: {saved_type})")
@@ -1163,6 +1177,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_averaging(data_args, training_args)
     check_best_model_metric(training_args)
     check_vocabulary_arguments(model_args)
+    if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
+        raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_pretrained_start(model_args)
     check_model_type(model_args)
     check_tokenizer_source(model_args)

@@ -460,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
         "int8: dynamic int8 quantization of the linear layers, on the CPU with float32 weights (faster; a few "
         "translations differ from float32's; for CTranslate2 use --compute_type int8)"))
     parser.add_argument("--annotation_cache", default=None,
-                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else ~/.cache/hf_srcfeat/annotations.sqlite)")
+                        help="SQLite parse cache (default: $HF_SRCFEAT_ANNOTATION_CACHE, else "
+                             "~/.cache/hf_srcfeat/annotations.sqlite)")
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")

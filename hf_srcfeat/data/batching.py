@@ -199,12 +199,16 @@ class SourceFeatureCollator(DataCollatorForSeq2Seq):
     """`DataCollatorForSeq2Seq` for encodings stored in O(S): rows that carry their tree as `word_heads`
     (`tokenizer(..., return_dep_distance=False)`) get their [S, S] `dep_distance` built here, per batch, exactly as
     the tokenizer builds it; other rows are collated as usual. Under the Trainer, keep the column
-    (`remove_unused_columns=False`): the models do not take it."""
+    (`remove_unused_columns=False`): the models do not take it. Rows for a model that reads tree distances but carry
+    neither are refused (the Trainer dropped the column), unless `require_tree=False` (encoded without a tree on
+    purpose, `return_word_heads=False`: the model then takes the distances' defaults, with a warning)."""
+
+    require_tree: bool = True
 
     def __call__(self, features, return_tensors=None):
-        if features and TREE_COLUMN not in features[0]:
-            self.check_tree_kept(features[0])
         if not features or TREE_COLUMN not in features[0]:
+            if features and self.require_tree:
+                self.check_tree_kept(features[0])
             return super().__call__(features, return_tensors)
         heads = [feature[TREE_COLUMN] for feature in features]
         batch = super().__call__([{name: value for name, value in feature.items() if name != TREE_COLUMN}
@@ -223,4 +227,5 @@ class SourceFeatureCollator(DataCollatorForSeq2Seq):
                 and "dep_distance" not in row:
             raise ValueError(f"the rows carry the source features but not their tree (`{TREE_COLUMN}`), which "
                              f"{config.model_type} reads: with Seq2SeqTrainer, set remove_unused_columns=False (the "
-                             "Trainer drops the tree column before the collator sees it).")
+                             "Trainer drops the tree column before the collator sees it); rows encoded without a tree "
+                             "on purpose take SourceFeatureCollator(..., require_tree=False).")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.pipeline_translation import count_forced_as_zero
 from hf_srcfeat.tokenization_source_features import encoding_options
 
 
@@ -63,9 +64,7 @@ def score_targets(model, tokenizer, sources: Sequence[str | AnnotatedSentence],
         log_probs = logits.float().log_softmax(dim=-1).cpu().gather(-1, labels.unsqueeze(-1)).squeeze(-1)
         # A target-language token the model's generation forces first (NLLB, mBART-50) counts 0, as beam search
         # and the translate command's scores count it: the model never chooses it.
-        forced = getattr(model.generation_config, "forced_bos_token_id", None)
-        if forced is not None:
-            log_probs[:, 0] = torch.where(labels[:, 0] == forced, 0.0, log_probs[:, 0])
+        count_forced_as_zero(log_probs, labels, getattr(model.generation_config, "forced_bos_token_id", None), 0)
         totals = (log_probs * present).sum(dim=-1)
         counts = present.sum(dim=-1)
         scores += [TargetScore(total=float(total), per_token=float(total) / int(count), tokens=int(count))
