@@ -87,8 +87,8 @@ class SpacyAnnotator(Annotator):
 
     def parse_batch(self, texts: list[str]) -> list[AnnotatedSentence]:
         if self.pretokenized:
-            from spacy.tokens import Doc
-
+            # Through import_spacy: a published tokenizer's code then loads without spaCy installed.
+            Doc = import_spacy().tokens.Doc  # noqa: N806 (a class)
             documents = self.pipeline.pipe(Doc(self.pipeline.vocab, words=text.split()) for text in texts)
         elif self.words_only:  # the tokenizer alone: spaCy's components never change the words
             documents = (self.pipeline.make_doc(text) for text in texts)

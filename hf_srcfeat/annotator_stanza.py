@@ -97,9 +97,8 @@ class StanzaAnnotator(Annotator):
         ($STANZA_RESOURCES_DIR or its default), into which its normal download puts them."""
         if self.model_dir is not None:
             return self.model_dir
-        from stanza.resources.common import DEFAULT_MODEL_DIR
-
-        return Path(os.environ.get("STANZA_RESOURCES_DIR", DEFAULT_MODEL_DIR))
+        # Through import_stanza: a published tokenizer's code then loads without Stanza installed.
+        return Path(os.environ.get("STANZA_RESOURCES_DIR", import_stanza().resources.common.DEFAULT_MODEL_DIR))
 
     @property
     def identity(self) -> str:

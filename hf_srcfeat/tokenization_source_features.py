@@ -530,7 +530,10 @@ def stored_columns(tokenizer: SourceFeatureTokenizer) -> list[str]:
 def storage_features(columns: Sequence[str]):
     """`datasets.Features` storing tokenized columns (O(S) trees, `return_dep_distance=False`) in their narrowest
     integer types, for `Dataset.map(..., features=...)`: about a third of the int64 default."""
-    from datasets import Features, List, Value
+    try:  # in a try block, so that a published tokenizer's code loads without `datasets` installed
+        from datasets import Features, List, Value
+    except ImportError as error:
+        raise ImportError("storing encodings as a dataset needs the datasets package: pip install datasets") from error
 
     unknown = [column for column in columns if column not in STORAGE_DTYPES and not is_user_factor_feature(column)]
     if unknown:

@@ -418,6 +418,20 @@ SHIPPED_PER_MODEL_TYPE = {
 }
 
 
+def test_the_shipped_code_loads_without_the_parsers_or_datasets_installed():
+    """Transformers refuses remote code whose imports are missing (outside try blocks): loading a published model
+    or tokenizer needs torch, transformers and the tokenizer's libraries, not Stanza or spaCy (only parsing raw text
+    needs them)."""
+    from transformers.dynamic_module_utils import get_imports, get_relative_import_files
+
+    package = REPO / "hf_srcfeat"
+    for entry in ("modeling_srcfeat_transformer.py", "tokenization_source_features.py",
+                  "tokenization_pretrained_source_features.py", "pipeline_translation.py"):
+        closure = [package / entry, *map(Path, get_relative_import_files(package / entry))]
+        needed = {name for file in closure for name in get_imports(file)}
+        assert not needed & {"stanza", "spacy", "datasets"}, (entry, sorted(needed & {"stanza", "spacy", "datasets"}))
+
+
 @pytest.mark.slow
 def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_code_alone(
         feature_tokenizer, test_sentences, tmp_path):
