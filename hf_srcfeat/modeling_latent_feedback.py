@@ -149,6 +149,15 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
             raise ValueError(f"lfe_pretrained_from={source!r}: no such folder (nor a Hub id org/name); point it at "
                              "the denoising autoencoder trained by hf-srcfeat-pretrain-dae.")
         autoencoder = AutoModelForSeq2SeqLM.from_pretrained(source)
+        if autoencoder.config.model_type != "srcfeat_transformer":
+            raise ValueError(f"lfe_pretrained_from={source!r} is a {autoencoder.config.model_type} model, not the "
+                             "denoising autoencoder hf-srcfeat-pretrain-dae trains.")
+        # Its embeddings are rows of its own subword vocabulary: another tokenizer's ids would read other rows.
+        theirs, ours = (getattr(config, "tokenizer_fingerprint", None) for config in (autoencoder.config, self.config))
+        if theirs and ours and theirs != ours:
+            raise ValueError(f"lfe_pretrained_from={source!r} was trained with another tokenizer than this model's "
+                             "(their fingerprints differ): pre-train it with this run's tokenizer "
+                             "(hf-srcfeat-pretrain-dae --tokenizer_name_or_path <this run's output_dir or tokenizer>).")
         self.load_lfe_from(autoencoder.get_encoder())
 
     def load_lfe_from(self, pretrained_encoder: SrcFeatEncoder) -> None:
@@ -156,7 +165,9 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
         target = encoder if encoder.lfe is None else encoder.lfe
         source_config, config = pretrained_encoder.config, self.config
         for name, expected in (("vocab_size", config.vocab_size), ("d_model", config.d_model),
-                               ("layernorm_position", config.layernorm_position)):
+                               ("layernorm_position", config.layernorm_position),
+                               ("encoder_attention_heads", config.encoder_attention_heads),
+                               ("encoder_ffn_dim", config.encoder_ffn_dim)):
             if getattr(source_config, name) != expected:
                 raise ValueError(f"The pre-trained autoencoder has {name}={getattr(source_config, name)!r}, this "
                                  f"model {expected!r}: the LFE must match the translation model.")

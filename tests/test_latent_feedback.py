@@ -241,6 +241,8 @@ def test_shared_parameters_add_nothing_to_the_baseline(feedback_config, batch):
     ({"lfe_own_embeddings": "yes"}, "lfe_own_embeddings"),
     ({"share_lfe_parameters": True, "lfe_own_embeddings": True}, "lfe_own_embeddings"),
     ({"lfe_mode": "frozen", "lfe_pretrained_from": "x", "lfe_own_embeddings": False}, "own embeddings"),
+    ({"encoder_layers": 1}, "no NMT layer would get feedback"),
+    ({"feedback_layers": [2]}, "no NMT layer would get feedback"),
 ])
 def test_invalid_arguments_raise_errors_naming_them(feedback_config, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -290,6 +292,20 @@ def test_the_lfe_is_initialised_from_the_dae_encoder(pretrained_dae, feature_tok
                                lfe_pretrained_from=str(folder))
     with pytest.raises(ValueError, match="2 encoder layers, the LFE 3"):
         LatentFeedbackForConditionalGeneration(wrong).load_pretrained_parts()
+    for settings, message in (({"encoder_attention_heads": 2, "decoder_attention_heads": 2},
+                               "encoder_attention_heads=4, this model 2"),
+                              ({"encoder_ffn_dim": 64}, "encoder_ffn_dim=128, this model 64"),
+                              ({"tokenizer_fingerprint": "0123456789abcdef"}, "trained with another tokenizer")):
+        other = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+                                   lfe_pretrained_from=str(folder), **settings)
+        with pytest.raises(ValueError, match=message):  # weights that would load into the wrong places, or fail
+            LatentFeedbackForConditionalGeneration(other).load_pretrained_parts()
+    joint = tiny_method_config(LatentFeedbackConfig, feature_tokenizer)
+    LatentFeedbackForConditionalGeneration(joint).save_pretrained(folder.parent / "translation_model")
+    with pytest.raises(ValueError, match="is a latent_feedback model, not the denoising autoencoder"):
+        LatentFeedbackForConditionalGeneration(tiny_method_config(
+            LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",
+            lfe_pretrained_from=str(folder.parent / "translation_model"))).load_pretrained_parts()
 
     # Shared parameters + pre-trained (Table 8): the NMT encoder's layers and source embeddings come from the DAE.
     shared = tiny_method_config(LatentFeedbackConfig, feature_tokenizer, lfe_mode="fine_tuned",

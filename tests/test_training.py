@@ -513,6 +513,21 @@ def test_config_overrides_given_beside_a_recipe_add_to_its_settings_instead_of_r
     assert merged["deps_san_variance"] == 2.0 and merged["deps_san_layers"] == [0], "the recipe's layers stay"
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    (["--variant", "relevance_concat", "--config_overrides", '{"feature_dropout": {"pos_ids": 1.5}}'],
+     "--model_type relevance_features with its --config_overrides: .*feature_dropout"),
+    (["--variant", "lfe_dae", "--config_overrides", '{"lfe_pretrained_from": "runs/no_such_dae"}'],
+     "lfe_pretrained_from='runs/no_such_dae': .*point it at the denoising autoencoder"),
+    (["--model_type", "latent_feedback", "--encoder_layers", "1"], "no NMT layer would get feedback"),
+])
+def test_a_new_models_settings_are_checked_before_any_work(options, message, tmp_path):
+    """The config is built after the parsing and the tokenizer, which would leave files that block the rerun."""
+    with pytest.raises(SystemExit, match=message):
+        train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu", "--stanza_dir",
+                    str(tmp_path / "no_stanza_here"), *options])
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():
     from datasets import Dataset
 

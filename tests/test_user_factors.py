@@ -52,6 +52,8 @@ def test_a_factored_line_with_a_missing_value_is_refused_naming_line_and_token()
     assert words == ["Two", "dogs"] and values == {"case": ["Cap", "lower"]}
     with pytest.raises(ValueError, match="line 7: token 'dogs' has 0 factor values, expected 1 \\(case\\)"):
         split_factored_line(f"Two{FACTOR_SEPARATOR}Cap dogs", ["case"], line_number=7)
+    with pytest.raises(ValueError, match="line 2: token 'dogs￨': the value of case is empty"):
+        split_factored_line(f"Two{FACTOR_SEPARATOR}Cap dogs{FACTOR_SEPARATOR}", ["case"], line_number=2)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +150,8 @@ def test_the_translate_command_reads_factored_lines(factored_data, test_sentence
 
 
 @pytest.mark.slow
-def test_the_translate_command_refuses_factors_the_model_does_not_read(factored_data, test_sentences, tmp_path):
+def test_the_translate_command_refuses_factors_the_model_does_not_read(factored_data, test_sentences, tmp_path,
+                                                                       capsys):
     """Factored lines for a model without that factor would be parsed and dropped (or, by a model without source
     features, translated with their values as part of the words): refused before any output, naming the factor."""
     from hf_srcfeat.commands.translate import main
@@ -189,6 +192,21 @@ def test_the_translate_command_refuses_factors_the_model_does_not_read(factored_
               str(tmp_path / "input.txt"), "--output", str(tmp_path / "output.de"), "--input_format", "factored",
               "--factor_names", "case", "--quiet"])
     assert not (tmp_path / "output.de").exists()
+    # A model that reads a user factor exports it as a CTranslate2 source factor and translates factored lines alike
+    export(str(tmp_path / "case"), str(tmp_path / "case_ct2"))
+    outputs = []
+    for backend in (["--model", str(tmp_path / "case")], ["--model", str(tmp_path / "case_ct2"), "--backend",
+                                                            "ctranslate2"]):
+        main([*backend, "--input", str(tmp_path / "input.txt"), "--output", str(tmp_path / "case.de"),
+              "--input_format", "factored", "--factor_names", "case", "--num_beams", "1", "--max_new_tokens", "8",
+              "--quiet", "--device", "cpu"])
+        outputs.append((tmp_path / "case.de").read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and outputs[0].strip()
+    # Factored lines given as plain text would be translated values and all: each is an empty line, named
+    assert main(["--model", str(tmp_path / "case"), "--input", str(tmp_path / "input.txt"), "--output",
+                 str(tmp_path / "plain.de"), "--quiet", "--device", "cpu"]) == 1
+    assert (tmp_path / "plain.de").read_text(encoding="utf-8").strip() == ""
+    assert "line 1: the line carries factors inline (word￨value" in capsys.readouterr().err
 
 
 def write_factor_corpus(path, pairs, case_values=None) -> str:
@@ -239,8 +257,11 @@ def test_train_py_reads_opennmt_py_inline_factors_and_translate_reads_the_same_f
                             json.dumps({"relevance_combine": "concat", "source_factors": ["pos", "case"]})]
     with pytest.raises(ValueError, match=r"corpus.en row 1: the source carries factors inline \(word￨value, "
                                          r"OpenNMT-py's format\): name them with --inline_source_factors"):
-        train.main(arguments + ["--output_dir", str(tmp_path / "refused")])
+        train.main(TINY_RUN + ["--do_train", "--train_file", corpus, "--validation_file", corpus, "--output_dir",
+                               str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()
+    with pytest.raises(SystemExit, match="source_factors case: no such factor comes with the corpus"):
+        train.main(arguments + ["--output_dir", str(tmp_path / "refused")])
     run = tmp_path / "run"
     train.main(arguments + ["--output_dir", str(run), "--inline_source_factors", "case"])
     tokenizer, config = AutoTokenizer.from_pretrained(run), AutoConfig.from_pretrained(run)
@@ -264,6 +285,16 @@ def test_a_factor_column_that_does_not_match_its_words_is_refused_naming_the_row
     pairs = load_multi30k("train", "en", "de", multi30k_dir, limit=40)
     corpus = write_factor_corpus(tmp_path / "train.jsonl", pairs, lambda index, source: " ".join(
         casing(word) for word in source.split()[:-1] if index == 2) or " ".join(casing(w) for w in source.split()))
+    reading = ["--model_type", "relevance_features", "--config_overrides",
+               json.dumps({"relevance_combine": "concat", "source_factors": ["pos", "case"]})]
     with pytest.raises(ValueError, match=r"train.jsonl row 3: .*factor 'case' has \d+ values for \d+ words"):
         train.main(TINY_RUN + ["--output_dir", str(tmp_path / "run"), "--do_train", "--train_file", corpus,
-                               "--validation_file", corpus, "--source_factor_columns", "case"])
+                               "--validation_file", corpus, "--source_factor_columns", "case", *reading])
+    # A factor the model would not read (trained on as a column, then dropped), or named like a built-in feature
+    for options, message in (([], "case: srcfeat_transformer would not read it .*it reads no user factor"),
+                             (["--variant", "relevance_concat"], "case: relevance_features would not read it"),
+                             (["--source_factor_columns", "pos", *reading], "pos: a built-in feature's name")):
+        with pytest.raises(SystemExit, match=message):
+            train.main(TINY_RUN + ["--output_dir", str(tmp_path / "unread"), "--do_train", "--train_file", corpus,
+                                   "--validation_file", corpus, "--source_factor_columns", "case", *options])
+        assert not (tmp_path / "unread").exists()

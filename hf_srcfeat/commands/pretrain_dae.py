@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
                          "LFE shares the translation model's joint vocabulary, which monolingual data cannot build; "
                          "build it first with hf-srcfeat-train <the translation recipe> --tokenizer_only "
                          "--output_dir DIR.")
+    if not training_args.do_train:  # without it, a new untrained model's results would replace a trained one's
+        raise SystemExit("hf-srcfeat-pretrain-dae trains a denoising autoencoder: add --do_train (its reconstruction "
+                         "BLEU is measured at the end of training, into dae_results.json).")
+    train.check_tokenizer_source(train.ModelArguments(tokenizer_name_or_path=args.tokenizer_name_or_path))
     set_seed(training_args.seed)
 
     sentences, validation, data_files, validation_origin = monolingual_data(args)

@@ -23,7 +23,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,18 @@ from hf_srcfeat.configuration_composed import (
     COMPONENT_ARGUMENTS,
     VOCABULARY_SIZE_ARGUMENTS,
 )
+from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.errors import DataError
-from hf_srcfeat.data.user_factors import FACTOR_SEPARATOR, attach_factors, split_factored_line
+from hf_srcfeat.data.user_factors import (
+    FACTOR_SEPARATOR,
+    attach_factors,
+    carries_inline_factors,
+    split_factored_line,
+)
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.metrics.translation_scores import SCORE_NAMES
@@ -632,13 +638,6 @@ def check_source_text(data, origin: str, parsed_here: bool, limit: int = DEFAULT
         offset += batch.num_rows
 
 
-def carries_inline_factors(source: str) -> bool:
-    """Whether a source is in OpenNMT-py's factored format: most of its tokens carry the factor separator (a text
-    may hold the character itself, U+FFE8, a halfwidth form, now and then)."""
-    tokens = source.split()
-    return 2 * sum(FACTOR_SEPARATOR in token.strip(FACTOR_SEPARATOR) for token in tokens) > len(tokens)
-
-
 def split_inline_factors(data, names: list[str], origin: str):
     """The split with OpenNMT-py's `word￨value1￨value2` sources split into the words (`source`) and one factor column
     per name (`SOURCE_FACTOR_PREFIX + name`, space-separated values), which `attach_factor_columns` then attaches to
@@ -902,7 +901,83 @@ def check_model_type(model_args: ModelArguments) -> None:
                              + f"; `--help_model {model_args.model_type}` lists them.")
 
 
-def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, int] | None = None,
+def check_new_model_settings(model_args: ModelArguments, factor_names: Sequence[str] = ()) -> None:
+    """The config a run from scratch builds, made before any work from the options alone (feature vocabulary sizes
+    at their defaults; the user factors `factor_names` with a stand-in size), so that a value it refuses is named at
+    once instead of after the parsing, and the pre-trained parts it names (a denoising autoencoder) are there."""
+    from hf_srcfeat.modeling_latent_feedback import is_hub_id
+
+    named = given_config_overrides(model_args).get("source_factors") or []
+    user_factors = [*factor_names, *(name for name in named if isinstance(name, str)
+                                     and name not in FACTOR_VOCABULARY_SIZE_ARGUMENTS and name not in factor_names)]
+    try:
+        config = model_config(model_args, vocab_size=model_args.vocab_size,
+                              feature_vocabulary_sizes={"extra_factors": {name: 2 for name in user_factors}})
+    except (ValueError, TypeError) as error:
+        raise SystemExit(f"--model_type {model_args.model_type} with its --config_overrides: {error}") from None
+    check_features_read(config, factor_names)
+    source = getattr(config, "lfe_pretrained_from", None)
+    if not source:
+        return
+    from transformers import AutoConfig
+
+    try:
+        if not Path(source).is_dir() and not is_hub_id(source):
+            raise OSError("no such folder, nor a Hub id org/name")
+        autoencoder = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"lfe_pretrained_from={source!r}: {error_summary(error)}; point it at the denoising "
+                         "autoencoder hf-srcfeat-pretrain-dae wrote.") from None
+    differing = [f"{name} {getattr(autoencoder, name, None)!r} (this model's: {getattr(config, name)!r})"
+                 for name in ("d_model", "encoder_attention_heads", "encoder_ffn_dim", "layernorm_position")
+                 if getattr(autoencoder, name, None) != getattr(config, name)]
+    if autoencoder.model_type != "srcfeat_transformer" or differing:
+        raise SystemExit(f"lfe_pretrained_from={source!r} is not a denoising autoencoder this model's LFE can start "
+                         f"from: {', '.join(differing) or f'a {autoencoder.model_type} model'}.")
+
+
+def check_factor_names(factor_names: Sequence[str]) -> None:
+    """User factors (`--source_factor_columns`, `--inline_source_factors`) are named once each, and not like a
+    built-in feature, whose vocabulary a user factor of that name would replace."""
+    if len(set(factor_names)) < len(factor_names):
+        raise SystemExit(f"--source_factor_columns and --inline_source_factors name a factor twice: "
+                         f"{list(factor_names)}.")
+    reserved = [name for name in factor_names if name in FACTOR_VOCABULARY_SIZE_ARGUMENTS]
+    if reserved:
+        raise SystemExit(f"--source_factor_columns/--inline_source_factors {', '.join(reserved)}: a built-in "
+                         f"feature's name ({', '.join(FACTOR_VOCABULARY_SIZE_ARGUMENTS)} come from the parse); name "
+                         "your factor otherwise, e.g. my_pos.")
+
+
+def check_features_read(config, factor_names: Sequence[str]) -> None:
+    """Refuse user factors the model would not read (trained on as a column, then dropped without a word) and
+    feature dropout of a feature it does not read (recorded, but nothing dropped)."""
+    from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
+
+    features = getattr(config, "source_features_read", None)
+    if features is None:  # a config that does not say reads every feature it is given
+        return
+    read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
+    missing = [name for name in read if name not in factor_names]
+    if missing:
+        raise SystemExit(f"--config_overrides source_factors {', '.join(missing)}: no such factor comes with the "
+                         "corpus; name its column with --source_factor_columns, or its inline values (word￨value) "
+                         "with --inline_source_factors.")
+    unread = [name for name in factor_names if name not in read]
+    if unread:
+        raise SystemExit(f"--source_factor_columns/--inline_source_factors {', '.join(unread)}: {config.model_type} "
+                         f"would not read {'them' if len(unread) > 1 else 'it'} ("
+                         f"{'its user factors: ' + ', '.join(read) if read else 'it reads no user factor'}); add "
+                         "user factors to `source_factors` in --config_overrides (relevance features, e.g. "
+                         "--variant relevance_concat), or leave them out.")
+    dropped = getattr(config, "feature_dropout", None)
+    unread = sorted(set(dropped) - set(features)) if isinstance(dropped, dict) else []
+    if unread:
+        raise SystemExit(f"--config_overrides feature_dropout {', '.join(unread)}: {config.model_type} reads no such "
+                         f"feature (it reads {', '.join(features) or 'none'}), so nothing would be dropped.")
+
+
+def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, Any] | None = None,
                  special_token_ids: dict[str, int] | None = None):
     """The config of a new `--model_type` model from the arguments (size, `--config_overrides`) and the
     tokenizer's vocabulary sizes; `config_overrides` win over everything else."""
@@ -940,7 +1015,10 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
     config.tokenizer_fingerprint = tokenizer.fingerprint()  # checked wherever model and tokenizer meet again
     model = AutoModelForSeq2SeqLM.from_config(config)
     if hasattr(model, "load_pretrained_parts"):
-        model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
+        try:
+            model.load_pretrained_parts()  # e.g. a latent feature encoder pre-trained as a denoising autoencoder
+        except (ValueError, OSError) as error:
+            raise SystemExit(f"--model_type {model_args.model_type}: {error_summary(error)}") from None
     return model
 
 
@@ -1181,6 +1259,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_pretrained_start(model_args)
     check_model_type(model_args)
+    factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
+    check_factor_names(factor_names)
+    if (training_args.do_train or model_args.tokenizer_only) and not (model_args.init_from or
+                                                                        model_args.model_name_or_path):
+        check_new_model_settings(model_args, factor_names)
     check_tokenizer_source(model_args)
     if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
         data_args.test_source_conllu = [data_args.test_source_conllu]
@@ -1225,8 +1308,6 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
                          "--dataset_name with a validation split.")
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
-    if len(set(factor_names)) < len(factor_names):
-        raise SystemExit(f"--source_factor_columns and --inline_source_factors name a factor twice: {factor_names}.")
     # Made once, only if a split with factor columns comes without parses.
     pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
 

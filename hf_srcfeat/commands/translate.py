@@ -207,6 +207,13 @@ class FileTranslator:
         """The translations (dicts of the pipeline) of every item; `[]` for empty and failed items."""
         import torch
 
+        if not self.factor_names:
+            from hf_srcfeat.data.user_factors import carries_inline_factors
+
+            for item in items:  # the values would be translated as part of the words
+                if item.error is None and item.text and carries_inline_factors(item.text):
+                    item.error = ("the line carries factors inline (word￨value, OpenNMT-py's format): give "
+                                  "--input_format factored --factor_names NAME ...")
         start = time.perf_counter()
         # The parser leaves the random state as it found it (loading its models draws from it), so that --seed
         # gives the same samples whether the sentences were parsed or read from the parse cache: the CPU's, and the
@@ -437,9 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input_format", choices=["text", "conllu", "factored"], default="text",
                         help="text: raw sentences, one a line, parsed on the way; conllu: pre-parsed sentences")
     parser.add_argument("--no_parse", action="store_true", help=(
-        "translate raw text without parsing it (no annotator for the language, or none wanted): the model's "
-        "source features take their defaults, with a warning; quality depends on the model (documentation: 'Translating "
-        "without a parse')"))
+        "translate raw text without parsing it (no annotator for the language, or none wanted; --backend transformers): "
+        "the model's source features take their defaults, with a warning; quality depends on the model "
+        "(documentation: 'Translating without a parse')"))
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate call (default 32)")
     parser.add_argument("--num_beams", type=int, default=None,
                         help="beam size (default 4, or 1 with --do_sample; 1 is greedy)")

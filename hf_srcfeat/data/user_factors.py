@@ -24,6 +24,13 @@ from hf_srcfeat.annotator import Annotator
 FACTOR_SEPARATOR = "￨"
 
 
+def carries_inline_factors(source: str) -> bool:
+    """Whether a source is in OpenNMT-py's factored format: most of its tokens carry the factor separator (a text
+    may hold the character itself, U+FFE8, a halfwidth form, now and then)."""
+    tokens = source.split()
+    return 2 * sum(FACTOR_SEPARATOR in token.strip(FACTOR_SEPARATOR) for token in tokens) > len(tokens)
+
+
 def split_factored_line(line: str, names: Sequence[str], line_number: int | None = None
                         ) -> tuple[list[str], dict[str, list[str]]]:
     """The words of one `word￨v1￨v2` line and, per factor name, its values; a token with another number of
@@ -36,9 +43,14 @@ def split_factored_line(line: str, names: Sequence[str], line_number: int | None
         raise ValueError(f"{where}the sentence is empty.")
     for token in tokens:
         parts = token.split(FACTOR_SEPARATOR)
-        if len(parts) != len(names) + 1 or not all(parts):
+        expected = f"word{FACTOR_SEPARATOR}" + FACTOR_SEPARATOR.join(names)
+        if len(parts) != len(names) + 1:
             raise ValueError(f"{where}token {token!r} has {len(parts) - 1} factor values, expected {len(names)} "
-                             f"({', '.join(names)}) as word{FACTOR_SEPARATOR}" + FACTOR_SEPARATOR.join(names) + ".")
+                             f"({', '.join(names)}) as {expected}")
+        if not all(parts):
+            empty = "the word" if not parts[0] else \
+                f"the value of {', '.join(name for name, value in zip(names, parts[1:], strict=True) if not value)}"
+            raise ValueError(f"{where}token {token!r}: {empty} is empty (expected {expected})")
         words.append(parts[0])
         for name, value in zip(names, parts[1:], strict=True):
             values[name].append(value)

@@ -219,12 +219,16 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     return output
 
 
+def factor_vocabulary(vocabularies, factor: str):
+    """A factor's vocabulary in the tokenizer: a built-in one (lemma, pos, ...) or a user factor's (None if none)."""
+    return vocabularies.extra.get(factor) if factor in (vocabularies.extra or {}) else \
+        getattr(vocabularies, factor, None)
+
+
 def factor_labels(tokenizer, config, factor: str) -> list[str]:
     """A factor's labels by id, as CTranslate2's vocabulary of that source embedding."""
-    from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
-
-    vocabulary = getattr(tokenizer.feature_vocabularies, factor, None)
-    size = getattr(config, FACTOR_VOCABULARY_SIZE_ARGUMENTS[factor])
+    vocabulary = factor_vocabulary(tokenizer.feature_vocabularies, factor)
+    size = config.factor_vocabulary_size(factor)
     if vocabulary is None or len(vocabulary) != size:
         raise ValueError(f"the tokenizer's {factor} vocabulary does not match the model's ({size} entries).")
     bad = [label for label in vocabulary.labels if FACTOR_SEPARATOR in label or not label.strip()
@@ -314,7 +318,7 @@ class CTranslate2Translator:
         exactly as the PyTorch model reads them; with factors, `subword￨label￨...` per token. `parse=False` (or a
         tokenizer without an annotator) cuts raw texts into subwords directly, for a model without factors."""
         from hf_srcfeat.annotated_sentence import AnnotatedSentence
-        from hf_srcfeat.configuration_relevance_features import FACTOR_FEATURE_NAMES
+        from hf_srcfeat.configuration_relevance_features import RelevanceFeaturesConfig
 
         sources = list(sources)
         parsed = [source for source in sources if isinstance(source, AnnotatedSentence)]
@@ -338,8 +342,9 @@ class CTranslate2Translator:
         for index, ids in enumerate(encoded["input_ids"]):
             columns = [self.tokenizer.convert_ids_to_tokens(ids)]
             for factor in self.factors:
-                labels = getattr(vocabularies, factor).labels
-                columns.append([labels[value] for value in encoded[FACTOR_FEATURE_NAMES[factor]][index]])
+                labels = factor_vocabulary(vocabularies, factor).labels
+                columns.append([labels[value] for value in
+                                encoded[RelevanceFeaturesConfig.factor_feature_name(factor)][index]])
             rows.append([FACTOR_SEPARATOR.join(parts) for parts in zip(*columns, strict=True)])
         return rows
 
