@@ -88,6 +88,12 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
         return self.lfe_layers if self.lfe_layers is not None else self.encoder_layers
 
     @property
+    def gives_feedback(self) -> bool:
+        """Whether any NMT layer gets feedback: layer i takes the LFE layers above it and the top layer none
+        (`top_down_feedback`), so a one-layer encoder, or feedback at the top layer alone, gets none."""
+        return any(layer + 1 < self.encoder_layers for layer in self.layers_with_feedback)
+
+    @property
     def layers_with_feedback(self) -> list[int]:
         return list(self.feedback_layers) if self.feedback_layers is not None else list(range(self.encoder_layers))
 
@@ -114,12 +120,7 @@ class LatentFeedbackConfig(SrcFeatTransformerConfig):
                                  f"be `encoder_layers` ({self.encoder_layers}) or unset, got {self.lfe_layers}.")
         if self.feedback_layers is not None:
             check_indices("feedback_layers", self.feedback_layers, self.encoder_layers, "encoder_layers")
-        # Eq. (5): layer i is fed the LFE layers above it and the top layer none, so one layer gets no feedback.
-        if not any(layer + 1 < self.encoder_layers for layer in self.layers_with_feedback):
-            raise ValueError(f"no NMT layer would get feedback: layer i takes the LFE layers above it and the top "
-                             f"layer none (Eq. 5), and encoder_layers={self.encoder_layers}, feedback_layers="
-                             f"{self.layers_with_feedback}; use at least 2 encoder layers and a feedback layer below "
-                             "the top.")
+
         pretrained = self.lfe_mode in ("frozen", "fine_tuned")
         if pretrained and not self.lfe_pretrained_from:
             raise ValueError(f"`lfe_mode={self.lfe_mode!r}` uses a pre-trained LFE: set `lfe_pretrained_from` to the "

@@ -40,6 +40,21 @@ def top_down_feedback(lfe_states: list[torch.Tensor], num_layers: int) -> list[t
     return feedback
 
 
+#: The autoencoder settings an LFE must share to start from its encoder.
+LFE_MATCHING_SETTINGS = ("vocab_size", "d_model", "layernorm_position", "encoder_attention_heads", "encoder_ffn_dim")
+
+
+def autoencoder_mismatches(autoencoder, config, layers: bool = True) -> list[tuple[str, object, object]]:
+    """(setting, the autoencoder's, this model's) for each setting in which a pre-trained autoencoder's config
+    differs from what the LFE of `config` needs, its encoder's layer count included with `layers`."""
+    mismatches = [(name, getattr(autoencoder, name, None), getattr(config, name)) for name in LFE_MATCHING_SETTINGS
+                  if getattr(autoencoder, name, None) != getattr(config, name)]
+    if layers and getattr(autoencoder, "encoder_layers", None) != config.latent_encoder_layers:
+        mismatches.append(("encoder_layers", getattr(autoencoder, "encoder_layers", None),
+                           config.latent_encoder_layers))
+    return mismatches
+
+
 def is_hub_id(name: str) -> bool:
     """Whether `name` is a Hub repository id of the form org/name (else it can only be a local folder)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -163,14 +178,11 @@ class LatentFeedbackForConditionalGeneration(SrcFeatTransformerForConditionalGen
     def load_lfe_from(self, pretrained_encoder: SrcFeatEncoder) -> None:
         encoder = self.get_encoder()
         target = encoder if encoder.lfe is None else encoder.lfe
-        source_config, config = pretrained_encoder.config, self.config
-        for name, expected in (("vocab_size", config.vocab_size), ("d_model", config.d_model),
-                               ("layernorm_position", config.layernorm_position),
-                               ("encoder_attention_heads", config.encoder_attention_heads),
-                               ("encoder_ffn_dim", config.encoder_ffn_dim)):
-            if getattr(source_config, name) != expected:
-                raise ValueError(f"The pre-trained autoencoder has {name}={getattr(source_config, name)!r}, this "
-                                 f"model {expected!r}: the LFE must match the translation model.")
+        mismatches = autoencoder_mismatches(pretrained_encoder.config, self.config, layers=False)
+        if mismatches:
+            name, theirs, ours = mismatches[0]
+            raise ValueError(f"The pre-trained autoencoder has {name}={theirs!r}, this model {ours!r}: the LFE must "
+                             "match the translation model.")
         if len(pretrained_encoder.layers) != len(target.layers):
             raise ValueError(f"The pre-trained autoencoder has {len(pretrained_encoder.layers)} encoder layers, the "
                              f"LFE {len(target.layers)}; set `lfe_layers` to match.")

@@ -515,10 +515,9 @@ def test_config_overrides_given_beside_a_recipe_add_to_its_settings_instead_of_r
 
 @pytest.mark.parametrize(("options", "message"), [
     (["--variant", "relevance_concat", "--config_overrides", '{"feature_dropout": {"pos_ids": 1.5}}'],
-     "--model_type relevance_features with its --config_overrides: .*feature_dropout"),
+     "--model_type relevance_features with these settings: .*feature_dropout"),
     (["--variant", "lfe_dae", "--config_overrides", '{"lfe_pretrained_from": "runs/no_such_dae"}'],
      "lfe_pretrained_from='runs/no_such_dae': .*point it at the denoising autoencoder"),
-    (["--model_type", "latent_feedback", "--encoder_layers", "1"], "no NMT layer would get feedback"),
 ])
 def test_a_new_models_settings_are_checked_before_any_work(options, message, tmp_path):
     """The config is built after the parsing and the tokenizer, which would leave files that block the rerun."""
@@ -526,6 +525,16 @@ def test_a_new_models_settings_are_checked_before_any_work(options, message, tmp
         train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu", "--stanza_dir",
                     str(tmp_path / "no_stanza_here"), *options])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_latent_feedback_model_whose_layers_get_no_feedback_is_said_to_train_as_a_baseline(caplog):
+    with caplog.at_level("WARNING", logger="hf_srcfeat"):
+        train.check_new_model_settings(train.ModelArguments(model_type="latent_feedback", encoder_layers=1))
+    assert "no NMT layer gets feedback" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_srcfeat"):
+        train.check_new_model_settings(train.ModelArguments(model_type="latent_feedback", encoder_layers=2))
+    assert "feedback" not in caplog.text
 
 
 def test_the_evaluation_generation_length_follows_the_longest_reference_unless_given():

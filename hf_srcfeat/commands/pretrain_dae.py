@@ -208,8 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.max_tokens_per_batch = None
     train.check_batch_size_multiple(args.batch_size_multiple, args.max_tokens_per_batch)
     train.check_token_budget(args.max_tokens_per_batch, {"max_length": args.max_length})
-    if training_args.do_train:
-        train.check_output_dir(training_args, args)
+    train.check_output_dir(training_args, args)
     if custom_corpus(args) and not args.tokenizer_name_or_path:
         raise SystemExit("a monolingual corpus (--dataset_name / --train_file) needs --tokenizer_name_or_path: the "
                          "LFE shares the translation model's joint vocabulary, which monolingual data cannot build; "
@@ -243,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer_options = dict(model=model, args=training_args, train_dataset=Dataset.from_dict({"text": sentences}),
                            data_collator=collator, processing_class=tokenizer)
     trainer: SrcFeatSeq2SeqTrainer
-    if args.max_tokens_per_batch and training_args.do_train:
+    if args.max_tokens_per_batch:
         lengths = sentence_lengths(tokenizer, sentences, args.max_length, args.mask_ratio)
         trainer = TokenBatchingSeq2SeqTrainer(**trainer_options, max_tokens_per_batch=args.max_tokens_per_batch,
                                               lengths=lengths, batch_size_multiple=args.batch_size_multiple)
@@ -252,14 +251,13 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,
                      "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
                      "num_parameters": model.num_parameters()}
-    if training_args.do_train:
-        start = time.monotonic()
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        results["train_seconds"] = time.monotonic() - start
-        results["log_history"] = trainer.state.log_history
-        trainer.save_model()
-        Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
-        write_text_atomically(Path(training_args.output_dir, "training_args.json"), training_args.to_json_string())
+    start = time.monotonic()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    results["train_seconds"] = time.monotonic() - start
+    results["log_history"] = trainer.state.log_history
+    trainer.save_model()
+    Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
+    write_text_atomically(Path(training_args.output_dir, "training_args.json"), training_args.to_json_string())
     results["reconstruction"] = reconstruction_bleu(model, tokenizer, validation, collator)
     results["reconstruction_data_file"] = validation_origin
     logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])

@@ -901,21 +901,30 @@ def check_model_type(model_args: ModelArguments) -> None:
                              + f"; `--help_model {model_args.model_type}` lists them.")
 
 
-def check_new_model_settings(model_args: ModelArguments, factor_names: Sequence[str] = ()) -> None:
+def check_new_model_settings(model_args: ModelArguments, factor_names: Sequence[str] = (),
+                             factors_in_parses: bool = False) -> None:
     """The config a run from scratch builds, made before any work from the options alone (feature vocabulary sizes
-    at their defaults; the user factors `factor_names` with a stand-in size), so that a value it refuses is named at
-    once instead of after the parsing, and the pre-trained parts it names (a denoising autoencoder) are there."""
-    from hf_srcfeat.modeling_latent_feedback import is_hub_id
+    at their defaults; the user factors with a stand-in size), so that a value it refuses is named at once instead
+    of after the parsing, and the pre-trained parts it names (a denoising autoencoder) are there and fit.
+    `factors_in_parses`: CoNLL-U parses may bring user factors of their own (MISC `Factor_<name>=`)."""
+    from hf_srcfeat.modeling_latent_feedback import autoencoder_mismatches, is_hub_id
 
-    named = given_config_overrides(model_args).get("source_factors") or []
-    user_factors = [*factor_names, *(name for name in named if isinstance(name, str)
-                                     and name not in FACTOR_VOCABULARY_SIZE_ARGUMENTS and name not in factor_names)]
+    named = given_config_overrides(model_args).get("source_factors")
     try:
-        config = model_config(model_args, vocab_size=model_args.vocab_size,
-                              feature_vocabulary_sizes={"extra_factors": {name: 2 for name in user_factors}})
+        named_user_factors = [name for name in named if name not in FACTOR_VOCABULARY_SIZE_ARGUMENTS] \
+            if isinstance(named, list) and all(isinstance(name, str) for name in named) else []
+        stand_in = {name: 2 for name in [*factor_names, *named_user_factors]}
+        # A tokenizer given decides the vocabulary: the option's size, unused then, must not fail the check.
+        vocab_size = 32000 if model_args.tokenizer_name_or_path else model_args.vocab_size
+        config = model_config(model_args, vocab_size=vocab_size, feature_vocabulary_sizes={"extra_factors": stand_in})
     except (ValueError, TypeError) as error:
-        raise SystemExit(f"--model_type {model_args.model_type} with its --config_overrides: {error}") from None
-    check_features_read(config, factor_names)
+        raise SystemExit(f"--model_type {model_args.model_type} with these settings: {error}") from None
+    if getattr(config, "gives_feedback", True) is False:  # a tiny smoke-test size may still want to run
+        logger.warning("--model_type %s: no NMT layer gets feedback (layer i takes the LFE layers above it and the "
+                       "top layer none), with encoder_layers=%d and feedback_layers %s: the model trains as a "
+                       "baseline carrying an unused LFE; use at least 2 encoder layers and a feedback layer below "
+                       "the top.", model_args.model_type, config.encoder_layers, config.layers_with_feedback)
+    check_features_read(config, factor_names, factors_in_parses)
     source = getattr(config, "lfe_pretrained_from", None)
     if not source:
         return
@@ -928,9 +937,9 @@ def check_new_model_settings(model_args: ModelArguments, factor_names: Sequence[
     except (OSError, ValueError) as error:
         raise SystemExit(f"lfe_pretrained_from={source!r}: {error_summary(error)}; point it at the denoising "
                          "autoencoder hf-srcfeat-pretrain-dae wrote.") from None
-    differing = [f"{name} {getattr(autoencoder, name, None)!r} (this model's: {getattr(config, name)!r})"
-                 for name in ("d_model", "encoder_attention_heads", "encoder_ffn_dim", "layernorm_position")
-                 if getattr(autoencoder, name, None) != getattr(config, name)]
+    # The vocabulary size only the tokenizer gives is compared when the model is built.
+    differing = [f"{name} {theirs!r} (this model's: {ours!r})" for name, theirs, ours
+                 in autoencoder_mismatches(autoencoder, config) if name != "vocab_size"]
     if autoencoder.model_type != "srcfeat_transformer" or differing:
         raise SystemExit(f"lfe_pretrained_from={source!r} is not a denoising autoencoder this model's LFE can start "
                          f"from: {', '.join(differing) or f'a {autoencoder.model_type} model'}.")
@@ -949,16 +958,17 @@ def check_factor_names(factor_names: Sequence[str]) -> None:
                          "your factor otherwise, e.g. my_pos.")
 
 
-def check_features_read(config, factor_names: Sequence[str]) -> None:
-    """Refuse user factors the model would not read (trained on as a column, then dropped without a word) and
-    feature dropout of a feature it does not read (recorded, but nothing dropped)."""
+def check_features_read(config, factor_names: Sequence[str], factors_in_parses: bool = False) -> None:
+    """Refuse user factors the model would not read (trained on as a column, then dropped without a word), factors it
+    reads that no option provides (unless the parses may), and feature dropout of a feature it does not read
+    (recorded, but nothing dropped)."""
     from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
 
     features = getattr(config, "source_features_read", None)
     if features is None:  # a config that does not say reads every feature it is given
         return
     read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
-    missing = [name for name in read if name not in factor_names]
+    missing = [] if factors_in_parses else [name for name in read if name not in factor_names]
     if missing:
         raise SystemExit(f"--config_overrides source_factors {', '.join(missing)}: no such factor comes with the "
                          "corpus; name its column with --source_factor_columns, or its inline values (word￨value) "
@@ -1261,9 +1271,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_model_type(model_args)
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     check_factor_names(factor_names)
-    if (training_args.do_train or model_args.tokenizer_only) and not (model_args.init_from or
-                                                                        model_args.model_name_or_path):
-        check_new_model_settings(model_args, factor_names)
+    if training_args.do_train and not (model_args.tokenizer_only or model_args.init_from or
+                                       model_args.model_name_or_path):
+        check_new_model_settings(model_args, factor_names, factors_in_parses=bool(
+            data_args.train_source_conllu or data_args.validation_source_conllu or data_args.source_parse_column))
     check_tokenizer_source(model_args)
     if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
         data_args.test_source_conllu = [data_args.test_source_conllu]
@@ -1307,7 +1318,6 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         raise SystemExit("evaluating during training (--do_eval, --eval_strategy, --load_best_model_at_end or "
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
                          "--dataset_name with a validation split.")
-    factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     # Made once, only if a split with factor columns comes without parses.
     pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
 
