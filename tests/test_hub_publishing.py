@@ -341,15 +341,20 @@ def test_loads_offline_from_the_hugging_face_cache(published, hub_endpoint, test
     assert loaded["translations"] == expected
 
 
-#: Run in a fresh interpreter without hf_srcfeat: a published folder loaded through its shipped code, saved again
-#: (as after fine-tuning), still translates through the pipeline its config names.
-RESAVE_LOADER = """
+#: The start of a script run in a fresh interpreter where hf_srcfeat cannot be imported.
+WITHOUT_HF_SRCFEAT = """
 import json, sys
 class Blocker:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "hf_srcfeat":
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
 sys.meta_path.insert(0, Blocker())
+"""
+
+
+#: Run in a fresh interpreter without hf_srcfeat: a published folder loaded through its shipped code, saved again
+#: (as after fine-tuning), still translates through the pipeline its config names.
+RESAVE_LOADER = WITHOUT_HF_SRCFEAT + """
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 folder, saved, sentences = json.loads(sys.stdin.read())
@@ -373,13 +378,7 @@ def test_a_published_model_saved_again_through_its_shipped_code_keeps_its_pipeli
 
 
 #: Run in a fresh interpreter without hf_srcfeat: load each published folder through its shipped code alone.
-REMOTE_CODE_LOADER = """
-import json, sys
-class Blocker:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "hf_srcfeat":
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-sys.meta_path.insert(0, Blocker())
+REMOTE_CODE_LOADER = WITHOUT_HF_SRCFEAT + """
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 folders, sentences = json.loads(sys.stdin.read())
