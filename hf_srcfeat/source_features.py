@@ -54,6 +54,15 @@ def user_factor_name(feature: str) -> str:
     return feature.removeprefix("factor_").removesuffix("_ids")
 
 
+def user_factors_read(config) -> list[str] | None:
+    """The user factors a model of `config` reads, by name; None when its config does not say (it then reads every
+    feature it is given)."""
+    features = getattr(config, "source_features_read", None)
+    if features is None:
+        return None
+    return [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
+
+
 @dataclass
 class SourceFeatures:
     """Source-side linguistic features aligned to subword tokens; any of them may be absent (None)."""

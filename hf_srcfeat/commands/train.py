@@ -962,12 +962,12 @@ def check_features_read(config, factor_names: Sequence[str], factors_in_parses: 
     """Refuse user factors the model would not read (trained on as a column, then dropped without a word), factors it
     reads that no option provides (unless the parses may), and feature dropout of a feature it does not read
     (recorded, but nothing dropped)."""
-    from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
+    from hf_srcfeat.source_features import user_factors_read
 
-    features = getattr(config, "source_features_read", None)
-    if features is None:  # a config that does not say reads every feature it is given
+    read = user_factors_read(config)
+    if read is None:  # a config that does not say reads every feature it is given
         return
-    read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
+    features = config.source_features_read
     missing = [] if factors_in_parses else [name for name in read if name not in factor_names]
     if missing:
         raise SystemExit(f"--config_overrides source_factors {', '.join(missing)}: no such factor comes with the "

@@ -350,16 +350,14 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
 def check_factors_read(translator, factor_names: list[str]) -> None:
     """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
     a model without source features, translated as part of the words)."""
-    from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
+    from hf_srcfeat.source_features import user_factors_read
 
-    if hasattr(translator, "factors"):  # a CTranslate2 export: the factors it has embeddings for
-        user_factors = list(translator.tokenizer.feature_vocabularies.extra)
-        read = [name for name in translator.factors if name in user_factors]
-    else:
-        features = getattr(translator.model.config, "source_features_read", None)
-        if features is None:  # a config that does not say reads every feature it is given
-            return
-        read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
+    user_factors = list(translator.tokenizer.feature_vocabularies.extra)
+    # A CTranslate2 export reads the factors it has embeddings for; a config that does not say reads every feature.
+    read = [name for name in translator.factors if name in user_factors] if hasattr(translator, "factors") else \
+        user_factors_read(translator.model.config)
+    if read is None:
+        return
     unread = [name for name in factor_names if name not in read]
     if unread:
         raise SystemExit(f"hf-srcfeat-translate: --factor_names {' '.join(unread)}: the model reads no such factor "
