@@ -117,6 +117,14 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
         with pytest.raises(SystemExit, match=message):
             pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "refused"), *bad])
         assert not (tmp_path / "refused").exists(), "refused before any work"
+    # Resuming as the translation command does: True for the newest checkpoint, of the model these options build
+    resumable = [*arguments, "--output_dir", str(tmp_path / "resumed"), "--save_strategy", "steps", "--save_steps",
+                 "3", "--max_tokens_per_batch", "256"]
+    pretrain_dae.main(resumable)
+    resumed = pretrain_dae.main([*resumable, "--max_steps", "4", "--resume_from_checkpoint", "True"])
+    assert max(entry["step"] for entry in resumed["log_history"]) == 4, "went on from checkpoint-3"
+    with pytest.raises(SystemExit, match="is another model than this run builds: --d_model 32"):
+        pretrain_dae.main([*resumable, "--max_steps", "5", "--resume_from_checkpoint", "True", "--d_model", "32"])
 
 
 def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():

@@ -217,16 +217,20 @@ def main(argv: list[str] | None = None) -> dict:
     if not training_args.do_train:  # without it, a new untrained model's results would replace a trained one's
         raise SystemExit("hf-srcfeat-pretrain-dae trains a denoising autoencoder: add --do_train (its reconstruction "
                          "BLEU is measured at the end of training, into dae_results.json).")
-    train.check_tokenizer_source(train.ModelArguments(tokenizer_name_or_path=args.tokenizer_name_or_path))
-    set_seed(training_args.seed)
-
-    sentences, validation, data_files, validation_origin = monolingual_data(args)
-    # The autoencoder is a baseline Transformer, built as train.py builds one.
+    # The autoencoder is a baseline Transformer, built as train.py builds one, and checked as it checks one.
     model_args = train.ModelArguments(
         tokenizer_name_or_path=args.tokenizer_name_or_path, vocab_size=args.vocab_size,
         subword_model=args.subword_model, d_model=args.d_model, encoder_layers=args.encoder_layers,
         decoder_layers=args.decoder_layers, attention_heads=args.attention_heads, ffn_dim=args.ffn_dim,
         dropout=args.dropout, layernorm_position=args.layernorm_position)
+    train.check_tokenizer_source(model_args)
+    # `True` resumes from the newest checkpoint, which must be of the model these options build.
+    resumed_from = train.check_resumed_checkpoint(training_args)
+    if resumed_from:
+        train.check_resumed_model(resumed_from, model_args, training_args.output_dir)
+    set_seed(training_args.seed)
+
+    sentences, validation, data_files, validation_origin = monolingual_data(args)
     data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
                                     annotation_cache=args.annotation_cache)
     if args.tokenizer_name_or_path:
@@ -252,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
                      "num_parameters": model.num_parameters()}
     start = time.monotonic()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resumed_from)
     results["train_seconds"] = time.monotonic() - start
     results["log_history"] = trainer.state.log_history
     trainer.save_model()
