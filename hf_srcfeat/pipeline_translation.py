@@ -232,10 +232,9 @@ class SourceFeatureTranslationPipeline(Pipeline):
         settings = self._get_set_generation_params(generate_kwargs)
         searched = (settings.get("num_beams") or 1) > 1
         # Beam search ranks its hypotheses by a score; greedy and sampled translations are scored here the same way.
-        # Into the given generation config's copy, if there is one (generate deprecates settings beside a config).
-        generated = self.model.generate(**inputs, **self._prepare_generate_kwargs(
-            generate_kwargs, return_dict_in_generate=True,
-            **({"output_scores": True} if searched else {"output_logits": True})))
+        generated = self.model.generate(**inputs, **inside_generation_config({
+            **generate_kwargs, "return_dict_in_generate": True,
+            **({"output_scores": True} if searched else {"output_logits": True})}))
         output_ids = generated.sequences
         if searched:
             scores = generated.sequences_scores

@@ -225,8 +225,9 @@ def grafted_config(backbone: PretrainedConfig, model_type: str, **method_argumen
         for key, form in GRAFT_FORMS[method].items():
             value = method_arguments.get(key, form)
             if value != form:
-                reason = NOT_GRAFTABLE.get((method, value), f"only {key}={form!r} does") if isinstance(value, str) \
-                    else f"only {key}={form!r} does"
+                # NOT_GRAFTABLE says why for the forms it knows (keyed by string values).
+                reason = (NOT_GRAFTABLE.get((method, value)) if isinstance(value, str) else None) or \
+                    f"only {key}={form!r} does"
                 raise ValueError(f"{method} with {key}={value!r} cannot start as the pretrained model: {reason}.")
     check_checkpoint_settings(method_arguments, backbone.position_embedding_type)
     arguments = {key: value for method in methods for key, value in GRAFT_FORMS[method].items()}

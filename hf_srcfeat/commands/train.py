@@ -215,8 +215,7 @@ def check_language_codes(config, model_args: ModelArguments) -> None:
 def check_start_settings(config, model_args: ModelArguments) -> None:
     """The config this run builds from the checkpoint, made before the parsing from the checkpoint's config alone,
     so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, a size the weights fix, ...)
-    is named at once."""
-    check_model_type(model_args)  # a misspelt setting is named as such first
+    is named at once (after `check_model_type`, which names a misspelt setting as such)."""
     try:
         started_config(config, model_args)
     except (ValueError, TypeError) as error:
@@ -1267,8 +1266,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_vocabulary_arguments(model_args)
     if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
-    check_pretrained_start(model_args)
     check_model_type(model_args)
+    check_pretrained_start(model_args)
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     check_factor_names(factor_names)
     if training_args.do_train and not (model_args.tokenizer_only or model_args.init_from or
@@ -1528,10 +1527,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     return results
 
 
-#: The options that shape a model built here, and the config setting each becomes.
-MODEL_SHAPING_ARGUMENTS = {"model_type": "model_type", "d_model": "d_model", "encoder_layers": "encoder_layers",
-                           "decoder_layers": "decoder_layers", "attention_heads": "encoder_attention_heads",
-                           "ffn_dim": "encoder_ffn_dim", "dropout": "dropout", "label_smoothing": "label_smoothing",
+#: The options that shape a model built here, and the config setting each becomes: the sizes a resumed checkpoint
+#: must share, and what else the options set.
+MODEL_SHAPING_ARGUMENTS = {**dict(RESUMED_SETTINGS), "dropout": "dropout", "label_smoothing": "label_smoothing",
                            "layernorm_position": "layernorm_position", "vocab_size": "vocab_size"}
 
 

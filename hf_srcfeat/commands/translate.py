@@ -190,6 +190,8 @@ class FileTranslator:
 
     def __init__(self, translator, num_return_sequences: int = 1, batch_size: int = 32, sort_by_length: bool = True,
                  factor_names: list[str] | None = None, parse: bool = True):
+        import torch
+
         self.translator = translator
         self.parse_sources = parse  # False: raw text in, the model's features take their defaults
         self.factor_names = factor_names  # lines are OpenNMT-py's word￨value format with these user factors
@@ -201,6 +203,10 @@ class FileTranslator:
         # The transformers pipeline and a CTranslate2 export without factors translate a sentence the annotator
         # fails on from its raw text (features at their defaults); an export with factors cannot, and loses it.
         self.translates_unparsed = getattr(translator, "translates_unparsed", True)
+        # The GPU whose random state sampling draws from, kept apart from the parser's draws (`translate_chunk`).
+        device = getattr(translator, "device", None)
+        self.sampling_gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
+            if isinstance(device, torch.device) and device.type == "cuda" else []
         self.statistics = TranslationStatistics()
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -218,10 +224,7 @@ class FileTranslator:
         # The parser leaves the random state as it found it (loading its models draws from it), so that --seed
         # gives the same samples whether the sentences were parsed or read from the parse cache: the CPU's, and the
         # GPU's the model samples on.
-        device = getattr(self.translator, "device", None)
-        gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
-            if isinstance(device, torch.device) and device.type == "cuda" else []
-        with torch.random.fork_rng(devices=gpus):
+        with torch.random.fork_rng(devices=self.sampling_gpus):
             self.parse(items)
         parsed = time.perf_counter()
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
@@ -352,10 +355,9 @@ def check_factors_read(translator, factor_names: list[str]) -> None:
     a model without source features, translated as part of the words)."""
     from hf_srcfeat.source_features import user_factors_read
 
-    user_factors = list(translator.tokenizer.feature_vocabularies.extra)
     # A CTranslate2 export reads the factors it has embeddings for; a config that does not say reads every feature.
-    read = [name for name in translator.factors if name in user_factors] if hasattr(translator, "factors") else \
-        user_factors_read(translator.model.config)
+    read = [name for name in translator.factors if name in translator.tokenizer.feature_vocabularies.extra] \
+        if hasattr(translator, "factors") else user_factors_read(translator.model.config)
     if read is None:
         return
     unread = [name for name in factor_names if name not in read]

@@ -41,9 +41,9 @@ def split_factored_line(line: str, names: Sequence[str], line_number: int | None
     tokens = line.split()
     if not tokens:
         raise ValueError(f"{where}the sentence is empty.")
+    expected = f"word{FACTOR_SEPARATOR}" + FACTOR_SEPARATOR.join(names)
     for token in tokens:
         parts = token.split(FACTOR_SEPARATOR)
-        expected = f"word{FACTOR_SEPARATOR}" + FACTOR_SEPARATOR.join(names)
         if len(parts) != len(names) + 1:
             raise ValueError(f"{where}token {token!r} has {len(parts) - 1} factor values, expected {len(names)} "
                              f"({', '.join(names)}) as {expected}")
