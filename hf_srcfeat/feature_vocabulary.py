@@ -47,6 +47,8 @@ class FeatureVocabulary:
             raise ValueError("feature vocabulary labels must be unique.")
         # An unseen relation subtype ("obl:npmod") falls back to its relation ("obl") before <unk>.
         self.fallback_to_base_relation = fallback_to_base_relation
+        # Whether an unseen label was reported to the user (user factors: once per vocabulary, not per sentence).
+        self.unseen_reported = False
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -42,7 +42,7 @@ from .annotator import Annotator
 from .annotator_stanza import StanzaAnnotator
 from .annotators import annotator_from_settings
 from .dependency_tree import token_distance_matrix
-from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, FeatureVocabularies
+from .feature_vocabulary import PAD_ID, SPECIAL_ID, UNK_ID, UNK_LABEL, FeatureVocabularies
 from .parse_phrases import parse_phrases, phrase_token_limit
 from .safe_writing import write_json_atomically
 from .source_features import (
@@ -506,8 +506,16 @@ def word_features(vocabularies: FeatureVocabularies, sentence: AnnotatedSentence
             # One message for every sentence (Python shows it once), not one per sentence of a file.
             warnings.warn(f"words without a value of the {name!r} factor get <unk> (raw text given to a model trained "
                           "with it?).", stacklevel=5)
-        features[user_factor_feature(name)] = per_word(
-            vocabulary.id(value) if value is not None else UNK_ID for value in values)
+        ids = [vocabulary.id(value) if value is not None else UNK_ID for value in values]
+        unseen = next((value for value, index in zip(values, ids, strict=True)
+                       if index == UNK_ID and value not in (None, UNK_LABEL)), None)
+        if unseen is not None and not vocabulary.unseen_reported:
+            # A value the training data never had (a typo, another tag set?) reads as <unk>, as in OpenNMT-py;
+            # said once per factor, with the first such value, so that a file of them gives one message.
+            vocabulary.unseen_reported = True
+            warnings.warn(f"values of the {name!r} factor not seen in training get <unk> (the first: {unseen!r} in "
+                          f"{sentence.text!r}); said once per factor.", stacklevel=5)
+        features[user_factor_feature(name)] = per_word(ids)
     return features
 
 

@@ -123,8 +123,15 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
     pretrain_dae.main(resumable)
     resumed = pretrain_dae.main([*resumable, "--max_steps", "4", "--resume_from_checkpoint", "True"])
     assert max(entry["step"] for entry in resumed["log_history"]) == 4, "went on from checkpoint-3"
+    assert [earlier["global_step"] for earlier in resumed["earlier_results"]] == [3], "the first run's results kept"
+    assert set(resumed["earlier_results"][0]["reconstruction"]) == {"bleu_from_corrupted", "bleu_from_original"}
     with pytest.raises(SystemExit, match="is another model than this run builds: --d_model 32"):
         pretrain_dae.main([*resumable, "--max_steps", "5", "--resume_from_checkpoint", "True", "--d_model", "32"])
+    # A new run over the resumed one leaves none of its checkpoints or results, and the user's own files
+    (tmp_path / "resumed" / "notes.txt").write_text("mine")
+    fresh = pretrain_dae.main([*resumable, "--save_strategy", "no", "--overwrite_output_dir"])
+    assert fresh["earlier_results"] == [] and not list((tmp_path / "resumed").glob("checkpoint-*"))
+    assert (tmp_path / "resumed" / "notes.txt").read_text() == "mine"
 
 
 def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():

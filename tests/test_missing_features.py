@@ -4,6 +4,7 @@ beam-searches; a training forward without the features it needs still fails with
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -73,6 +74,9 @@ def test_the_translate_command_translates_without_a_parse_line_for_line(feature_
     with pytest.warns(UserWarning, match="no parse"):
         assert translate_main(["--model", str(tmp_path / "model"), "--input", str(source), "--output",
                                str(tmp_path / "out.de"), "--no_parse", "--num_beams", "2", "--max_new_tokens", "6",
-                               "--quiet", "--device", "cpu", "--stanza_dir", str(tmp_path / "no_models_here")]) == 0
+                               "--quiet", "--device", "cpu", "--stanza_dir", str(tmp_path / "no_models_here"),
+                               "--report_json", str(tmp_path / "report.json")]) == 0
     lines = (tmp_path / "out.de").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3 and lines[1] == "" and lines[0] and lines[2]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["parsed"] is False and report["translated"] == 2, "the report says no sentence had its parse"

@@ -120,6 +120,26 @@ def test_the_train_command_grafts_a_method_onto_a_checkpoint_and_trains_it(graft
 
 
 @pytest.mark.slow
+def test_a_graft_trains_on_a_user_factor_it_reads_and_refuses_one_it_would_not_read(marian_checkpoint, multi30k_dir,
+                                                                                   tmp_path):
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    from .test_user_factors import write_factor_corpus
+
+    corpus = write_factor_corpus(tmp_path / "train.jsonl", load_multi30k("train", "en", "de", multi30k_dir, limit=32))
+    run = ["--init_from", str(marian_checkpoint), "--variant", "relevance_add", "--train_file", corpus,
+           "--validation_file", corpus, "--source_factor_columns", "case", "--max_steps", "2",
+           *[argument for argument in RUN if argument not in ("--dataset_name", "multi30k", "--do_predict")]]
+    results = train.main([*run, "--output_dir", str(tmp_path / "reads"), "--config_overrides",
+                          '{"source_factors": ["pos", "case"]}'])
+    assert "case" in results["config"]["source_factors"] and set(results["config"]["extra_factors"]) == {"case"}
+    with pytest.raises(SystemExit, match="--source_factor_columns/--inline_source_factors case: relevance_features "
+                                         "would not read it"):
+        train.main([*run, "--output_dir", str(tmp_path / "unread")])
+    assert not (tmp_path / "unread").exists(), "refused before any work"
+
+
+@pytest.mark.slow
 def test_the_translate_command_runs_a_grafted_model_with_its_checkpoint_tokenizer(grafted_run, test_sentences,
                                                                                   tmp_path):
     from hf_srcfeat.commands.translate import main as translate_main

@@ -4,13 +4,16 @@ trained end to end on real Multi30k sentences with a casing factor (a classic NM
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat import (
+    AnnotatedSentence,
     FeatureVocabularies,
     RelevanceFeaturesConfig,
     RelevanceFeaturesForConditionalGeneration,
@@ -34,6 +37,12 @@ def casing(word: str) -> str:
 
 def factored(sentence: str) -> str:
     return " ".join(f"{word}{FACTOR_SEPARATOR}{casing(word)}" for word in sentence.split())
+
+
+def with_case(sentence: AnnotatedSentence, value: str) -> AnnotatedSentence:
+    """The sentence with every word's casing factor set to `value`."""
+    return dataclasses.replace(sentence, words=[dataclasses.replace(word, factors=(("case", value),))
+                                                for word in sentence.words])
 
 
 def test_conllu_misc_factors_are_read_and_written_back(tmp_path):
@@ -78,7 +87,17 @@ def test_the_tokenizer_gives_each_user_factor_its_vocabulary_and_aligns_it_to_su
     assert encoded["factor_case_ids"] == expected
     assert [word.text for word in parses[0].words] == list(parses[0].text.split()), "the given words are kept"
     tokenizer.save_pretrained(tmp_path)
-    assert AutoTokenizer.from_pretrained(tmp_path).feature_vocabularies.extra["case"] == vocabulary
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded.feature_vocabularies.extra["case"] == vocabulary
+    # A value training never saw reads as <unk>, said once per factor with the first such value
+    unseen = with_case(parses[0], "Titlecase")
+    with pytest.warns(UserWarning, match="values of the 'case' factor not seen in training get <unk> "
+                                         "\\(the first: 'Titlecase'"):
+        encoded = loaded(annotations=unseen)
+    assert set(encoded["factor_case_ids"][:-1]) == {1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded(annotations=with_case(parses[1], "Other"))
 
 
 @pytest.mark.slow
@@ -233,6 +252,17 @@ def test_train_py_reads_a_word_aligned_factor_column_and_the_model_embeds_it(mul
     vocabulary = tokenizer.feature_vocabularies.extra["case"]
     assert {"Cap", "lower", "other"} <= set(vocabulary.labels)
     assert config.extra_factors == {"case": len(vocabulary)} and "case" in config.source_factors
+    # The trained model, evaluated or trained on, is given its factor, and only factors it reads
+    for options, message in (([], "reads the user factors case: no such factor comes with the corpus"),
+                             (["--source_factor_columns", "case", "size"],
+                              "size: .* would not read it \\(its user factors: case\\); leave it out")):
+        with pytest.raises(SystemExit, match=message):
+            train.main([*TINY_RUN, "--model_name_or_path", str(run), "--output_dir", str(tmp_path / "evaluated"),
+                        "--do_eval", "--validation_file", corpus, *options])
+        assert not (tmp_path / "evaluated").exists()
+    evaluated = train.main([*TINY_RUN, "--model_name_or_path", str(run), "--output_dir", str(tmp_path / "evaluated"),
+                            "--do_eval", "--validation_file", corpus, "--source_factor_columns", "case"])
+    assert evaluated["eval_metrics"]["eval_loss"] > 0
 
 
 def write_inline_factor_corpus(folder, pairs) -> str:

@@ -60,6 +60,11 @@ NOISE_RANGES: dict[str, tuple[float, float, bool]] = {
 }
 
 
+DAE_RESULTS = "dae_results.json"
+#: What an autoencoder run writes into its output_dir (`--overwrite_output_dir` removes it before a new run).
+DAE_OUTPUTS = (*train.RUN_OUTPUTS, DAE_RESULTS)
+
+
 @dataclass
 class Corruption:
     """A corrupted sentence and what was done to it (positions refer to the sentence at that stage)."""
@@ -231,6 +236,12 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
 
     sentences, validation, data_files, validation_origin = monolingual_data(args)
+    # The previous run goes only once the data has been read: a refused corpus leaves it as it was.
+    output_dir = Path(training_args.output_dir)
+    if args.overwrite_output_dir and not resumed_from and training_args.process_index == 0 and output_dir.is_dir():
+        removed = train.clear_previous_run(output_dir, DAE_OUTPUTS)
+        if removed:
+            logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed, output_dir)
     data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
                                     annotation_cache=args.annotation_cache)
     if args.tokenizer_name_or_path:
@@ -258,15 +269,18 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.monotonic()
     trainer.train(resume_from_checkpoint=resumed_from)
     results["train_seconds"] = time.monotonic() - start
+    results["global_step"] = trainer.state.global_step
+    results["earlier_results"] = train.earlier_results(output_dir, resumed_from, DAE_RESULTS,
+                                                       ("global_step", "train_seconds", "reconstruction"))
     results["log_history"] = trainer.state.log_history
     trainer.save_model()
-    Path(training_args.output_dir, "training_args.bin").unlink(missing_ok=True)
-    write_text_atomically(Path(training_args.output_dir, "training_args.json"), training_args.to_json_string())
+    (output_dir / "training_args.bin").unlink(missing_ok=True)
+    write_text_atomically(output_dir / "training_args.json", training_args.to_json_string())
     results["reconstruction"] = reconstruction_bleu(model, tokenizer, validation, collator)
     results["reconstruction_data_file"] = validation_origin
     logger.info("reconstruction BLEU on %d validation sentences: %s", len(validation), results["reconstruction"])
-    Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
-    write_json_atomically(Path(training_args.output_dir, "dae_results.json"), results, default=str)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(output_dir / DAE_RESULTS, results, default=str)
     return results
 
 

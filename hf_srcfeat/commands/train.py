@@ -133,8 +133,11 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                SETTINGS_FILE, BASE_FOLDER)
 
 
-def check_pretrained_start(model_args: ModelArguments) -> None:
-    """Refuse, before any work, options of a pretrained start given without one, or with what replaces it."""
+def check_pretrained_start(model_args: ModelArguments, factor_names: Sequence[str] = (),
+                           factors_in_parses: bool = False) -> None:
+    """Refuse, before any work, options of a pretrained start given without one, or with what replaces it, and
+    user factors (`factor_names`; `factors_in_parses`: the parses may bring more) the grafted model would not
+    read, or reads without any option providing them."""
     if not model_args.init_from:
         given = [name for name in ("source_lang_code", "target_lang_code", "added_learning_rate",
                                    "unfreeze_after_steps") if getattr(model_args, name) is not None]
@@ -164,7 +167,9 @@ def check_pretrained_start(model_args: ModelArguments) -> None:
                          f"{model_args.unfreeze_after_steps}.")
     config = check_init_from(model_args.init_from)
     check_language_codes(config, model_args)
-    check_start_settings(config, model_args)
+    started = check_start_settings(config, model_args)
+    if not model_args.tokenizer_only:
+        check_features_read(started, factor_names, factors_in_parses)
 
 
 #: Config settings the tokenizer's feature vocabularies give (not the options), and the init's own arguments.
@@ -212,12 +217,12 @@ def check_language_codes(config, model_args: ModelArguments) -> None:
                          "language as a token at the start of each source, e.g. >>fra<<); leave them out.")
 
 
-def check_start_settings(config, model_args: ModelArguments) -> None:
+def check_start_settings(config, model_args: ModelArguments):
     """The config this run builds from the checkpoint, made before the parsing from the checkpoint's config alone,
     so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, a size the weights fix, ...)
-    is named at once (after `check_model_type`, which names a misspelt setting as such)."""
+    is named at once (after `check_model_type`, which names a misspelt setting as such). Returns it."""
     try:
-        started_config(config, model_args)
+        return started_config(config, model_args)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"--init_from {model_args.init_from} with --model_type {model_args.model_type}: "
                          f"{error}") from None
@@ -225,13 +230,24 @@ def check_start_settings(config, model_args: ModelArguments) -> None:
 
 def started_config(config, model_args: ModelArguments):
     """The config of the model a run started from the checkpoint of config `config` builds: the converted backbone,
-    with `--model_type` grafted onto it (feature vocabulary sizes aside, which only the tokenizer knows)."""
+    with `--model_type` grafted onto it (feature vocabulary sizes aside, which only the tokenizer knows: the user
+    factors `source_factors` names get a stand-in size)."""
     from hf_srcfeat.pretrained_checkpoints import backbone_config, grafted_config
 
     overrides = given_config_overrides(model_args)
     if model_args.model_type == "srcfeat_transformer":
         return backbone_config(config, **overrides)
-    return grafted_config(backbone_config(config), model_args.model_type, **overrides)
+    stand_ins = {"extra_factors": user_factor_stand_ins(overrides)} if user_factor_stand_ins(overrides) else {}
+    return grafted_config(backbone_config(config), model_args.model_type, **{**stand_ins, **overrides})
+
+
+def user_factor_stand_ins(overrides: dict, factor_names: Sequence[str] = ()) -> dict[str, int]:
+    """The user factors a config made before the tokenizer must know of (`factor_names` and those the overrides'
+    `source_factors` names), each with a stand-in vocabulary size: only the tokenizer knows the real one."""
+    named = overrides.get("source_factors")
+    named_user_factors = [name for name in named if name not in FACTOR_VOCABULARY_SIZE_ARGUMENTS] \
+        if isinstance(named, list) and all(isinstance(name, str) for name in named) else []
+    return {name: 2 for name in [*factor_names, *named_user_factors]}
 
 
 def check_tokenizer_source(model_args: ModelArguments) -> None:
@@ -506,15 +522,16 @@ def generation_length(references: list, limit: int) -> int:
     return min(limit, int(1.5 * longest) + 5) if longest else limit
 
 
-def earlier_results(output_dir: Path, resumed_from: str | None) -> list[dict]:
-    """On a resumed run, what the run's earlier `results.json` measured (each entry with its step), so that
-    resuming adds to the history instead of replacing it."""
-    path = output_dir / "results.json"
+def earlier_results(output_dir: Path, resumed_from: str | None, results_file: str = "results.json",
+                    measured: Sequence[str] = ("global_step", "train_seconds", "eval_metrics", "test_sets"),
+                    ) -> list[dict]:
+    """On a resumed run, what the run's earlier `results_file` measured (its `measured` entries, with the step), so
+    that resuming adds to the history instead of replacing it."""
+    path = output_dir / results_file
     if resumed_from is None or not path.exists():
         return []
     earlier = json.loads(path.read_text())
-    kept = {name: earlier[name] for name in ("global_step", "train_seconds", "eval_metrics", "test_sets")
-            if name in earlier}
+    kept = {name: earlier[name] for name in measured if name in earlier}
     return [*earlier.get("earlier_results", []), kept]
 
 
@@ -527,12 +544,13 @@ def remove_stale_predictions(output_dir: Path, written: set[str]) -> list[str]:
     return [path.name for path in stale]
 
 
-def clear_previous_run(output_dir: Path) -> list[str]:
-    """Remove an earlier run's outputs (RUN_OUTPUTS) from output_dir, leaving any other file; returns their names."""
+def clear_previous_run(output_dir: Path, outputs: Sequence[str] = RUN_OUTPUTS) -> list[str]:
+    """Remove an earlier run's `outputs` (file name patterns) from output_dir, leaving any other file; returns their
+    names."""
     import shutil
 
     removed = []
-    for pattern in RUN_OUTPUTS:
+    for pattern in outputs:
         for path in sorted(output_dir.glob(pattern)):
             # A symlinked entry is unlinked, never followed: what it points to belongs to someone else.
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
@@ -908,14 +926,11 @@ def check_new_model_settings(model_args: ModelArguments, factor_names: Sequence[
     `factors_in_parses`: CoNLL-U parses may bring user factors of their own (MISC `Factor_<name>=`)."""
     from hf_srcfeat.modeling_latent_feedback import autoencoder_mismatches, is_hub_id
 
-    named = given_config_overrides(model_args).get("source_factors")
+    stand_ins = user_factor_stand_ins(given_config_overrides(model_args), factor_names)
     try:
-        named_user_factors = [name for name in named if name not in FACTOR_VOCABULARY_SIZE_ARGUMENTS] \
-            if isinstance(named, list) and all(isinstance(name, str) for name in named) else []
-        stand_in = {name: 2 for name in [*factor_names, *named_user_factors]}
         # A tokenizer given decides the vocabulary: the option's size, unused then, must not fail the check.
         vocab_size = 32000 if model_args.tokenizer_name_or_path else model_args.vocab_size
-        config = model_config(model_args, vocab_size=vocab_size, feature_vocabulary_sizes={"extra_factors": stand_in})
+        config = model_config(model_args, vocab_size=vocab_size, feature_vocabulary_sizes={"extra_factors": stand_ins})
     except (ValueError, TypeError) as error:
         raise SystemExit(f"--model_type {model_args.model_type} with these settings: {error}") from None
     if getattr(config, "gives_feedback", True) is False:  # a tiny smoke-test size may still want to run
@@ -957,10 +972,12 @@ def check_factor_names(factor_names: Sequence[str]) -> None:
                          "your factor otherwise, e.g. my_pos.")
 
 
-def check_features_read(config, factor_names: Sequence[str], factors_in_parses: bool = False) -> None:
+def check_features_read(config, factor_names: Sequence[str], factors_in_parses: bool = False,
+                        trained_model: str | None = None) -> None:
     """Refuse user factors the model would not read (trained on as a column, then dropped without a word), factors it
     reads that no option provides (unless the parses may), and feature dropout of a feature it does not read
-    (recorded, but nothing dropped)."""
+    (recorded, but nothing dropped). `trained_model`: the folder or Hub id of a trained model of `config` (its
+    factors are fixed), else the config is of the model this run builds."""
     from hf_srcfeat.source_features import user_factors_read
 
     read = user_factors_read(config)
@@ -969,21 +986,38 @@ def check_features_read(config, factor_names: Sequence[str], factors_in_parses: 
     features = config.source_features_read
     missing = [] if factors_in_parses else [name for name in read if name not in factor_names]
     if missing:
-        raise SystemExit(f"--config_overrides source_factors {', '.join(missing)}: no such factor comes with the "
-                         "corpus; name its column with --source_factor_columns, or its inline values (word￨value) "
-                         "with --inline_source_factors.")
+        reader = f"{trained_model} reads the user factors" if trained_model else "--config_overrides source_factors"
+        raise SystemExit(f"{reader} {', '.join(missing)}: no such factor comes with the corpus; name its column with "
+                         "--source_factor_columns, or its inline values (word￨value) with --inline_source_factors.")
     unread = [name for name in factor_names if name not in read]
     if unread:
-        raise SystemExit(f"--source_factor_columns/--inline_source_factors {', '.join(unread)}: {config.model_type} "
-                         f"would not read {'them' if len(unread) > 1 else 'it'} ("
-                         f"{'its user factors: ' + ', '.join(read) if read else 'it reads no user factor'}); add "
-                         "user factors to `source_factors` in --config_overrides (relevance features, e.g. "
-                         "--variant relevance_concat), or leave them out.")
+        them = "them" if len(unread) > 1 else "it"
+        remedy = f"leave {them} out" if trained_model else (
+            f"add {them} to `source_factors` in --config_overrides (relevance_features models read user factors), or "
+            f"leave {them} out")
+        raise SystemExit(f"--source_factor_columns/--inline_source_factors {', '.join(unread)}: "
+                         f"{trained_model or config.model_type} would not read {them} "
+                         f"({'its user factors: ' + ', '.join(read) if read else 'it reads no user factor'}); "
+                         f"{remedy}.")
+    if trained_model:
+        return
     dropped = getattr(config, "feature_dropout", None)
     unread = sorted(set(dropped) - set(features)) if isinstance(dropped, dict) else []
     if unread:
         raise SystemExit(f"--config_overrides feature_dropout {', '.join(unread)}: {config.model_type} reads no such "
                          f"feature (it reads {', '.join(features) or 'none'}), so nothing would be dropped.")
+
+
+def check_trained_model_factors(name: str, factor_names: Sequence[str], factors_in_parses: bool) -> None:
+    """The user factors a trained model (`--model_name_or_path`) reads are the ones the corpus brings: checked from
+    its config before any work. A config that does not load is left to the model's own loading, which names it."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError):
+        return
+    check_features_read(config, factor_names, factors_in_parses, trained_model=name)
 
 
 def model_config(model_args: ModelArguments, vocab_size: int, feature_vocabulary_sizes: dict[str, Any] | None = None,
@@ -1267,13 +1301,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_model_type(model_args)
-    check_pretrained_start(model_args)
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     check_factor_names(factor_names)
+    factors_in_parses = bool(data_args.train_source_conllu or data_args.validation_source_conllu
+                             or data_args.source_parse_column)
+    check_pretrained_start(model_args, factor_names, factors_in_parses)
     if training_args.do_train and not (model_args.tokenizer_only or model_args.init_from or
                                        model_args.model_name_or_path):
-        check_new_model_settings(model_args, factor_names, factors_in_parses=bool(
-            data_args.train_source_conllu or data_args.validation_source_conllu or data_args.source_parse_column))
+        check_new_model_settings(model_args, factor_names, factors_in_parses)
     check_tokenizer_source(model_args)
     if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
         data_args.test_source_conllu = [data_args.test_source_conllu]
@@ -1299,6 +1334,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
             check_resumed_model(resumed_from, model_args, training_args.output_dir)
     else:
         model_to_evaluate(model_args, training_args)
+    if model_args.model_name_or_path and not model_args.tokenizer_only:
+        check_trained_model_factors(model_args.model_name_or_path, factor_names, factors_in_parses or bool(
+            not trains and data_args.test_source_conllu))
     set_seed(training_args.seed)
 
     corpora = load_corpora(data_args.dataset_name, data_args.dataset_config_name, data_args.train_file,

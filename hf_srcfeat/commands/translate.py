@@ -94,6 +94,8 @@ class TranslationStatistics:
     total_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     unparsed: list[str] = field(default_factory=list)  # translated without a parse, and why
+    # False when no sentence was given its parse: --no_parse, or a CTranslate2 export that reads none
+    parsed: bool = True
 
     def summary(self) -> str:
         def rate(count: int, seconds: float) -> str:
@@ -101,6 +103,8 @@ class TranslationStatistics:
 
         parsed = self.translated + self.failed
         unparsed = f", {len(self.unparsed)} of them without a parse" if self.unparsed else ""
+        if not self.parsed:
+            unparsed = ", none of them parsed"
         return (f"{self.sentences} sentences ({self.translated} translated{unparsed}, {self.empty} empty, "
                 f"{self.failed} failed)"
                 f" in {self.total_seconds:.1f} s: parsing {self.parse_seconds:.1f} s "
@@ -207,7 +211,7 @@ class FileTranslator:
         device = getattr(translator, "device", None)
         self.sampling_gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
             if isinstance(device, torch.device) and device.type == "cuda" else []
-        self.statistics = TranslationStatistics()
+        self.statistics = TranslationStatistics(parsed=self.reads_parses)
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
         """The translations (dicts of the pipeline) of every item; `[]` for empty and failed items."""

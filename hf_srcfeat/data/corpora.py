@@ -68,6 +68,12 @@ class Corpus:
     skipped_empty: int = 0  # pairs dropped for an empty source or target (`skip_empty`)
 
 
+def file_corpus(name: str, data: Dataset, origin: list[str], empty_pairs: int) -> Corpus:
+    """The corpus a file (or file pair) holds, without its `empty_pairs` pairs with an empty side (counted by the
+    line checks, which refuse them unless they are to be skipped)."""
+    return Corpus(name, without_empty_pairs(data) if empty_pairs else data, origin, empty_pairs)
+
+
 def _existing(path: Path) -> Path | None:
     for candidate in (path, path.with_name(path.name + ".gz")):
         if candidate.is_file():
@@ -250,7 +256,7 @@ def read_json_lines(path: Path, source_lang: str, target_lang: str, parse_column
         return {**columns, **_carried_columns(batch, parse_column, factor_columns)}
 
     data = loaded.map(pairs, batched=True, remove_columns=loaded.column_names)
-    return Corpus(path.name.split(".")[0], without_empty_pairs(data) if empty else data, [str(path)], empty)
+    return file_corpus(path.name.split(".")[0], data, [str(path)], empty)
 
 
 def read_tsv(path: Path, skip_empty: bool = False) -> Corpus:
@@ -261,7 +267,7 @@ def read_tsv(path: Path, skip_empty: bool = False) -> Corpus:
     data = load_dataset("csv", data_files=str(path), split="train", delimiter="\t", column_names=["source", "target"],
                         quoting=csv.QUOTE_NONE, keep_default_na=False,
                         features=Features({"source": Value("string"), "target": Value("string")}))
-    return Corpus(path.name.split(".")[0], without_empty_pairs(data) if empty else data, [str(path)], empty)
+    return file_corpus(path.name.split(".")[0], data, [str(path)], empty)
 
 
 def read_text_pair(source_file: Path, target_file: Path, skip_empty: bool = False, name: str | None = None) -> Corpus:
@@ -273,8 +279,7 @@ def read_text_pair(source_file: Path, target_file: Path, skip_empty: bool = Fals
     sides = [load_dataset("text", data_files=str(path), split="train", encoding="utf-8-sig").rename_column("text", side)
              for path, side in ((source_file, "source"), (target_file, "target"))]
     data = concatenate_datasets(sides, axis=1)
-    return Corpus(name or source_file.name.split(".")[0], without_empty_pairs(data) if empty else data,
-                  [str(source_file), str(target_file)], empty)
+    return file_corpus(name or source_file.name.split(".")[0], data, [str(source_file), str(target_file)], empty)
 
 
 def load_file(path: str, source_lang: str, target_lang: str, parse_column: str | None = None,
