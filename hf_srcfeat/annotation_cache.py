@@ -51,9 +51,12 @@ class AnnotationCache:
         """A file that is not a cache is an error naming it; one that cannot be opened, read or written right now
         (read-only, locked, no room) is a warning, and parsing goes on without caching."""
         if not isinstance(error, sqlite3.OperationalError):
+            # Deleting is advised only for a damaged cache, never for a file that is something else.
+            remedy = "it is not an SQLite file: is it the right path? choose" if is_other_file(self.path) else \
+                "delete it (it is rebuilt as texts are parsed) or choose"
             raise AnnotationCacheError(
-                f"annotation cache {self.path} is unreadable ({error}); delete it (it is rebuilt as texts are parsed) "
-                f"or choose another file (cache_path=, --annotation_cache, ${ANNOTATION_CACHE_ENV}).") from error
+                f"annotation cache {self.path} is unreadable ({error}); {remedy} another file (cache_path=, "
+                f"--annotation_cache, ${ANNOTATION_CACHE_ENV}).") from error
         if self.usable:
             warnings.warn(f"annotation cache {self.path} cannot be used ({error}); parsing goes on without caching.",
                           stacklevel=3)
@@ -109,13 +112,29 @@ class AnnotationCache:
         return self.connection.execute("SELECT COUNT(*) FROM annotations").fetchone()[0]
 
 
+#: The first bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_other_file(path: Path) -> bool:
+    """Whether `path` is a file with content that is not an SQLite database (a corpus, notes, ...)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as file:
+        return file.read(len(SQLITE_HEADER)) != SQLITE_HEADER
+
+
 def check_cache_path(path: str | os.PathLike | None) -> None:
-    """Refuse, naming it, a cache path that cannot become a file: a folder, or a path under a file."""
+    """Refuse, naming it, a cache path that cannot become a cache file: a folder, a path under a file, or a file
+    that is something else (the input given twice, say), which the cache would write into."""
     if path is None:
         return
     given = Path(path)
     if given.is_dir():
         raise ValueError(f"annotation cache {given} is a folder; name a file, e.g. {given / 'annotations.sqlite'}.")
+    if is_other_file(given):
+        raise ValueError(f"annotation cache {given} is a file that is not an SQLite parse cache (a corpus? the input "
+                         "given twice?); name another file (it is made on first use).")
     for parent in given.parents:
         if parent.exists():
             if not parent.is_dir():

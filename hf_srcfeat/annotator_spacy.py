@@ -12,9 +12,10 @@ raises an error naming the text.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord
-from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, join_sentence_roots
+from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, folder_digest, join_sentence_roots
 
 SENTENCE_MODES = ("join", "refuse")
 
@@ -81,9 +82,12 @@ class SpacyAnnotator(Annotator):
     def identity_parts(self) -> list[str]:
         spacy = import_spacy()
         meta = self.pipeline.meta
+        # The files' content too: a pipeline retrained in place (spaCy's model-best and model-last) keeps its
+        # name and version.
+        files = [f"files={folder_digest(Path(self.pipeline.path))}"] if self.pipeline.path is not None else []
         return [f"spacy={spacy.__version__}", f"model={meta.get('lang')}_{meta.get('name')}",
                 f"model_version={meta.get('version')}", f"components={','.join(self.pipeline.pipe_names)}",
-                f"sentences={self.sentences}"]
+                f"sentences={self.sentences}", *files]
 
     def parse_batch(self, texts: list[str]) -> list[AnnotatedSentence]:
         if self.pretokenized:

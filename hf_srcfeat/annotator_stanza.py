@@ -11,26 +11,10 @@ import os
 from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
-from .annotator import ANNOTATION_FORMAT, DEFAULT_MAX_CHARACTERS, Annotator
+from .annotator import ANNOTATION_FORMAT, DEFAULT_MAX_CHARACTERS, Annotator, file_digest
 
 STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
 STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"
-
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's content, computed once per process for each (path, size, mtime)."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _FILE_DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        _FILE_DIGESTS[key] = digest.hexdigest()[:16]
-    return _FILE_DIGESTS[key]
-
 
 def import_stanza():
     """Stanza, or an error that says how to get it (it is only needed to annotate raw text)."""
@@ -68,7 +52,8 @@ class StanzaAnnotator(Annotator):
         if self.model_dir is not None and not (self.model_dir / language).is_dir():
             raise FileNotFoundError(
                 f"No Stanza models for {language!r} in {self.model_dir} (from "
-                f"{'model_dir' if model_dir else STANZA_DIR_ENV}); expected a folder {self.model_dir / language}.")
+                f"{'model_dir, --stanza_dir' if model_dir else STANZA_DIR_ENV}); expected a folder "
+                f"{self.model_dir / language}.")
         self.device = device
         super().__init__(language, pretokenized=pretokenized, cache_path=cache_path, use_cache=use_cache,
                          batch_size=batch_size, max_characters=max_characters)

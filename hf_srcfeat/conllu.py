@@ -11,8 +11,9 @@ from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spac
 from .data.errors import DataError
 
 
-def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[AnnotatedSentence]:
-    """Sentences of a CoNLL-U file (plain or .gz) or of an iterable of its lines.
+def read_conllu(source: str | os.PathLike | Iterable[str], first_line: int = 1) -> Iterator[AnnotatedSentence]:
+    """Sentences of a CoNLL-U file (plain or .gz) or of an iterable of its lines (`first_line`: the number of the
+    first, as errors name the lines).
 
     Multi-word token lines (`3-4`) and empty nodes (`8.1`) are skipped: features belong to syntactic words.
     The relation subtype is kept (`obl:tmod`); compare `deprel.split(':')[0]` for coarse LAS.
@@ -46,10 +47,10 @@ def read_conllu(source: str | os.PathLike | Iterable[str]) -> Iterator[Annotated
                              f"{multiword[0]}-{multiword[1]} ({multiword[2]!r}), whose words are missing.")
         return AnnotatedSentence(words=words, sentence_id=sentence_id, text=text)
 
-    line_number = 0
-    for line_number, raw in enumerate(source, start=1):
+    line_number = first_line - 1
+    for line_number, raw in enumerate(source, start=first_line):
         line = raw.rstrip("\r\n")
-        if line_number == 1:
+        if line_number == first_line:
             line = line.removeprefix("\ufeff")  # a UTF-8 byte order mark
         if line.startswith("#"):
             key, _, value = line[1:].partition("=")

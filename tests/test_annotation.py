@@ -17,6 +17,7 @@ from hf_srcfeat.annotation import (
     read_conllu,
     write_conllu,
 )
+from hf_srcfeat.annotation_cache import SQLITE_HEADER
 
 
 def test_conllu_reader_reads_every_gold_ewt_dev_sentence_as_one_tree(ewt_dir):
@@ -234,11 +235,49 @@ def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator
     common = ["--input", str(tmp_path / "val.en.gz"), "--stanza_dir", str(stanza_annotator.model_dir),
               "--annotation_cache", str(stanza_annotator.cache.path)]
     main([*common, "--output", str(tmp_path / "whole.conllu.gz")])
-    main([*common, "--output", str(tmp_path / "sharded.conllu.gz"), "--shard_index", "1", "--num_shards", "2"])
-    main([*common, "--output", str(tmp_path / "sharded.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+    for shard in ("1", "0"):
+        main([*common, "--output", str(tmp_path / "sharded.conllu.gz"), "--shard_index", shard, "--num_shards", "2",
+              "--report_json", str(tmp_path / "report.json")])
+    reports = [json.loads((tmp_path / f"report.shard-{shard}-of-2.json").read_text()) for shard in (0, 1)]
+    assert [report["sentences"] for report in reports] == [13, 12], "each shard reports its own part"
     whole = list(read_conllu(tmp_path / "whole.conllu.gz"))
     assert list(read_conllu(tmp_path / "sharded.conllu.gz")) == whole and len(whole) == lines
-    assert not list(tmp_path.glob("*.shard-*")), "the shards are merged and removed"
+    assert not list(tmp_path.glob("*.conllu.shard-*")), "the shards are merged and removed"
+    # A shard left by a run over another input is refused by name, not merged into an output of other sentences
+    with gzip.open(tmp_path / "other.en.gz", "wt", encoding="utf-8") as target:
+        target.writelines(f"{parse.text} Again.\n" for parse in whole)
+    other = [*common[2:], "--input", str(tmp_path / "other.en.gz"), "--output", str(tmp_path / "stale.conllu.gz")]
+    main([*other, "--shard_index", "1", "--num_shards", "2"])
+    stale = tmp_path / "stale.conllu.shard-1-of-2.gz"
+    with pytest.raises(SystemExit, match=f"{stale} parse 1 is of .*Again.*, but .*val.en.gz line 2 is .*a shard "
+                                         "of another run\\? delete it and parse shard 1 again"):
+        main([*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+    assert not (tmp_path / "stale.conllu.gz").exists() and stale.exists()
+    with gzip.open(tmp_path / "other.en.gz", "wt", encoding="utf-8") as target:  # the input's first 11 lines
+        target.writelines(f"{parse.text}\n" for parse in whole[:11])
+    main([*other, "--shard_index", "1", "--num_shards", "2"])
+    with pytest.raises(SystemExit, match="holds 5 parses, but shard 1 of .*val.en.gz has 12 lines"):
+        main([*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+
+
+def test_the_annotate_command_parses_and_writes_a_corpus_chunk_by_chunk(stanza_annotator, test_sentences, tmp_path,
+                                                                       monkeypatch):
+    from hf_srcfeat.commands import annotate
+
+    lines = [*test_sentences[:7], " ".join(test_sentences[:5])]  # the last one parsed in pieces
+    (tmp_path / "input.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    arguments = ["--input", str(tmp_path / "input.en"), "--stanza_dir", str(stanza_annotator.model_dir),
+                 "--annotation_cache", str(stanza_annotator.cache.path), "--max_characters", "200"]
+    annotate.main([*arguments, "--output", str(tmp_path / "whole.conllu")])
+    calls = []
+    parse = StanzaAnnotator.annotate
+    monkeypatch.setattr(StanzaAnnotator, "annotate", lambda self, texts, **options: calls.append(len(texts)) or
+                        parse(self, texts, **options))
+    monkeypatch.setattr(annotate, "CHUNK_LINES", 4)
+    annotate.main([*arguments, "--output", str(tmp_path / "chunked.conllu")])
+    assert calls[0] == 4 and calls[1] > 4 and len(calls) == 2, "two chunks of four lines (the long one in pieces)"
+    assert list(read_conllu(tmp_path / "chunked.conllu")) == list(read_conllu(tmp_path / "whole.conllu"))
+    assert [parse.text for parse in read_conllu(tmp_path / "chunked.conllu")] == lines
 
 
 def test_a_line_too_long_to_parse_at_once_is_parsed_in_pieces_and_the_rest_stays_aligned(
@@ -278,12 +317,34 @@ def test_the_annotate_command_names_a_missing_input_before_loading_a_parser(tmp_
     assert not (tmp_path / "out.conllu").exists() and not Path("-").exists()
 
 
+def test_the_annotate_command_refuses_a_cache_that_is_another_file_and_names_missing_models_in_a_line(
+        stanza_annotator, test_sentences, tmp_path, capsys):
+    from hf_srcfeat.commands.annotate import main
+
+    source = tmp_path / "input.en"
+    source.write_text("\n".join(test_sentences[:2]) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit):  # the input given as the cache too: it would become a database
+        main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--annotation_cache", str(source)])
+    assert f"annotation cache {source} is a file that is not an SQLite parse cache" in capsys.readouterr().err
+    assert source.read_text(encoding="utf-8") == "\n".join(test_sentences[:2]) + "\n"
+    for options, message in ((["--language", "de"], "No Stanza models for 'de' in"),
+                             (["--stanza_dir", str(tmp_path / "nowhere")], "No Stanza models for 'en' in")):
+        with pytest.raises(SystemExit, match=f"^hf-srcfeat-annotate: {message}"):
+            main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--stanza_dir",
+                  str(stanza_annotator.model_dir), "--annotation_cache", str(tmp_path / "cache.sqlite"), *options])
+    (tmp_path / "empty_models" / "en").mkdir(parents=True)  # a language folder without Stanza's resources
+    with pytest.raises(SystemExit, match="^hf-srcfeat-annotate: the stanza annotator \\(en\\) cannot load"):
+        main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--stanza_dir",
+              str(tmp_path / "empty_models"), "--annotation_cache", str(tmp_path / "cache.sqlite")])
+    assert not (tmp_path / "out.conllu").exists()
+
+
 def test_the_annotate_command_parses_without_a_damaged_cache_and_says_so(stanza_annotator, test_sentences, tmp_path,
                                                                          capsys):
     from hf_srcfeat.commands.annotate import main
 
     (tmp_path / "input.en").write_text("\n".join(test_sentences[:3]) + "\n", encoding="utf-8")
-    (tmp_path / "damaged.sqlite").write_bytes(bytes(range(256)) * 16)
+    (tmp_path / "damaged.sqlite").write_bytes(SQLITE_HEADER + bytes(range(256)) * 16)  # a database, damaged
     assert main(["--input", str(tmp_path / "input.en"), "--output", str(tmp_path / "out.conllu"), "--stanza_dir",
                  str(stanza_annotator.model_dir), "--annotation_cache", str(tmp_path / "damaged.sqlite")]) == 0
     assert "parsing without the annotation cache for this run" in capsys.readouterr().err

@@ -5,6 +5,7 @@ shared cache; a tokenizer records its annotator and refuses another; a short fr-
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -86,6 +87,20 @@ def test_parses_are_cached_under_the_pipelines_identity(annotator, french, monke
     assert annotator.annotate(sources, show_progress=False) == first
     assert annotator.identity != SpacyAnnotator(MODEL, use_cache=False, sentences="refuse").identity
     assert len(AnnotationCache(annotator.cache.path)) >= 20
+
+
+def test_the_cache_key_follows_the_pipelines_weights_not_its_place(annotator, tmp_path):
+    """A pipeline retrained in place keeps its name and version (spaCy's model-best and model-last): its parses
+    must not be served from the cache of the other's; a copy of the same files keeps the cache."""
+    copied = shutil.copytree(annotator.pipeline.path, tmp_path / "copied")
+    retrained = spacy.load(copied)
+    for node in retrained.get_pipe("parser").model.walk():
+        for name in node.param_names:
+            if node.has_param(name):
+                node.set_param(name, node.get_param(name) * 0.5)
+    retrained.to_disk(tmp_path / "retrained")
+    assert SpacyAnnotator(str(copied), use_cache=False).identity == annotator.identity
+    assert SpacyAnnotator(str(tmp_path / "retrained"), use_cache=False).identity != annotator.identity
 
 
 @pytest.mark.slow

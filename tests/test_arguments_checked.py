@@ -144,7 +144,7 @@ def test_a_sharded_annotate_run_says_which_shards_it_waits_for_and_gives_up_nami
     output = str(tmp_path / "train.en.conllu")
     Path(shard_path(output, 0, 2)).write_text("")
     with pytest.raises(SystemExit, match=r"shards \[.*shard-1-of-2.*\] did not appear within 0 s"):
-        merge_shards(output, 2, timeout=0.2)
+        merge_shards(output, 2, timeout=0.2, lines=["A dog runs.", "Two cats sleep."], input_name="train.en")
     assert "waiting for 1 of 2 shards" in capsys.readouterr().err
     assert DEFAULT_MERGE_TIMEOUT <= 2 * 3600  # not a day of silence
 

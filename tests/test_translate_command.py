@@ -88,7 +88,7 @@ def test_a_run_where_every_sentence_failed_exits_non_zero_and_text_given_as_conl
     assert "nothing was translated: every one of the 2 non-empty sentences failed" in capsys.readouterr().err
     assert (tmp_path / "broken.de").read_text() == "\n\n\n", "still one line per input line"
     text = write_lines(tmp_path / "plain.en", ["A dog runs.", "Two cats sleep."])
-    with pytest.raises(SystemExit, match=r"line 1 of the input \('A dog runs.'\) is not CoNLL-U \(no tab-separated "
+    with pytest.raises(SystemExit, match=r"plain.en line 1 \('A dog runs.'\) is not CoNLL-U \(no tab-separated "
                                          r"columns\); plain sentences, one a line, are --input_format text"):
         main(["--model", str(model_folder), "--input", text, "--output", str(tmp_path / "plain.de"),
               "--input_format", "conllu", "--quiet", *SETTINGS])
@@ -164,6 +164,21 @@ def test_conllu_input_translates_the_parses_and_reports_an_invalid_tree_by_line(
     assert output == [expected[0], "", expected[1]]
     broken_first_line = text.splitlines().index(broken.splitlines()[0]) + 1
     assert f"line {broken_first_line}: invalid CoNLL-U sentence" in capsys.readouterr().err
+    # A malformed line is named by its line in the file; a sentence with a line that is not UTF-8 is reported,
+    # not translated with replacement characters
+    malformed = conllu_block(parsed[1]).splitlines()
+    head_line = next(index for index, line in enumerate(malformed) if not line.startswith("#"))
+    malformed[head_line] = "\t".join(value if column != 6 else "X"
+                                     for column, value in enumerate(malformed[head_line].split("\t")))
+    latin1 = conllu_block(parsed[2]).replace("\t", "\tcafé ", 1).encode("latin-1", errors="replace")
+    path.write_bytes(conllu_block(parsed[0]).encode() + "\n".join(malformed).encode() + b"\n\n" + latin1)
+    output = translate(model_folder, tmp_path, "--input_format", "conllu", input_path=path)
+    assert output == [expected[0], "", ""]
+    errors = capsys.readouterr().err
+    first_of_malformed = len(conllu_block(parsed[0]).splitlines()) + 1
+    assert f"line {first_of_malformed}: invalid CoNLL-U sentence: CoNLL-U line " \
+           f"{first_of_malformed + head_line}: head 'X' is not an integer" in errors
+    assert "invalid CoNLL-U sentence: line " in errors and "is not valid UTF-8" in errors
 
 
 def test_report_separates_parsing_from_translation(model_folder, test_sentences, tmp_path):

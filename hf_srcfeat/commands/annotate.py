@@ -24,10 +24,12 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
-from hf_srcfeat.annotator import join_pieces, split_long_text
+from hf_srcfeat.annotator import AnnotatorLoadError, join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device, used_cache_path
 from hf_srcfeat.conllu import read_conllu, write_conllu
@@ -49,7 +51,8 @@ def read_sentences(path: str) -> list[str]:
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
     if empty:
-        raise SystemExit(f"{path} line {empty[0]} is empty ({len(empty)} empty lines): a parse needs a sentence.")
+        raise SystemExit(f"hf-srcfeat-annotate: {path} line {empty[0]} is empty ({len(empty)} empty lines): a parse "
+                         "needs a sentence.")
     return lines
 
 
@@ -79,12 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_shards", type=int, default=None, help="shards in all (default: $WORLD_SIZE, else 1)")
     parser.add_argument("--merge_timeout", type=float, default=DEFAULT_MERGE_TIMEOUT,
                         help="seconds shard 0 waits for the other shards before giving up (default two hours)")
-    parser.add_argument("--report_json", default=None, help="write the counts and the time to this JSON file")
+    parser.add_argument("--report_json", default=None, help=(
+        "write the counts and the time to this JSON file (sharded: each shard to NAME.shard-<rank>-of-<world>.json)"))
     args = parser.parse_args(argv)
     shard = args.shard_index if args.shard_index is not None else int(os.environ.get("RANK", 0))
     shards = args.num_shards if args.num_shards is not None else int(os.environ.get("WORLD_SIZE", 1))
     if not 0 <= shard < shards:
-        parser.error(f"--shard_index {shard} is not in 0..{shards - 1}.")
+        given = [f"--shard_index {shard}" if args.shard_index is not None else f"RANK={shard}",
+                 f"--num_shards {shards}" if args.num_shards is not None else
+                 f"WORLD_SIZE={shards}" if "WORLD_SIZE" in os.environ else "1 shard"]
+        parser.error(f"shard {shard} of {shards} does not exist ({', '.join(given)}); shards count from 0.")
     check_counts(parser, args, ("batch_size", "num_proc", "max_characters"))
     args.device = resolve_device(args.device)
     problem = overwritten_input({"--output": args.output, "--report_json": args.report_json},
@@ -100,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--input {args.input}: {'a folder' if Path(args.input).is_dir() else 'no such file'}; "
                      "give a file of one sentence a line.")
     try:
-        check_cache_path(args.annotation_cache)
+        check_cache_path(used_cache_path(args))
     except ValueError as error:
         parser.error(f"--annotation_cache: {error}")
-    sentences = read_sentences(args.input)[shard::shards]
+    lines = read_sentences(args.input)
+    sentences = lines[shard::shards]
     model = args.spacy_model if args.annotator == "spacy" else args.stanza_dir
 
     def new_annotator(**cache_options):
@@ -114,17 +122,24 @@ def main(argv: list[str] | None = None) -> int:
         annotator = new_annotator(cache_path=args.annotation_cache)
     except ValueError as error:
         parser.error(str(error))
+    except (FileNotFoundError, AnnotatorLoadError) as error:  # no models where they were looked for
+        raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     start = time.perf_counter()
+    target = args.output if shards == 1 else shard_path(args.output, shard, shards)
+    long_lines: list[tuple[int, int, int]] = []
     try:
         try:
-            parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target)
         except AnnotationCacheError as error:
             # The cache file, not a sentence, is at fault: said once, and this run parses without it.
             print(f"hf-srcfeat-annotate: {error}\nhf-srcfeat-annotate: parsing without the annotation cache for "
                   "this run.", file=sys.stderr)
             annotator.close()
             annotator = new_annotator(use_cache=False)
-            parses, long_lines = annotate_lines(annotator, sentences, shard, shards, args)
+            long_lines.clear()
+            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target)
+    except AnnotatorLoadError as error:  # the models are there but do not load: nothing can be parsed
+        raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     except KeyboardInterrupt:
         resumes = " The same command resumes: the sentences parsed so far are in the annotation cache." \
             if annotator.cache is not None else ""
@@ -137,14 +152,15 @@ def main(argv: list[str] | None = None) -> int:
               f"takes at once ({annotator.max_characters:,}): parsed in {pieces} pieces cut at spaces, joined into "
               "one tree at their roots.", file=sys.stderr)
     seconds = time.perf_counter() - start
-    target = args.output if shards == 1 else shard_path(args.output, shard, shards)
-    count = write_atomically(parses, target)
     print(f"annotate: {count} sentences of {args.input} (shard {shard} of {shards}) parsed into {target} in "
           f"{seconds:.1f} s ({count / max(seconds, 1e-9):.1f} sentences/s, cached ones included)", file=sys.stderr)
     if shards > 1 and shard == 0:
-        merge_shards(args.output, shards, args.merge_timeout)
+        merge_shards(args.output, shards, args.merge_timeout, lines, args.input)
     if args.report_json:
-        write_json_atomically(args.report_json, {
+        # Each shard reports its own part, beside the others' (as its parses are written).
+        named = Path(args.report_json)
+        report = named if shards == 1 else named.with_name(f"{named.stem}.shard-{shard}-of-{shards}{named.suffix}")
+        write_json_atomically(report, {
             "input": args.input, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
             "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
             "long_lines": [{"line": line, "characters": characters, "pieces": pieces}
@@ -153,25 +169,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def annotate_lines(annotator, sentences: list[str], shard: int, shards: int, args: argparse.Namespace
-                   ) -> tuple[list, list[tuple[int, int, int]]]:
-    """One parse per line, in order. A line longer than the parser takes at once is parsed in pieces joined into
-    one tree, so that the output stays one sentence per input line; those lines come back as (input line number,
-    characters, pieces)."""
+#: Lines parsed and written at a time: a corpus of any size is never held parsed whole.
+CHUNK_LINES = 50_000
+
+
+def annotate_lines(annotator, sentences: list[str], shard: int, shards: int, args: argparse.Namespace,
+                   long_lines: list[tuple[int, int, int]]) -> Iterator[AnnotatedSentence]:
+    """One parse per line, in order, parsed CHUNK_LINES lines at a time. A line longer than the parser takes at
+    once is parsed in pieces joined into one tree, so that the output stays one sentence per input line; those
+    lines are added to `long_lines` as (input line number, characters, pieces)."""
+    from tqdm.auto import tqdm
+
     limit = annotator.max_characters
-    pieces = [split_long_text(text, limit) if len(text) > limit else [text] for text in sentences]
-    parsed = iter(annotator.annotate([piece for line in pieces for piece in line], show_progress=shard == 0,
-                                     num_proc=args.num_proc))
-    parses = []
-    long_lines = []
-    for index, (text, line) in enumerate(zip(sentences, pieces, strict=True)):
-        parts = [next(parsed) for _ in line]
-        if len(line) == 1:
-            parses.append(parts[0])
-            continue
-        parses.append(join_pieces(text, parts))
-        long_lines.append((shard + index * shards + 1, len(text), len(line)))
-    return parses, long_lines
+    progress = tqdm(total=len(sentences), desc=annotator.backend, unit="sent", disable=shard != 0)
+    for start in range(0, len(sentences), CHUNK_LINES):
+        chunk = sentences[start:start + CHUNK_LINES]
+        pieces = [split_long_text(text, limit) if len(text) > limit else [text] for text in chunk]
+        parsed = iter(annotator.annotate([piece for line in pieces for piece in line], show_progress=False,
+                                         num_proc=args.num_proc))
+        for index, (text, line) in enumerate(zip(chunk, pieces, strict=True), start=start):
+            parts = [next(parsed) for _ in line]
+            if len(line) == 1:
+                yield parts[0]
+                continue
+            long_lines.append((shard + index * shards + 1, len(text), len(line)))
+            yield join_pieces(text, parts)
+        progress.update(len(chunk))
+    progress.close()
 
 
 def shard_path(output: str, shard: int, shards: int) -> str:
@@ -186,9 +210,10 @@ def write_atomically(parses, target: str) -> int:
         return write_conllu(parses, writable, compress=target.endswith(".gz"))
 
 
-def merge_shards(output: str, shards: int, timeout: float) -> None:
-    """Wait for every shard file, then write them interleaved back into the input's order (shard k holds lines
-    k, k + shards, ...), and remove the shards."""
+def merge_shards(output: str, shards: int, timeout: float, lines: list[str], input_name: str) -> None:
+    """Wait for every shard file, check that each holds the parses of its lines of the input (`lines`, read from
+    `input_name`), then write them interleaved back into the input's order (shard k holds lines k, k + shards, ...),
+    and remove the shards."""
     paths = [shard_path(output, shard, shards) for shard in range(shards)]
     started = time.monotonic()
     last_said = -WAIT_MESSAGE_EVERY
@@ -203,11 +228,37 @@ def merge_shards(output: str, shards: int, timeout: float) -> None:
                   f"{timeout:.0f} s (--merge_timeout).", file=sys.stderr, flush=True)
             last_said = waited
         time.sleep(min(2.0, max(timeout - waited, 0.05)))
-    parts = [list(read_conllu(path)) for path in paths]
-    merged = [parts[index % shards][index // shards] for index in range(sum(len(part) for part in parts))]
-    write_atomically(merged, output)
+    readers = [read_conllu(path) for path in paths]
+    write_atomically(checked_shard_parses(readers, paths, lines, input_name), output)
     for path in paths:
         Path(path).unlink()
+
+
+def checked_shard_parses(readers: list[Iterator[AnnotatedSentence]], paths: list[str], lines: list[str],
+                         input_name: str) -> Iterator[AnnotatedSentence]:
+    """The shards' parses interleaved back into the input's order, each checked against its line: a shard left by
+    a run over another input (or cut short) would otherwise be merged into a complete-looking output of other
+    sentences."""
+    shards = len(readers)
+
+    def stale(shard: int, reason: str) -> SystemExit:
+        return SystemExit(f"annotate: {paths[shard]} {reason} (a shard of another run? delete it and parse shard "
+                          f"{shard} again; nothing was merged).")
+
+    for index, line in enumerate(lines):
+        shard = index % shards
+        parse = next(readers[shard], None)
+        if parse is None:
+            raise stale(shard, f"holds {index // shards} parses, but shard {shard} of {input_name} has "
+                               f"{len(lines[shard::shards])} lines")
+        if parse.text and parse.text.split() != line.split():
+            raise stale(shard, f"parse {index // shards + 1} is of {parse.text[:60]!r}, but {input_name} line "
+                               f"{index + 1} is {line[:60]!r}")
+        yield parse
+    for shard, reader in enumerate(readers):
+        if next(reader, None) is not None:
+            raise stale(shard, f"holds more parses than shard {shard} of {input_name} has lines "
+                               f"({len(lines[shard::shards])})")
 
 
 if __name__ == "__main__":

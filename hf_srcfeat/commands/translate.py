@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import io
 import math
@@ -135,20 +136,28 @@ def read_raw_lines(stream: IO[bytes]) -> Iterator[SourceItem]:
         yield SourceItem(line_number, text=text.removeprefix("\ufeff") if line_number == 1 else text)
 
 
-def read_conllu_sentences(stream: IO[bytes]) -> Iterator[SourceItem]:
-    """One item per CoNLL-U sentence (blank-line separated block), numbered by its first line; a block that is not
-    a valid sentence becomes an error item, and the following sentences are read as usual."""
+def read_conllu_sentences(stream: IO[bytes], name: str = "the input") -> Iterator[SourceItem]:
+    """One item per CoNLL-U sentence (blank-line separated block), numbered by its first line of `name`; a block
+    that is not a valid sentence, or has a line that is not UTF-8, becomes an error item, and the following
+    sentences are read as usual."""
     block: list[str] = []
     first_line = 0
+    undecodable = ""  # why the block's first line that is not UTF-8 is not
     seen_a_word = False
-    for line_number, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), start=1):
+    for line_number, raw_bytes in enumerate(stream, start=1):
+        try:
+            raw = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raw = raw_bytes.decode("utf-8", errors="replace")  # still read, so that the block's end is found
+            if raw.strip() and not undecodable:
+                undecodable = f"line {line_number} is not valid UTF-8 ({error.reason} at byte {error.start})"
         if line_number == 1:
             raw = raw.removeprefix("\ufeff")
         if raw.strip():
             if not seen_a_word and not raw.startswith("#"):
                 # Plain text read as CoNLL-U would be one long invalid sentence: say so at once instead.
                 if "\t" not in raw:
-                    raise SystemExit(f"line {line_number} of the input ({raw.strip()[:40]!r}) is not CoNLL-U (no "
+                    raise SystemExit(f"{name} line {line_number} ({raw.strip()[:40]!r}) is not CoNLL-U (no "
                                      "tab-separated columns); plain sentences, one a line, are --input_format text "
                                      "(--source_format text for hf-srcfeat-score).")
                 seen_a_word = True
@@ -157,17 +166,20 @@ def read_conllu_sentences(stream: IO[bytes]) -> Iterator[SourceItem]:
             block.append(raw)
             continue
         if block:
-            yield from conllu_block_item(block, first_line)
-            block = []
+            yield from conllu_block_item(block, first_line, undecodable)
+            block, undecodable = [], ""
     if block:
-        yield from conllu_block_item(block, first_line)
+        yield from conllu_block_item(block, first_line, undecodable)
 
 
-def conllu_block_item(block: list[str], first_line: int) -> Iterator[SourceItem]:
+def conllu_block_item(block: list[str], first_line: int, undecodable: str = "") -> Iterator[SourceItem]:
     if all(line.startswith("#") for line in block):
         return  # comments between sentences (e.g. `# newdoc`) are not a sentence
+    if undecodable:
+        yield SourceItem(first_line, error=f"invalid CoNLL-U sentence: {undecodable}")
+        return
     try:
-        sentences = list(read_conllu(block))
+        sentences = list(read_conllu(block, first_line=first_line))
     except ValueError as error:
         yield SourceItem(first_line, error=f"invalid CoNLL-U sentence: {error}")
         return
@@ -521,7 +533,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--model {args.model} is a CTranslate2 export (hf-srcfeat-export-ct2): add --backend "
                      "ctranslate2.")
     try:
-        check_cache_path(args.annotation_cache)
+        check_cache_path(used_cache_path(args))
     except ValueError as error:
         parser.error(f"--annotation_cache: {error}")
     if args.quantize and (args.backend != "transformers" or args.dtype != "float32" or args.device.startswith("cuda")):
@@ -597,7 +609,8 @@ def translate_files(argv: list[str] | None = None) -> int:
                                      factor_names=args.factor_names if args.input_format == "factored" else None,
                                      parse=not args.no_parse)
     total = count_lines(args.input, args.input_format)
-    reader = read_conllu_sentences if args.input_format == "conllu" else read_raw_lines
+    reader = functools.partial(read_conllu_sentences, name=args.input) if args.input_format == "conllu" \
+        else read_raw_lines
     from tqdm.auto import tqdm
 
     progress = tqdm(total=total, unit="sent", file=sys.stderr, disable=args.quiet or args.input == "-",
