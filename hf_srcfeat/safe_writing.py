@@ -10,6 +10,7 @@ a process substitution) is written through, as a shell redirection would, and ne
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import stat
@@ -68,10 +69,14 @@ def replaced_atomically(path: str | os.PathLike, mode: str = "w", encoding: str 
     compress = str(path).endswith(".gz") if compress is None else compress
     text_encoding = None if "b" in mode else encoding
     with output_path(path) as writable:
-        opened: IO = cast(IO, gzip.open(writable, mode if "b" in mode else mode + "t", encoding=text_encoding)) \
-            if compress else open(writable, mode, encoding=text_encoding)
-        with opened as handle:
-            yield handle
+        if not compress:
+            with open(writable, mode, encoding=text_encoding) as handle:
+                yield handle
+            return
+        # The gzip header records a file name (`gunzip -N`, `file`): the one asked for, not the temporary file's.
+        with open(writable, "wb") as raw, gzip.GzipFile(filename=Path(path).name, mode="wb", fileobj=raw) as packed:
+            with (packed if "b" in mode else io.TextIOWrapper(packed, encoding=text_encoding)) as handle:
+                yield cast(IO, handle)
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:

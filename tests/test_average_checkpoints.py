@@ -56,6 +56,35 @@ def test_the_averaged_model_loads_and_translates(run_with_checkpoints, test_sent
     assert len(translations) == 3 and all(item["translation_text"].strip() for item in translations)
 
 
+def test_the_newest_checkpoint_gives_the_configuration_whatever_the_order_and_the_record_is_absolute(
+        run_with_checkpoints, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(run_with_checkpoints, run)
+    for step in (250, 270):  # what each checkpoint's own files say, to tell them apart in the output
+        (run / f"checkpoint-{step}" / "training_time.json").write_text(json.dumps({"step": step}))
+        settings = json.loads((run / f"checkpoint-{step}" / "generation_config.json").read_text())
+        (run / f"checkpoint-{step}" / "generation_config.json").write_text(json.dumps({**settings, "max_length": step}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--checkpoints", "run/checkpoint-270", "run/checkpoint-250", "--output", "averaged"]) == 0
+    assert json.loads((tmp_path / "averaged" / "training_time.json").read_text()) == {"step": 270}
+    assert json.loads((tmp_path / "averaged" / "generation_config.json").read_text())["max_length"] == 270
+    assert json.loads((tmp_path / "averaged" / "averaged_from.json").read_text())["checkpoints"] == [
+        str(run.resolve() / "checkpoint-250"), str(run.resolve() / "checkpoint-270")]
+
+
+def test_a_checkpoint_given_twice_or_checkpoints_with_last_are_refused(run_with_checkpoints, tmp_path, capsys):
+    checkpoint = run_with_checkpoints / "checkpoint-250"
+    again = run_with_checkpoints / ".." / run_with_checkpoints.name / "checkpoint-250"  # the same folder, spelled apart
+    with pytest.raises(SystemExit, match=f"checkpoint {again} is given twice \\(as {checkpoint} too\\)"):
+        main(["--checkpoints", str(checkpoint), str(run_with_checkpoints / "checkpoint-270"), str(again),
+              "--output", str(tmp_path / "out")])
+    with pytest.raises(SystemExit):
+        main(["--checkpoints", str(checkpoint), str(run_with_checkpoints / "checkpoint-270"), "--last", "5",
+              "--output", str(tmp_path / "out")])
+    assert "give a run folder (with --last N) or --checkpoints, not both" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_checkpoints_of_different_shapes_or_model_types_are_refused(run_with_checkpoints, tiny_config, tmp_path):
     other = SrcFeatTransformerForConditionalGeneration(tiny_config(d_model=16, encoder_attention_heads=2,
                                                                    decoder_attention_heads=2))

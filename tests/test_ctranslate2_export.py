@@ -235,9 +235,8 @@ def test_an_existing_output_folder_is_not_overwritten(exported, tmp_path, capsys
     assert "not empty" in capsys.readouterr().err and (tmp_path / "kept.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("combine", ["concat", "add"])
-def test_relevance_factor_embeddings_run_as_ctranslate2_source_features(combine, feature_tokenizer, test_sentences,
-                                                                       tmp_path):
+def relevance_model_folder(feature_tokenizer, folder, combine: str = "concat"):
+    """A random (untrained) relevance-features model with its factor tables, saved with the feature tokenizer."""
     from hf_srcfeat import RelevanceFeaturesConfig, RelevanceFeaturesForConditionalGeneration
 
     from .end_to_end import tiny_method_config
@@ -246,8 +245,95 @@ def test_relevance_factor_embeddings_run_as_ctranslate2_source_features(combine,
     config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine=combine,
                                 **feature_tokenizer.feature_vocabularies.sizes())
     model = random_model(RelevanceFeaturesForConditionalGeneration, config).eval()
-    model.save_pretrained(tmp_path / "model")
-    feature_tokenizer.save_pretrained(tmp_path / "model")
+    model.save_pretrained(folder)
+    feature_tokenizer.save_pretrained(folder)
+    return model, config
+
+
+def test_force_replaces_an_earlier_exports_files_both_ways_and_keeps_the_users_own(exported, feature_tokenizer,
+                                                                                  test_sentences, tmp_path):
+    """A factored export over a plain one must not keep shared_vocabulary.json (CTranslate2 would load one source
+    vocabulary for five input features), nor the reverse the factored one's vocabularies."""
+    baseline_folder, baseline_export = exported
+    relevance_model_folder(feature_tokenizer, tmp_path / "factored")
+    output = tmp_path / "ct2"
+    shutil.copytree(baseline_export, output)
+    (output / "notes.txt").write_text("mine\n")
+    assert main([str(tmp_path / "factored"), str(output), "--force"]) == 0
+    assert len(CTranslate2Translator(output, intra_threads=1).translate(test_sentences[:2], num_beams=1,
+                                                                        max_new_tokens=4)) == 2
+    settings = json.loads((output / "hf_srcfeat_export.json").read_text())
+    assert sorted(path.name for path in output.iterdir()) == sorted([*settings["files"], "notes.txt"])
+    assert not (output / "shared_vocabulary.json").exists() and (output / "source_1_vocabulary.json").exists()
+    # An export from before exports listed their files, holding a stale wrapped-tokenizer settings file.
+    settings.pop("files")
+    (output / "hf_srcfeat_export.json").write_text(json.dumps(settings))
+    (output / "source_features_config.json").write_text("{}")
+    assert main([str(baseline_folder), str(output), "--force"]) == 0
+    assert sorted(path.name for path in output.iterdir()) == sorted([*(path.name for path in baseline_export.iterdir()),
+                                                                     "notes.txt"])
+    assert (output / "notes.txt").read_text() == "mine\n"
+    assert CTranslate2Translator(output, intra_threads=1).translate(test_sentences[:3], num_beams=1,
+                                                                    max_new_tokens=24) == \
+        CTranslate2Translator(baseline_export, intra_threads=1).translate(test_sentences[:3], num_beams=1,
+                                                                          max_new_tokens=24)
+
+
+def test_the_model_folder_or_a_folder_holding_it_is_refused_as_output_by_the_library_and_the_command(
+        exported, tmp_path, capsys):
+    from hf_srcfeat.integrations.ctranslate2 import export
+
+    model_folder, _ = exported
+    config = (model_folder / "config.json").read_text()
+    with pytest.raises(ValueError, match="is the model folder"):
+        export(str(model_folder), str(model_folder), force=True)
+    assert (model_folder / "config.json").read_text() == config
+    run = tmp_path / "run"
+    shutil.copytree(model_folder, run / "checkpoint-300")
+    (run / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds the model folder"):
+        export(str(run / "checkpoint-300"), str(run), force=True)
+    with pytest.raises(SystemExit):
+        main([str(run / "checkpoint-300"), str(run), "--force"])
+    assert f"output {run} holds the model folder" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == "{}" and sorted(path.name for path in run.iterdir()) == \
+        ["checkpoint-300", "config.json"]
+
+
+def test_a_missing_model_or_a_ctranslate2_export_as_the_model_is_named_in_one_line(exported, tmp_path, capsys):
+    _, ct2_folder = exported
+    for model in ("nosuch", "runs_nowhere/baseline"):  # a name the Hub would take, looked up there (offline here)
+        assert main([model, str(tmp_path / "out")]) == 1
+        error = capsys.readouterr().err
+        assert error.startswith(f"hf-srcfeat-export-ct2: model {model}: no such folder here, and it does not load "
+                                "from the Hub (") and error.count("\n") == 1
+    assert main([str(ct2_folder), str(tmp_path / "out")]) == 1
+    assert f"model {ct2_folder} is a CTranslate2 export" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_export_records_the_absolute_folder_it_was_exported_from(exported, monkeypatch, tmp_path):
+    model_folder, _ = exported
+    monkeypatch.chdir(model_folder.parent)
+    assert main([model_folder.name, str(tmp_path / "ct2")]) == 0
+    assert json.loads((tmp_path / "ct2" / "hf_srcfeat_export.json").read_text())["exported_from"] == \
+        str(model_folder.resolve())
+
+
+def test_a_composed_model_is_refused_naming_the_components_ctranslate2_cannot_express():
+    from hf_srcfeat import SrcFeatComposedConfig
+
+    config = SrcFeatComposedConfig(components=["relevance_features", "deps_san"], vocab_size=100, d_model=16,
+                                   encoder_attention_heads=2, decoder_attention_heads=2)
+    with pytest.raises(ValueError, match=r"srcfeat_composed model \(relevance_features, deps_san\) cannot be exported "
+                                         r"to CTranslate2: deps_san: .*score modification"):
+        check_exportable(config)
+
+
+@pytest.mark.parametrize("combine", ["concat", "add"])
+def test_relevance_factor_embeddings_run_as_ctranslate2_source_features(combine, feature_tokenizer, test_sentences,
+                                                                       tmp_path):
+    model, config = relevance_model_folder(feature_tokenizer, tmp_path / "model", combine)
     assert main([str(tmp_path / "model"), str(tmp_path / "ct2")]) == 0
     translator = CTranslate2Translator(tmp_path / "ct2", intra_threads=1)
     sentences = test_sentences[:12]

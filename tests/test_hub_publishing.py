@@ -211,6 +211,89 @@ def test_publishing_an_en_fr_run_on_an_own_corpus_gives_a_card_that_says_so_and_
                           text=True).stdout == tracked, "no tracked file changed (no registry entry)"
 
 
+#: What hf-srcfeat-train records in results.json for a run on the default Multi30k (no --train_file or
+#: --dataset_name), in part: its data arguments and the first test set's setup.
+MULTI30K_RUN = {
+    "data_args": {"dataset_name": None, "train_file": None, "data_dir": None, "source_lang": "en",
+                  "target_lang": "de", "max_train_samples": 1000},
+    "train_examples": 1000, "global_step": 300,
+    "test_sets": {"test_2016_flickr": {
+        "metrics": {"test_bleu": 2.6568, "test_chrf": 19.7838},
+        "setup": {"set": "Multi30k en→de test_2016_flickr", "sentences": 40, "num_beams": 4, "length_penalty": 1.0,
+                  "no_repeat_ngram_size": 3, "repetition_penalty": 1.0, "do_sample": False, "top_k": 50,
+                  "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}}},
+}
+
+
+def this_model_section(card: str) -> str:
+    return card.split("## This model")[1].split("\n## ")[0]
+
+
+def test_a_run_on_the_default_multi30k_is_said_to_be_trained_on_it_with_the_decoding_its_tests_used(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(MULTI30K_RUN))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "srcfeat_transformer"}))
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "srcfeat_transformer.md").read_text(), REPO_ID,
+                               None, publish.run_facts(tmp_path))
+    section = this_model_section(card)
+    assert "**Training data:** Multi30k train (1,000 sentence pairs)" in section
+    assert "**Multi30k en→de test_2016_flickr** (40 sentences, beam 4, length_penalty 1.0, no_repeat_ngram_size 3)" \
+        in section
+
+
+def test_an_averaged_model_folder_gets_its_runs_language_pair_and_data_and_says_it_is_an_average(tmp_path):
+    """hf-srcfeat-average-checkpoints' output holds no results.json; averaged_from.json names the checkpoints,
+    whose run folder has it."""
+    run = tmp_path / "runs" / "rc2"
+    for step in (200, 250, 300):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(MULTI30K_RUN))
+    averaged = tmp_path / "rc2-avg"
+    averaged.mkdir()
+    (averaged / "config.json").write_text(json.dumps({"model_type": "srcfeat_transformer"}))
+    (averaged / "tokenizer_config.json").write_text(json.dumps({"language": "en"}))
+    (averaged / "averaged_from.json").write_text(json.dumps({
+        "checkpoints": [str(run / f"checkpoint-{step}") for step in (200, 250, 300)], "method": "mean of the weights"}))
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "srcfeat_transformer.md").read_text(), REPO_ID,
+                               publish.run_results(averaged, None, None), publish.run_facts(averaged))
+    section = this_model_section(card)
+    assert "**Language pair:** en→de" in section and "**Training data:** Multi30k train (1,000 sentence pairs)" in section
+    assert "**Weights:** the mean of 3 checkpoints of its training run (steps 200, 250, 300" in section
+    assert "sacreBLEU" not in section, "the run's scores are its last model's, not the average's"
+    assert yaml.safe_load(card.split("---")[1])["language"] == ["en", "de"]
+    shutil.rmtree(run)  # the run folder gone: the tokenizer still says the source language
+    assert "**Language pair:** from en (the target language is not recorded)" in this_model_section(
+        publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "srcfeat_transformer.md").read_text(), REPO_ID,
+                            None, publish.run_facts(averaged)))
+
+
+def test_a_run_folder_that_is_not_here_or_is_a_ctranslate2_export_is_refused_in_one_line(tmp_path):
+    for missing in ("nosuch", "runs_nowhere/baseline"):  # the second is spelled like a Hub id
+        with pytest.raises(SystemExit, match=f"^hf-srcfeat-publish: run_dir {missing}: no such folder here"):
+            publish.main([missing, "--repo_id", "a/b", "--output", str(tmp_path / "p"), "--dry-run"])
+    export = tmp_path / "model-ct2"
+    export.mkdir()
+    (export / "hf_srcfeat_export.json").write_text("{}")  # the file hf-srcfeat-export-ct2 writes
+    with pytest.raises(SystemExit, match=f"run_dir {export} is a CTranslate2 export"):
+        publish.main([str(export), "--repo_id", "a/b", "--output", str(tmp_path / "p"), "--dry-run"])
+    (tmp_path / "run").mkdir()  # a run folder without its model (training has not saved one yet)
+    with pytest.raises(SystemExit, match="has no config.json; give a trained model folder"):
+        publish.main([str(tmp_path / "run"), "--repo_id", "a/b", "--output", str(tmp_path / "p"), "--dry-run"])
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_output_inside_the_mirror_repository_or_holding_it_is_refused_before_any_work(model_folder, tmp_path):
+    """Committing replaces the mirror repository's files: a folder built inside it would be deleted with them."""
+    mirror = tmp_path / "mirror"
+    repository = mirror / "models" / "me" / "rc"
+    repository.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repository, check=True)
+    (repository / "README.md").write_text("the published card\n")
+    for output in (repository / "build", repository, mirror):
+        with pytest.raises(SystemExit, match=f"--output {output} (is inside|holds) the mirror repository"):
+            publish.main([str(model_folder), "--repo_id", "me/rc", "--output", str(output), "--mirror", str(mirror)])
+    assert sorted(path.name for path in repository.iterdir()) == [".git", "README.md"]
+
+
 def test_a_benchmark_run_gets_its_own_seed_scores_and_the_mean_over_seeds(tmp_path):
     benchmark_dir = REPO / "benchmarks" / "results" / "benchmark"
     by_seed = {seed: json.loads((benchmark_dir / f"baseline_seed{seed}.json").read_text())["test"] for seed in (1, 2)}

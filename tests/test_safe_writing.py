@@ -3,6 +3,7 @@ mix; a device or FIFO is written through, a symlink followed, never replaced by 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -50,6 +51,23 @@ def test_a_file_size_limit_mid_write_keeps_the_old_file(tmp_path):
     assert completed.returncode != 0 and "File too large" in completed.stderr
     assert json.loads(target.read_text()) == [{"old": True}]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["eval_results.json"]
+
+
+def gzip_header_name(path: Path) -> bytes:
+    """The file name a gzip file's header records (RFC 1952: after 10 bytes, NUL-ended, when FLG.FNAME is set)."""
+    data = path.read_bytes()
+    assert data[3] & 0x08, "the header records a name"
+    return data[10:data.index(b"\0", 10)]
+
+
+def test_a_gzip_file_records_its_own_name_not_the_temporary_files(tmp_path):
+    write_text_atomically(tmp_path / "out.de.gz", "Ein Hund läuft.\n")
+    with replaced_atomically(tmp_path / "scores.bin.gz", "wb") as handle:
+        handle.write(b"\x00\x01")
+    assert gzip_header_name(tmp_path / "out.de.gz") == b"out.de"  # as gzip.open("out.de.gz", "wt") writes it
+    assert gzip.decompress((tmp_path / "out.de.gz").read_bytes()).decode() == "Ein Hund läuft.\n"
+    assert gzip_header_name(tmp_path / "scores.bin.gz") == b"scores.bin"
+    assert gzip.decompress((tmp_path / "scores.bin.gz").read_bytes()) == b"\x00\x01"
 
 
 def test_a_device_is_written_through_not_replaced():

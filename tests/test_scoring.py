@@ -141,6 +141,44 @@ def test_a_missing_source_or_target_file_is_named_by_its_option(model_folder, tm
             main(["--model", str(model_folder), "--source", source, "--target", target])
 
 
+def test_a_model_that_is_not_there_or_a_ctranslate2_export_is_named_in_one_line(tmp_path, capsys):
+    import huggingface_hub.constants
+
+    assert huggingface_hub.constants.HF_HUB_OFFLINE  # conftest's: the lookups below fail at once
+    files = ["--source", write_lines(tmp_path / "src.en", ["A dog runs."]),
+             "--target", write_lines(tmp_path / "tgt.de", ["Ein Hund läuft."])]
+    for missing in ("nosuch", "runs_nowhere/baseline"):  # the second is spelled like a Hub id
+        with pytest.raises(SystemExit, match=f"^hf-srcfeat-score: --model {missing}: no such folder here, and it "
+                                             r"does not load from the Hub \(.*\)\.$"):
+            main(["--model", missing, *files])
+    export = tmp_path / "model-ct2"
+    export.mkdir()
+    (export / "hf_srcfeat_export.json").write_text("{}")  # the file hf-srcfeat-export-ct2 writes
+    with pytest.raises(SystemExit):
+        main(["--model", str(export), *files])
+    assert f"--model {export} is a CTranslate2 export (hf-srcfeat-export-ct2)" in capsys.readouterr().err
+
+
+def test_quiet_keeps_the_loading_progress_bar_off_stderr(model_folder, greedy, tmp_path, capsys):
+    sources, texts, _, _ = greedy
+    files = ["--source", write_lines(tmp_path / "src.en", sources[:2]),
+             "--target", write_lines(tmp_path / "tgt.de", texts[:2]), "--output", str(tmp_path / "scores.tsv")]
+    assert main(["--model", str(model_folder), *files]) == 0
+    assert "Loading weights" in capsys.readouterr().err
+    assert main(["--model", str(model_folder), *files, "--quiet"]) == 0
+    assert capsys.readouterr().err == "" and len((tmp_path / "scores.tsv").read_text().splitlines()) == 2
+
+
+def test_a_gzip_output_records_its_own_name(model_folder, greedy, tmp_path):
+    from .test_safe_writing import gzip_header_name
+
+    sources, texts, _, _ = greedy
+    output = tmp_path / "scores.tsv.gz"
+    assert main(["--model", str(model_folder), "--source", write_lines(tmp_path / "src.en", sources[:2]),
+                 "--target", write_lines(tmp_path / "tgt.de", texts[:2]), "--output", str(output), "-q"]) == 0
+    assert gzip_header_name(output) == b"scores.tsv"
+
+
 def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_folder, trained_baseline,
                                                                        feature_tokenizer, multi30k_dir, tmp_path):
     """On a stand-in set made of Multi30k pairs (the real set is blind): one line per item, `score_a<TAB>score_b`,

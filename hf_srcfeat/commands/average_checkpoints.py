@@ -7,9 +7,10 @@ model folder that loads with `from_pretrained`, as fairseq's `scripts/average_ch
 Reads and writes safetensors only (a checkpoint saved as a pickle is refused). Every checkpoint must hold the same
 model type and the same parameter names and shapes; floating-point tensors are averaged in float64 and stored in
 their own dtype, any other tensor must be equal in every checkpoint. The output gets the configuration, generation
-configuration and tokenizer of the newest checkpoint (the tokenizer from its run folder where the checkpoint has
-none; with a run started from a pretrained checkpoint, that checkpoint's tokenizer too) and `averaged_from.json`,
-which names the checkpoints.
+configuration and tokenizer of the newest checkpoint, the one of the highest step (from its `checkpoint-<step>` name,
+else its trainer_state.json; the last listed when a step is unknown), whatever the order given (the tokenizer from
+its run folder where the checkpoint has none; with a run started from a pretrained checkpoint, that checkpoint's
+tokenizer too), and `averaged_from.json`, which names the checkpoints (absolute paths, oldest first).
 """
 
 from __future__ import annotations
@@ -41,6 +42,24 @@ def run_checkpoints(run_dir: Path) -> list[Path]:
     found = [(int(match.group(1)), path) for path in run_dir.iterdir()
              if path.is_dir() and (match := CHECKPOINT_NAME.match(path.name))]
     return [path for _, path in sorted(found)]
+
+
+def checkpoint_step(checkpoint: Path) -> int | None:
+    """The training step of a checkpoint: from its `checkpoint-<step>` name, else its trainer_state.json."""
+    if match := CHECKPOINT_NAME.match(checkpoint.name):
+        return int(match.group(1))
+    try:
+        return int(json.loads((checkpoint / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def oldest_first(checkpoints: Sequence[Path]) -> list[Path]:
+    """The checkpoints by training step (the order given when a step is unknown: the last is taken as the newest)."""
+    steps = {checkpoint: checkpoint_step(checkpoint) for checkpoint in checkpoints}
+    if any(step is None for step in steps.values()):
+        return list(checkpoints)
+    return sorted(checkpoints, key=lambda checkpoint: steps[checkpoint] or 0)  # stable: equal steps as given
 
 
 def weight_files(checkpoint: Path) -> list[Path]:
@@ -113,6 +132,13 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
 
     if len(checkpoints) < 2:
         raise SystemExit(f"averaging needs at least two checkpoints, got {len(checkpoints)}.")
+    seen: dict[Path, Path] = {}
+    for checkpoint in checkpoints:
+        if checkpoint.resolve() in seen:  # it would count twice in the mean
+            raise SystemExit(f"checkpoint {checkpoint} is given twice (as {seen[checkpoint.resolve()]} too); each "
+                             "checkpoint is averaged once.")
+        seen[checkpoint.resolve()] = checkpoint
+    checkpoints = oldest_first(checkpoints)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise SystemExit(f"--output {output} exists and is not an empty folder; nothing is overwritten.")
     read = [read_checkpoint(checkpoint) for checkpoint in checkpoints]
@@ -145,8 +171,9 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
             break
     with output_path(output / "model.safetensors") as writable:  # whole or not at all
         save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, writable, metadata={"format": "pt"})
+    # Absolute: the record (and a model card made from it) must not depend on where the command ran.
     write_json_atomically(output / "averaged_from.json", {
-        "checkpoints": [str(checkpoint) for checkpoint in checkpoints], "method": "mean of the weights"})
+        "checkpoints": [str(checkpoint.resolve()) for checkpoint in checkpoints], "method": "mean of the weights"})
     return output
 
 
@@ -158,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints", nargs="+", type=Path, default=None, help="average these checkpoint folders")
     parser.add_argument("--output", type=Path, required=True, help="the new model folder (must not hold files)")
     args = parser.parse_args(argv)
-    if (args.checkpoints is None) == (args.run_dir is None):
+    if (args.checkpoints is None) == (args.run_dir is None) or (args.checkpoints and args.last is not None):
         parser.error("give a run folder (with --last N) or --checkpoints, not both.")
     if args.checkpoints is not None:
         checkpoints = args.checkpoints
@@ -171,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"({', '.join(path.name for path in available) or 'none'}).")
         checkpoints = available[-args.last:]
     output = average_checkpoints(checkpoints, args.output)
-    print(f"averaged {len(checkpoints)} checkpoints ({', '.join(path.name for path in checkpoints)}) into {output}",
-          file=sys.stderr)
+    print(f"averaged {len(checkpoints)} checkpoints ({', '.join(path.name for path in oldest_first(checkpoints))}) "
+          f"into {output}", file=sys.stderr)
     return 0
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hf_srcfeat.commands import check_model_source
-from hf_srcfeat.integrations.ctranslate2 import export
+from hf_srcfeat.integrations.ctranslate2 import export, overwritten_model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,15 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantization", choices=["int8", "int8_float16", "int8_bfloat16", "float16", "bfloat16",
                                                    "float32"], default=None,
                         help="weight type of the export (default: the model's float32)")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a non-empty output folder (an earlier export there is replaced, other files "
+                             "kept)")
     args = parser.parse_args(argv)
     check_model_source(args.model, "model")
-    output, model = Path(args.output), Path(args.model)
+    output = Path(args.output)
     if output.exists() and not output.is_dir():
         parser.error(f"output {args.output} is a file; name a folder for the CTranslate2 model.")
-    if model.exists() and output.resolve() == model.resolve():
-        parser.error(f"output {args.output} is the model folder {args.model}: the export would overwrite the "
-                     "model's files (its config.json); name another folder.")
+    problem = overwritten_model(args.model, args.output)
+    if problem:
+        parser.error(problem)
     try:
         import ctranslate2  # noqa: F401
     except ImportError:

@@ -10,7 +10,8 @@ The folder holds the weights (safetensors), config, generation config, the token
 vocabularies, the model card rendered from `hf_srcfeat/model_cards/<model_type>.md` as README.md, and the model and
 tokenizer code for `trust_remote_code=True` loading (flat sibling modules, registered with `auto_map`).
 The card's results come from the benchmark's result files (`--benchmark_system`) or, failing that, from the
-run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten.
+run's own `results.json`; they are never typed by hand. A non-empty output folder is never overwritten, and an
+output inside the mirror repository (whose files the commit replaces) is refused.
 The card's language pair, data, test sets, metrics (with their sacreBLEU signatures), model type and size come from
 the run (`--language`, `--dataset` override them). `--registry FILE` also records the publication in FILE;
 `python -m benchmarks.model_zoo` passes the project's registry, from which it makes the documentation's model
@@ -23,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -77,7 +79,7 @@ def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -
     metrics = run.get("test_metrics") or {}
     if "test_bleu" in metrics:
         setup = run.get("test_setup")
-        measured = (f"{setup['set']} ({setup['sentences']:,} sentences), beam {setup['num_beams']}" if setup else
+        measured = (f"{setup['set']} ({setup['sentences']:,} sentences), {decoding_settings(setup)}" if setup else
                     "Multi30k test_2016_flickr; the number of sentences and the beam were not recorded by this run")
         return {"source": "this run's `results.json` (hf-srcfeat-train)", "measured": measured,
                 "bleu": round(metrics["test_bleu"], 2), "chrf": round(metrics["test_chrf"], 2),
@@ -106,35 +108,70 @@ def results_section(results: dict | None) -> str:
     return text + "\n"
 
 
+def decoding_settings(setup: dict) -> str:
+    """The decoding a test was scored with, as its record says: the beam (or sampling) and the settings that change
+    what it finds."""
+    if setup.get("do_sample"):
+        parts = ["sampling"] + [f"{name} {setup[name]}" for name in ("top_k", "top_p", "temperature") if name in setup]
+    else:
+        parts = [f"beam {setup.get('num_beams', '?')}"]
+        if "length_penalty" in setup:
+            parts.append(f"length_penalty {setup['length_penalty']}")
+    if setup.get("no_repeat_ngram_size"):
+        parts.append(f"no_repeat_ngram_size {setup['no_repeat_ngram_size']}")
+    if setup.get("repetition_penalty") not in (None, 1.0):
+        parts.append(f"repetition_penalty {setup['repetition_penalty']}")
+    return ", ".join(parts)
+
+
+def read_json(folder: Path | None, name: str) -> dict:
+    path = folder / name if folder is not None else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+
+
+def checkpoint_step(path: Path) -> int | None:
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else None
+
+
 def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets: list[str] | None = None,
               parameters: int | None = None) -> dict:
     """What the card says about this model, from the run's own `config.json` and `results.json` (language pair,
-    data, test sets, size, steps); `languages` and `datasets` override what the run recorded."""
-    def read(name: str) -> dict:
-        path = run_dir / name if run_dir is not None else None
-        return json.loads(path.read_text()) if path is not None and path.exists() else {}
-
-    run, config = read("results.json"), read("config.json")
-    data = run.get("data_args") or {}
+    data, test sets, size, steps); `languages` and `datasets` override what the run recorded. For a model averaged
+    from checkpoints (`averaged_from.json`), the run's record is its checkpoints' run folder's."""
+    run, config = read_json(run_dir, "results.json"), read_json(run_dir, "config.json")
+    checkpoints = [Path(path) for path in read_json(run_dir, "averaged_from.json").get("checkpoints", [])]
+    # The averaged checkpoints' run trained on what this model was (its tests scored its last model, not this one).
+    trained = run or (read_json(checkpoints[-1].parent, "results.json") if checkpoints else {})
+    data = trained.get("data_args") or {}
     pair = languages or [language for language in (data.get("source_lang"), data.get("target_lang")) if language]
+    source_language = None if pair else read_json(run_dir, "tokenizer_config.json").get("language") or \
+        read_json(run_dir, "source_features_config.json").get("language")
+    # hf-srcfeat-train reads Multi30k when given no file and no other dataset.
+    multi30k = datasets is None and bool(data) and not data.get("train_file") and \
+        data.get("dataset_name") in (None, "multi30k")
     if datasets is None:
-        datasets = [data["dataset_name"]] if data.get("dataset_name") else []
+        datasets = [data["dataset_name"]] if data.get("dataset_name") not in (None, "multi30k") else []
     files = [Path(name).name for name in (data.get("train_file"),) if name]
     variant = {name: config[name] for name in ("relevance_combine", "diverse_variant", "phrase_segmentation",
                                                "components") if config.get(name) not in (None, [], "")}
     tests = {name: entry for name, entry in (run.get("test_sets") or {}).items() if "test_bleu" in entry["metrics"]}
     if not tests and "test_bleu" in (run.get("test_metrics") or {}):
         tests = {"test": {"metrics": run["test_metrics"], "setup": run.get("test_setup") or {}}}
-    return {"languages": pair, "datasets": datasets, "train_files": files, "model_type": config.get("model_type"),
-            "variant": variant, "parameters": parameters or run.get("num_parameters"), "steps": run.get("global_step"),
-            "train_examples": run.get("train_examples"), "init_from": (run.get("model_args") or {}).get("init_from"),
-            "tests": tests}
+    return {"languages": pair, "source_language": source_language, "datasets": datasets, "train_files": files,
+            "multi30k": multi30k, "model_type": config.get("model_type"), "variant": variant,
+            "parameters": parameters or run.get("num_parameters"), "steps": run.get("global_step"),
+            "train_examples": trained.get("train_examples"),
+            "init_from": (trained.get("model_args") or {}).get("init_from"), "tests": tests,
+            "averaged_steps": [checkpoint_step(path) or path.name for path in checkpoints]}
 
 
 def this_model_section(facts: dict) -> str:
     """The card's "This model" section: the facts of this checkpoint, each from the run."""
-    pair = "→".join(facts["languages"]) or "not recorded by the run"
-    data = ", ".join(facts["datasets"] + facts["train_files"]) or "not recorded by the run"
+    pair = "→".join(facts["languages"]) or (f"from {facts['source_language']} (the target language is not "
+                                            "recorded)" if facts.get("source_language") else "not recorded by the run")
+    data = ", ".join(["Multi30k train"] * bool(facts.get("multi30k")) + facts["datasets"] + facts["train_files"]) \
+        or "not recorded by the run"
     lines = [f"- **Language pair:** {pair}", f"- **Training data:** {data}"
              + (f" ({facts['train_examples']:,} sentence pairs)" if facts.get("train_examples") else ""),
              f"- **Model type:** `{facts['model_type']}`"
@@ -144,13 +181,19 @@ def this_model_section(facts: dict) -> str:
         lines.append(f"- **Parameters:** {facts['parameters']:,}")
     if facts.get("steps"):
         lines.append(f"- **Training steps:** {facts['steps']:,}")
+    if facts.get("averaged_steps"):
+        steps = facts["averaged_steps"]
+        named = ", ".join(f"{step:,}" if isinstance(step, int) else str(step) for step in steps)
+        lines.append(f"- **Weights:** the mean of {len(steps)} checkpoints of its training run "
+                     f"({'steps ' if all(isinstance(step, int) for step in steps) else ''}{named}; "
+                     "hf-srcfeat-average-checkpoints)")
     if facts.get("init_from"):
         lines.append(f"- **Started from:** `{facts['init_from']}`")
     for name, test in facts["tests"].items():
         setup, metrics = test.get("setup") or {}, test["metrics"]
         signature = setup.get("bleu_signature")
-        lines.append(f"- **{setup.get('set', name)}** ({setup.get('sentences', '?')} sentences, beam "
-                     f"{setup.get('num_beams', '?')}): sacreBLEU {metrics['test_bleu']:.2f}, chrF "
+        lines.append(f"- **{setup.get('set', name)}** ({setup.get('sentences', '?')} sentences, "
+                     f"{decoding_settings(setup)}): sacreBLEU {metrics['test_bleu']:.2f}, chrF "
                      f"{metrics.get('test_chrf', float('nan')):.2f}" + (f" (`{signature}`)" if signature else ""))
     return "## This model\n\n" + "\n".join(lines) + "\n\n"
 
@@ -160,6 +203,7 @@ def card_metadata(template_metadata: dict, repo_id: str, facts: dict, results: d
     from huggingface_hub import EvalResult, ModelCardData
 
     pair = "→".join(facts["languages"])
+    languages = facts["languages"] or [facts["source_language"]] * bool(facts.get("source_language"))
     evaluations: list[EvalResult] = []
     for name, test in facts["tests"].items():
         set_name = (test.get("setup") or {}).get("set", name)
@@ -176,7 +220,7 @@ def card_metadata(template_metadata: dict, repo_id: str, facts: dict, results: d
                                   metric_name=label, metric_value=results[metric])
                        for metric, label in (("bleu", "sacreBLEU"), ("chrf", "chrF"))]
     data = ModelCardData(
-        language=facts["languages"] or None, license=LICENSE, library_name=template_metadata.get("library_name"),
+        language=languages or None, license=LICENSE, library_name=template_metadata.get("library_name"),
         pipeline_tag=template_metadata.get("pipeline_tag"), tags=template_metadata.get("tags"),
         datasets=facts["datasets"] or None, metrics=["bleu", "chrf"], model_name=repo_id.split("/")[-1],
         eval_results=evaluations or None)
@@ -204,6 +248,9 @@ def build_repository(run_dir: Path, repo_id: str, output: Path, results: dict | 
         raise SystemExit(f"--output {output} is a file; name a folder to build the repository in.")
     if output.exists() and any(output.iterdir()):
         raise SystemExit(f"{output} is not empty; choose another --output (nothing is overwritten).")
+    if not (run_dir / "config.json").is_file():
+        raise SystemExit(f"hf-srcfeat-publish: {run_dir} has no config.json; give a trained model folder "
+                         "(hf-srcfeat-train's output_dir, or hf-srcfeat-average-checkpoints' output).")
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_srcfeat.pipeline_translation import pipeline
@@ -277,6 +324,28 @@ def add_mirror_placeholders(repository: Path) -> None:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomically(path, content)
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """Refuse, in one line, a run folder that is not here (publishing reads the run's results.json: a Hub id is no
+    run) or that is a CTranslate2 export."""
+    if not run_dir.is_dir():
+        raise SystemExit(f"hf-srcfeat-publish: run_dir {run_dir}: no such folder here (publishing reads a trained "
+                         "model folder and its results.json; a Hub id is not one).")
+    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE; that module loads torch).
+    if (run_dir / "hf_srcfeat_export.json").is_file():
+        raise SystemExit(f"hf-srcfeat-publish: run_dir {run_dir} is a CTranslate2 export (hf-srcfeat-export-ct2); "
+                         "publish the Transformers model it was exported from.")
+
+
+def check_output_outside_mirror(output: Path, mirror: Path, repo_id: str) -> None:
+    """Refuse an --output inside the mirror repository (committing replaces that repository's files, so the folder
+    just built would be deleted) or holding it (it would be copied into itself)."""
+    repository, built = (mirror / "models" / repo_id).resolve(), output.resolve()
+    if built.is_relative_to(repository) or repository.is_relative_to(built):
+        raise SystemExit(f"--output {output} {'is inside' if built.is_relative_to(repository) else 'holds'} the "
+                         f"mirror repository {repository}, whose files publishing replaces with the built folder; "
+                         "build it elsewhere.")
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -357,6 +426,9 @@ def main(argv: list[str] | None = None) -> Path:
     target.add_argument("--mirror", type=Path, help="commit into this local mirror folder for self-hosting")
     args = parser.parse_args(argv)
     check_repo_id(args.repo_id)
+    check_run_folder(args.run_dir)
+    if args.mirror:
+        check_output_outside_mirror(args.output, args.mirror, args.repo_id)
     if args.upload and not os.environ.get("HF_TOKEN"):  # before the folder is built: a rerun would find it there
         raise SystemExit("set HF_TOKEN to a Hub token with write access to upload (or use --dry-run / --mirror).")
     results = run_results(args.run_dir, args.benchmark_dir, args.benchmark_system)

@@ -16,6 +16,7 @@ number and gives `nan<TAB>nan<TAB>0`, so later lines never shift. The Python fun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import re
 import sys
@@ -23,12 +24,19 @@ import zlib
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.commands import check_counts, check_model_source, resolve_device, used_cache_path
+from hf_srcfeat.commands import (
+    check_counts,
+    check_model_source,
+    error_summary,
+    resolve_device,
+    used_cache_path,
+)
 from hf_srcfeat.commands.translate import (
     command_annotator,
     open_binary_input,
     read_conllu_sentences,
     read_raw_lines,
+    without_transformers_progress_bars,
 )
 from hf_srcfeat.safe_writing import overwritten_input, write_text_atomically
 
@@ -52,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_annotation_cache", action="store_true", help="parse every line, cache nothing")
     parser.add_argument("--stanza_dir", default=None,
                         help="Stanza resources folder (default: $HF_SRCFEAT_STANZA_DIR, else Stanza's download)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar while the model loads")
     return parser
 
 
@@ -91,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_counts(parser, args, ("batch_size",))
     check_model_source(args.model)
+    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE), as the translate command checks.
+    if Path(args.model, "hf_srcfeat_export.json").is_file():
+        parser.error(f"--model {args.model} is a CTranslate2 export (hf-srcfeat-export-ct2); score with the "
+                     "Transformers model it was exported from.")
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
     problem = overwritten_input({"--output": args.output}, {"--source": args.source, "--target": args.target,
@@ -107,13 +120,23 @@ def main(argv: list[str] | None = None) -> int:
     from hf_srcfeat.tokenization_source_features import check_tokenizer_matches
 
     device = resolve_device(args.device)
-    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    name, option = (args.tokenizer, "--tokenizer") if args.tokenizer else (args.model, "--model")
+    try:
+        tokenizer = load_tokenizer(name)
+    except OSError as error:  # not a folder here, and the Hub has no such model or cannot be reached
+        raise SystemExit(f"hf-srcfeat-score: {option} {name}: no such folder here, and it does not load from the Hub "
+                         f"({error_summary(error)}).") from None
     if not hasattr(tokenizer, "annotate"):
         raise SystemExit(f"{args.tokenizer or args.model}: its tokenizer is a {type(tokenizer).__name__}, not a "
                          "hf_srcfeat SourceFeatureTokenizer; pass --tokenizer with the model's tokenizer folder.")
     if args.source_format == "text":
         tokenizer.annotator = command_annotator(tokenizer, args, device)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(device).eval()
+    try:
+        with without_transformers_progress_bars() if args.quiet else contextlib.nullcontext():
+            model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(device).eval()
+    except OSError as error:  # a tokenizer given apart from a model that is not there
+        raise SystemExit(f"hf-srcfeat-score: --model {args.model}: no such folder here, and it does not load from "
+                         f"the Hub ({error_summary(error)}).") from None
     try:
         check_tokenizer_matches(model.config, tokenizer)
     except ValueError as error:

@@ -117,6 +117,17 @@ def check_exportable(config) -> None:
         raise ValueError(f"a relevance_features model with relevance_combine={config.relevance_combine!r} cannot be "
                          "exported to CTranslate2: its source-feature embeddings are only concatenated or added, "
                          "with no relevance masks or linear merge (concat and add models can be).")
+    if config.model_type == "srcfeat_composed":
+        components = list(getattr(config, "components", []))
+        reasons = [f"{name}: {UNSUPPORTED[name]}" for name in components if name in UNSUPPORTED]
+        if "relevance_features" in components and config.relevance_combine not in ("concat", "add"):
+            reasons.append(f"relevance_features with relevance_combine={config.relevance_combine!r}: relevance masks "
+                           "or a linear merge of the factor embeddings")
+        raise ValueError(f"a srcfeat_composed model ({', '.join(components) or 'no components'}) cannot be exported "
+                         "to CTranslate2: " + ("; ".join(reasons) if reasons else
+                                               "the export maps the single-method models only (a relevance_features "
+                                               "model that concatenates or adds its factor embeddings exports)")
+                         + ".")
     if config.model_type not in ("srcfeat_transformer", "relevance_features"):
         raise ValueError(f"model type {config.model_type!r} has no CTranslate2 export.")
     if config.activation_function not in ACTIVATIONS:
@@ -174,17 +185,83 @@ def vocabulary(tokenizer, size: int) -> list[str]:
     return tokens + [f"<hf_srcfeat_unused_{index}>" for index in range(len(tokens), size)]
 
 
+#: The files of an export from before the export listed its own ("files" in its CONFIG_FILE): CTranslate2's model,
+#: config and vocabularies (the glob), and what the tokenizers save.
+LEGACY_EXPORT_FILES = ("model.bin", "config.json", "vmap.txt", CONFIG_FILE, "tokenizer.json", "tokenizer_config.json",
+                       "feature_vocab.json", "special_tokens_map.json", "source_features_config.json",
+                       "added_tokens.json", "chat_template.jinja", "checkpoint_tokenizer")
+
+
+def overwritten_model(model_path: str | os.PathLike, output_dir: str | os.PathLike) -> str | None:
+    """Why writing an export into `output_dir` would write over the model folder `model_path` (it is that folder, or
+    holds it), else None."""
+    model, output = Path(model_path), Path(output_dir)
+    if not model.is_dir():  # a Hub id
+        return None
+    if output.resolve() == model.resolve():
+        return (f"output {output_dir} is the model folder {model_path}: the export would overwrite the model's files "
+                "(its config.json); name another folder.")
+    if model.resolve().is_relative_to(output.resolve()):
+        return (f"output {output_dir} holds the model folder {model_path}: the export would write over files there "
+                "(a run's config.json); name another folder.")
+    return None
+
+
+def earlier_export_files(folder: Path) -> list[Path]:
+    """The entries of an earlier export in `folder` (none when it holds no export), which a new export replaces;
+    any other file there is the user's."""
+    settings_file = folder / CONFIG_FILE
+    if not settings_file.is_file():
+        return []
+    try:
+        names = json.loads(settings_file.read_text()).get("files")
+    except (ValueError, AttributeError):
+        names = None
+    if not isinstance(names, list):  # an export from before the list: the names exports write
+        names = [*LEGACY_EXPORT_FILES, *(path.name for path in folder.glob("*_vocabulary.json"))]
+    # Only plain names of the folder's own entries: a doctored list never reaches outside it.
+    return [folder / name for name in names if isinstance(name, str) and name not in ("", ".", "..")
+            and Path(name).name == name and os.path.lexists(folder / name)]
+
+
+def remove_entry(path: Path) -> None:
+    """A file, link or folder, gone (a link is unlinked, never followed)."""
+    import shutil
+
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+
 def export(model_path: str, output_dir: str, quantization: str | None = None, force: bool = False) -> Path:
-    """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`."""
+    """Write the CTranslate2 model of `model_path` (folder or Hub id) and its tokenizer into `output_dir`.
+
+    `force` writes into a non-empty folder: an earlier export's files there are replaced (the ones it does not write
+    again removed, so that no stale vocabulary or tokenizer file is read with the new model); other files stay."""
+    import shutil
+    import tempfile
+
     import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     output = Path(output_dir)
+    problem = overwritten_model(model_path, output)
+    if problem:
+        raise ValueError(problem)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"output {output} is a file; name a folder for the CTranslate2 model.")
     if output.exists() and any(output.iterdir()) and not force:
         raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
-    check_exportable(AutoConfig.from_pretrained(model_path))  # from the config alone, before the weights load
+    if Path(model_path, CONFIG_FILE).is_file():
+        raise ValueError(f"model {model_path} is a CTranslate2 export (hf-srcfeat-export-ct2), not a Transformers "
+                         "model; export the model it was exported from.")
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except OSError as error:  # not a folder here, and the Hub has no such model or cannot be reached
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"model {model_path}: no such folder here, and it does not load from the Hub "
+                         f"({summary}).") from None
+    check_exportable(config)  # from the config alone, before the weights load
     model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=torch.float32).eval()
     tokenizer = load_tokenizer(model_path)
     spec = model_spec(model)
@@ -203,19 +280,37 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     forced = model.generation_config.forced_bos_token_id
     spec.validate()
     spec.optimize(quantization=quantization)
-    output.mkdir(parents=True, exist_ok=True)
-    spec.save(str(output))
-    tokenizer.save_pretrained(output)  # the translator encodes raw text with it (and its annotator)
-    write_json_atomically(output / CONFIG_FILE,
-        {"exported_from": str(model_path), "model_type": model.config.model_type, "quantization": quantization,
-         "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors,
-         # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
-         "forced_bos_token": tokenizer.convert_ids_to_tokens(forced) if forced is not None else None,
-         # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
-         "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None,
-         "generation": {name: getattr(model.generation_config, name)
-                        for name in (*SAVED_DECODING_OPTIONS, *SAVED_SAMPLING_OPTIONS, "max_new_tokens", "max_length")
-                        if getattr(model.generation_config, name, None) is not None}}, indent=1)
+    # Written whole into a folder beside the output, then moved in: a failed export leaves an earlier one as it was,
+    # and the new one's file list is exactly what it wrote.
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+    try:
+        spec.save(str(staging))
+        tokenizer.save_pretrained(staging)  # the translator encodes raw text with it (and its annotator)
+        local = Path(model_path).is_dir()
+        write_json_atomically(staging / CONFIG_FILE,
+            {"exported_from": str(Path(model_path).resolve()) if local else model_path,
+             "model_type": model.config.model_type, "quantization": quantization,
+             "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors,
+             # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
+             "forced_bos_token": tokenizer.convert_ids_to_tokens(forced) if forced is not None else None,
+             # a generation config that forces </s> at the length limit (Marian's) leaves room for it there
+             "forced_eos_at_max_length": model.generation_config.forced_eos_token_id is not None,
+             "generation": {name: getattr(model.generation_config, name)
+                            for name in (*SAVED_DECODING_OPTIONS, *SAVED_SAMPLING_OPTIONS, "max_new_tokens",
+                                         "max_length")
+                            if getattr(model.generation_config, name, None) is not None},
+             # what a later export with --force replaces
+             "files": sorted([path.name for path in staging.iterdir()] + [CONFIG_FILE])}, indent=1)
+        output.mkdir(exist_ok=True)
+        for entry in earlier_export_files(output):
+            remove_entry(entry)
+        for entry in staging.iterdir():
+            if os.path.lexists(output / entry.name):  # a user's file of an export file's name
+                remove_entry(output / entry.name)
+            shutil.move(entry, output / entry.name)  # a rename, unless the output is a link to another disk
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return output
 
 
