@@ -35,6 +35,7 @@ from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
 from .tokenization_source_features import (
     BASE_FOLDER,
     FEATURE_VOCAB_FILE,
+    LOADING_FLAGS,
     TREE_COLUMN,
     SourceFeatureTokenizer,
     check_same_text,
@@ -193,6 +194,8 @@ class PretrainedSourceFeatureTokenizer:
         """The checkpoint tokenizer's files in `checkpoint_tokenizer/`, the feature vocabularies and settings beside."""
         folder = Path(save_directory)
         folder.mkdir(parents=True, exist_ok=True)
+        for flag in LOADING_FLAGS:  # how the checkpoint's tokenizer was found, not part of it
+            self.base.init_kwargs.pop(flag, None)
         files = tuple(self.base.save_pretrained(str(folder / BASE_FOLDER)))
         self.feature_vocabularies.save(folder / FEATURE_VOCAB_FILE)
         write_json_atomically(folder / SETTINGS_FILE,

@@ -68,6 +68,11 @@ TREE_COLUMN = "word_heads"
 UNSUPPORTED_OPTIONS = ("stride", "return_overflowing_tokens", "return_offsets_mapping")
 
 
+#: How `from_pretrained` found a tokenizer (Transformers passes them to `__init__`): not a property of the tokenizer,
+#: so never saved with it (a Hub repository's tokenizer_config.json would otherwise say `"is_local": true`).
+LOADING_FLAGS = ("is_local", "local_files_only")
+
+
 class SourceFeatureTokenizer(TokenizersBackend):
     """A fast subword tokenizer that, for source text, also returns the linguistic features of its words.
 
@@ -109,6 +114,7 @@ class SourceFeatureTokenizer(TokenizersBackend):
                  annotator: Annotator | None = None, annotator_settings: dict | None = None, **kwargs):
         if annotator is not None and annotator_settings is None:
             annotator_settings = annotator.settings()
+        kwargs = {name: value for name, value in kwargs.items() if name not in LOADING_FLAGS}
         super().__init__(*args, language=language, annotator_settings=annotator_settings, **kwargs)
         self.language = language
         self.annotator_settings = annotator_settings or {"backend": "stanza", "language": language}

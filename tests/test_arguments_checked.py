@@ -202,6 +202,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--top_p", "0.5", "top_p only acts when sampling: add do_sample"),
     ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),
     ("--no_repeat_ngram_size", "-2", "--no_repeat_ngram_size must be 0 \\(off\\) or more, got -2"),
+    ("--early_stopping", "true", "--early_stopping stops beam search, and the run decodes with 1 beam"),
     ("--model_type", "composed", "--model_type 'composed' is not a model type; choose from srcfeat_transformer, .*"
                                  "srcfeat_composed"),
     ("--config_overrides", "{'sublayer_dropout': 0.1}", "--config_overrides is not valid JSON \\(Expecting property "

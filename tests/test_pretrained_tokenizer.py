@@ -16,6 +16,7 @@ import pytest
 
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.tokenization_pretrained_source_features import PretrainedSourceFeatureTokenizer, word_starts
+from hf_srcfeat.tokenization_source_features import BASE_FOLDER
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -179,6 +180,10 @@ def test_a_wrapped_tokenizer_saves_and_loads_with_its_base(wrapped, parsed_sourc
     texts = [sentence.text for sentence in parsed_sources[:30]]
     assert loaded(texts, annotations=parsed_sources[:30]) == tokenizer(texts, annotations=parsed_sources[:30])
     assert loaded.fingerprint() == tokenizer.fingerprint()
+    # Saved again (as publishing and exporting do), it records nothing about how it was loaded
+    loaded.save_pretrained(tmp_path / "again")
+    saved = json.loads((tmp_path / "again" / BASE_FOLDER / "tokenizer_config.json").read_text())
+    assert not {"is_local", "local_files_only"} & set(saved)
 
 
 def test_raw_text_is_parsed_by_the_annotator(wrapped, checkpoint_tokenizers, stanza_annotator):

@@ -238,6 +238,14 @@ def test_every_subword_carries_its_words_morphological_features(feature_tokenize
         assert encoded["feats_ids"] == expected
 
 
+def test_a_loaded_tokenizer_saved_again_records_nothing_about_how_it_was_loaded(feature_tokenizer, tmp_path):
+    feature_tokenizer.save_pretrained(tmp_path / "first")
+    AutoTokenizer.from_pretrained(tmp_path / "first", local_files_only=True).save_pretrained(tmp_path / "again")
+    saved = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
+    assert not {"is_local", "local_files_only"} & set(saved), "a Hub repository's config is not 'local'"
+    assert saved["annotator_settings"] == feature_tokenizer.annotator_settings
+
+
 def test_a_tokenizer_saved_before_morphological_features_encodes_without_them(feature_tokenizer, tmp_path):
     feature_tokenizer.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "feature_vocab.json").read_text())

@@ -30,7 +30,8 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
         "--max_eval_samples", "40", "--max_predict_samples", "20", "--max_steps", "150",
         "--per_device_train_batch_size", "16", "--learning_rate", "3e-3", "--warmup_steps", "10",
         "--logging_steps", "10", "--predict_with_generate", "--do_predict", "--generation_max_length", "40",
-        "--no_repeat_ngram_size", "3", "--data_dir", str(multi30k_dir),
+        "--no_repeat_ngram_size", "3", "--early_stopping", "--generation_num_beams", "2", "--data_dir",
+        str(multi30k_dir),
     ])
     saved = json.loads((output_dir / "results.json").read_text())
     losses = [entry["loss"] for entry in saved["log_history"] if "loss" in entry]
@@ -44,6 +45,7 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
     assert AutoModelForSeq2SeqLM.from_pretrained(output_dir).config.d_model == 64
     assert saved["test_setup"]["no_repeat_ngram_size"] == 3, "the decoding options are recorded with the scores"
     assert json.loads((output_dir / "generation_config.json").read_text())["no_repeat_ngram_size"] == 3
+    assert saved["test_setup"]["early_stopping"] is True
 
 
 def test_train_script_refuses_to_write_into_a_non_empty_output_dir(multi30k_dir, tmp_path):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from hf_srcfeat import pipeline
+from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, pipeline
 from hf_srcfeat.commands.translate import main
 from hf_srcfeat.conllu import conllu_lines
 
@@ -346,6 +346,19 @@ def test_decoding_options_reach_generate_and_sampling_with_a_seed_is_reproducibl
         words = line.split()
         bigrams = list(zip(words, words[1:], strict=False))
         assert len(bigrams) == len(set(bigrams)), f"a repeated bigram in {line!r}"
+    searched = []
+    search = SrcFeatTransformerForConditionalGeneration._beam_search
+
+    def recorded_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        searched.append(generation_config.early_stopping)
+        return search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SrcFeatTransformerForConditionalGeneration, "_beam_search", recorded_search)
+        assert translate(model_folder, tmp_path, "--early_stopping", lines=lines) == \
+            [result["translation_text"] for result in translator(lines, early_stopping=True)]
+        translate(model_folder, tmp_path, lines=lines[:1])
+    assert searched[0] is True and searched[-1] is False, "--early_stopping reaches the beam search, else its default"
     sampling = ["--do_sample", "--top_k", "20", "--temperature", "1.5", "--seed", "7", "--num_beams", "1"]
     settings = ["--max_new_tokens", "24", "--quiet"]
     outputs = []

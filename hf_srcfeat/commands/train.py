@@ -379,6 +379,14 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
 EVALUATION_METRICS = ("loss", *SCORE_NAMES)
 
 
+def check_beams_stop_early(data_args: DataArguments, num_beams: int) -> None:
+    """`--early_stopping` is beam search's: with one beam the saved generation config would be refused (by
+    Transformers, when the trained model is saved)."""
+    if data_args.early_stopping and num_beams <= 1:
+        raise SystemExit(f"--early_stopping stops beam search, and the run decodes with {num_beams} beam: add "
+                         "--generation_num_beams N (N > 1), or leave --early_stopping out.")
+
+
 def check_best_model_metric(training_args: Seq2SeqTrainingArguments) -> None:
     """`--metric_for_best_model` names what the evaluations measure (else the Trainer fails at the first one, after
     the parsing and the first steps)."""
@@ -1301,6 +1309,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_model_type(model_args)
+    if not model_args.init_from:  # a pretrained checkpoint's own beams are known once it is read
+        check_beams_stop_early(data_args, training_args.generation_num_beams or 1)
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     check_factor_names(factor_names)
     factors_in_parses = bool(data_args.train_source_conllu or data_args.validation_source_conllu
@@ -1423,6 +1433,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         model.generation_config.num_beams = training_args.generation_num_beams or 1
     for name, value in given_decoding_options(data_args).items():
         setattr(model.generation_config, name, value)
+    check_beams_stop_early(data_args, model.generation_config.num_beams)
 
     def tokenize(batch):
         if PARSE_COLUMN in batch:

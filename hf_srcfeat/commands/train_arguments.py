@@ -161,6 +161,9 @@ class DataArguments:
         "help": DECODING_OPTIONS["no_repeat_ngram_size"].help + "; for evaluation, tests and the saved generation config"})
     repetition_penalty: float | None = field(default=None, metadata={
         "help": DECODING_OPTIONS["repetition_penalty"].help + "; for evaluation, tests and the saved generation config"})
+    early_stopping: bool | None = field(default=None, metadata={  # a switch, as in hf-srcfeat-translate
+        "help": DECODING_OPTIONS["early_stopping"].help + "; for evaluation, tests and the saved generation config "
+                "(not training's --early_stopping_patience)", "nargs": "?", "const": True})
     do_sample: bool | None = field(default=None, metadata={  # a switch, as in hf-srcfeat-translate (or true/false)
         "help": DECODING_OPTIONS["do_sample"].help + " (evaluation and tests; BLEU then varies with the seed)",
         "nargs": "?", "const": True})
