@@ -80,3 +80,30 @@ def test_the_translate_command_translates_without_a_parse_line_for_line(feature_
     assert len(lines) == 3 and lines[1] == "" and lines[0] and lines[2]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["parsed"] is False and report["translated"] == 2, "the report says no sentence had its parse"
+
+
+def test_conllu_input_whose_tags_the_model_never_saw_is_said_once(feature_tokenizer, test_sentences, tmp_path,
+                                                                  capsys):
+    from hf_srcfeat.commands.translate import main as translate_main
+    from hf_srcfeat.conllu import conllu_lines
+
+    config = variant_config("relevance_concat", feature_tokenizer)
+    torch.manual_seed(0)
+    MODEL_CLASSES_BY_TYPE[config.model_type](config).save_pretrained(tmp_path / "model")
+    feature_tokenizer.save_pretrained(tmp_path / "model")
+    parses = feature_tokenizer.annotate(test_sentences[:3])
+    blocks = ["\n".join(conllu_lines(parse)) + "\n\n" for parse in parses]
+    untagged = "\n".join("\t".join("_" if column == 3 else value for column, value in enumerate(line.split("\t")))
+                         if not line.startswith("#") else line for line in blocks[1].splitlines()) + "\n\n"
+    arguments = ["--model", str(tmp_path / "model"), "--output", str(tmp_path / "out.de"), "--input_format",
+                 "conllu", "--num_beams", "1", "--max_new_tokens", "4", "--quiet", "--device", "cpu"]
+    (tmp_path / "tagged.conllu").write_text("".join(blocks), encoding="utf-8")
+    assert translate_main([*arguments, "--input", str(tmp_path / "tagged.conllu")]) == 0
+    assert "never saw" not in capsys.readouterr().err, "the parser's own tags are known"
+    (tmp_path / "mixed.conllu").write_text(blocks[0] + untagged + untagged, encoding="utf-8")
+    assert translate_main([*arguments, "--input", str(tmp_path / "mixed.conllu")]) == 0
+    errors = capsys.readouterr().err
+    words = len(parses[1].words)
+    assert errors.count("never saw") == 1, "said once"
+    assert f"line {len(blocks[0].splitlines()) + 1}: {words} of the {words} words have POS tags the model never " \
+           "saw ('_')" in errors

@@ -51,6 +51,7 @@ from hf_srcfeat.commands import (
 )
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
+from hf_srcfeat.feature_vocabulary import UNK_ID
 from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.safe_writing import (
     is_special_file,
@@ -224,6 +225,13 @@ class FileTranslator:
         self.sampling_gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
             if isinstance(device, torch.device) and device.type == "cuda" else []
         self.statistics = TranslationStatistics(parsed=self.reads_parses)
+        # The labels the model knows, and which of the parse's features it reads (a CTranslate2 export: its factors)
+        self.vocabularies = getattr(getattr(translator, "tokenizer", None), "feature_vocabularies", None)
+        config = getattr(getattr(translator, "model", None), "config", None)
+        factors = getattr(translator, "factors", None)
+        self.features_read = getattr(config, "source_features_read", None) if factors is None else \
+            [f"{name}_ids" for name in factors]
+        self.unknown_labels_said = False
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
         """The translations (dicts of the pipeline) of every item; `[]` for empty and failed items."""
@@ -243,6 +251,7 @@ class FileTranslator:
         with torch.random.fork_rng(devices=self.sampling_gpus):
             self.parse(items)
         parsed = time.perf_counter()
+        self.say_unknown_labels(items)
         ready = [index for index, item in enumerate(items) if item.error is None and not item.is_empty
                  and (item.sentence is not None or not self.reads_parses or item.unparsed)]
         if self.sort_by_length:
@@ -267,6 +276,29 @@ class FileTranslator:
                 statistics.unparsed.append(f"line {item.line_number}: {item.parse_failure}")
         statistics.translated += sum(1 for output in outputs if output)
         return outputs
+
+    def say_unknown_labels(self, items: list[SourceItem]) -> None:
+        """Once a run, on stderr: a sentence most of whose POS tags or relations the model never saw (CoNLL-U of
+        another tag set, or with `_` in those columns) is translated with those features unknown."""
+        vocabularies = self.vocabularies
+        if self.unknown_labels_said or vocabularies is None or not self.reads_parses:
+            return
+        labels = {"pos_ids": ("POS tags", vocabularies.pos_tag, vocabularies.pos),
+                  "deprel_ids": ("relations", lambda word: word.deprel, vocabularies.deprel)}
+        for item in items:
+            if item.sentence is None or item.unparsed or not item.sentence.words:
+                continue
+            for feature, (what, label_of, vocabulary) in labels.items():
+                if self.features_read is not None and feature not in self.features_read:
+                    continue
+                unknown = [label_of(word) for word in item.sentence.words if vocabulary.id(label_of(word)) == UNK_ID]
+                if 2 * len(unknown) > len(item.sentence.words):
+                    print(f"hf-srcfeat-translate: line {item.line_number}: {len(unknown)} of the "
+                          f"{len(item.sentence.words)} words have {what} the model never saw "
+                          f"({', '.join(repr(label) for label in list(dict.fromkeys(unknown))[:5])}): translated "
+                          "with them unknown (a parse of another tag set?); said once.", file=sys.stderr)
+                    self.unknown_labels_said = True
+                    return
 
     def source(self, item: SourceItem):
         """What the translator reads: the parsed sentence, or the raw text for a model without source features (or
