@@ -52,7 +52,7 @@ class AnnotationCache:
         (read-only, locked, no room) is a warning, and parsing goes on without caching."""
         if not isinstance(error, sqlite3.OperationalError):
             # Deleting is advised only for a damaged cache, never for a file that is something else.
-            remedy = "it is not an SQLite file: is it the right path? choose" if is_other_file(self.path) else \
+            remedy = "it is a text file: is it the right path? choose" if is_other_file(self.path) else \
                 "delete it (it is rebuilt as texts are parsed) or choose"
             raise AnnotationCacheError(
                 f"annotation cache {self.path} is unreadable ({error}); {remedy} another file (cache_path=, "
@@ -117,11 +117,23 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def is_other_file(path: Path) -> bool:
-    """Whether `path` is a file with content that is not an SQLite database (a corpus, notes, ...)."""
-    if not path.is_file() or path.stat().st_size == 0:
+    """Whether `path` is a text file (a corpus, notes, ...), not a parse cache: a damaged cache, or one this process
+    may not read, is not (it is reported when used, and parsing goes on without it)."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as file:
+            start = file.read(4096)
+    except OSError:
         return False
-    with open(path, "rb") as file:
-        return file.read(len(SQLITE_HEADER)) != SQLITE_HEADER
+    if not start or start.startswith(SQLITE_HEADER):
+        return False
+    try:
+        start.decode("utf-8")
+    except UnicodeDecodeError as error:  # binary, unless only a character cut at the end of the block
+        if error.start < len(start) - 3:
+            return False
+    return b"\n" in start  # lines of text
 
 
 def check_cache_path(path: str | os.PathLike | None) -> None:
@@ -133,7 +145,7 @@ def check_cache_path(path: str | os.PathLike | None) -> None:
     if given.is_dir():
         raise ValueError(f"annotation cache {given} is a folder; name a file, e.g. {given / 'annotations.sqlite'}.")
     if is_other_file(given):
-        raise ValueError(f"annotation cache {given} is a file that is not an SQLite parse cache (a corpus? the input "
+        raise ValueError(f"annotation cache {given} is a text file, not an SQLite parse cache (a corpus? the input "
                          "given twice?); name another file (it is made on first use).")
     for parent in given.parents:
         if parent.exists():

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
 from .data.errors import DataError
@@ -121,14 +123,18 @@ def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
     return [*lines, ""]
 
 
-def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike, compress: bool | None = None
-                 ) -> int:
-    """Write sentences as a CoNLL-U file, gzip when `compress` (default: when the name ends in .gz); returns how
-    many were written."""
+def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike, compress: bool | None = None,
+                 comments: Sequence[str] = (), name: str | None = None) -> int:
+    """Write sentences as a CoNLL-U file, gzip when `compress` (default: when the name ends in .gz), after the
+    comment lines `comments` (each starting with #); returns how many sentences were written. `name`: the file name
+    the gzip header records (a file written under a temporary name records the final one)."""
     compress = str(path).endswith(".gz") if compress is None else compress
-    opener = gzip.open if compress else open
     count = 0
-    with opener(path, "wt", encoding="utf-8") as handle:
+    with open(path, "wb") as raw, \
+            gzip.GzipFile(filename=name or Path(path).name, mode="wb", fileobj=raw) if compress else raw as binary, \
+            io.TextIOWrapper(binary, encoding="utf-8", newline="\n") as handle:
+        for comment in comments:
+            handle.write(comment + "\n")
         for sentence in sentences:
             handle.write("\n".join(conllu_lines(sentence)) + "\n")
             count += 1

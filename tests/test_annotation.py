@@ -3,6 +3,7 @@ and errors that name the bad sentence."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -17,7 +18,6 @@ from hf_srcfeat.annotation import (
     read_conllu,
     write_conllu,
 )
-from hf_srcfeat.annotation_cache import SQLITE_HEADER
 
 
 def test_conllu_reader_reads_every_gold_ewt_dev_sentence_as_one_tree(ewt_dir):
@@ -228,6 +228,8 @@ def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator
 
     from hf_srcfeat.commands.annotate import main
 
+    from .test_safe_writing import gzip_header_name
+
     lines = 25
     with gzip.open(multi30k_dir / "val.en.gz", "rt", encoding="utf-8") as handle, \
             gzip.open(tmp_path / "val.en.gz", "wt", encoding="utf-8") as target:
@@ -242,22 +244,42 @@ def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator
     assert [report["sentences"] for report in reports] == [13, 12], "each shard reports its own part"
     whole = list(read_conllu(tmp_path / "whole.conllu.gz"))
     assert list(read_conllu(tmp_path / "sharded.conllu.gz")) == whole and len(whole) == lines
+    assert gzip_header_name(tmp_path / "sharded.conllu.gz") == b"sharded.conllu", "its own name, not a temporary one"
     assert not list(tmp_path.glob("*.conllu.shard-*")), "the shards are merged and removed"
-    # A shard left by a run over another input is refused by name, not merged into an output of other sentences
+    # A shard left by an earlier run (another input, or another parser) is never merged: it is waited on until its
+    # rank writes it again (and named when the wait ends)
     with gzip.open(tmp_path / "other.en.gz", "wt", encoding="utf-8") as target:
         target.writelines(f"{parse.text} Again.\n" for parse in whole)
     other = [*common[2:], "--input", str(tmp_path / "other.en.gz"), "--output", str(tmp_path / "stale.conllu.gz")]
     main([*other, "--shard_index", "1", "--num_shards", "2"])
     stale = tmp_path / "stale.conllu.shard-1-of-2.gz"
-    with pytest.raises(SystemExit, match=f"{stale} parse 1 is of .*Again.*, but .*val.en.gz line 2 is .*a shard "
-                                         "of another run\\? delete it and parse shard 1 again"):
-        main([*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+    rank_0 = [*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "0", "--num_shards", "2",
+              "--merge_timeout", "1"]
+    with pytest.raises(SystemExit, match=f"did not appear within 1 s; not merging \\({stale}: of another input or "
+                                         "parser, left by an earlier run"):
+        main(rank_0)
     assert not (tmp_path / "stale.conllu.gz").exists() and stale.exists()
-    with gzip.open(tmp_path / "other.en.gz", "wt", encoding="utf-8") as target:  # the input's first 11 lines
-        target.writelines(f"{parse.text}\n" for parse in whole[:11])
-    main([*other, "--shard_index", "1", "--num_shards", "2"])
-    with pytest.raises(SystemExit, match="holds 5 parses, but shard 1 of .*val.en.gz has 12 lines"):
-        main([*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "0", "--num_shards", "2"])
+    main([*common, "--output", str(tmp_path / "stale.conllu.gz"), "--shard_index", "1", "--num_shards", "2"])
+    main(rank_0)  # rank 1 has written it again
+    assert list(read_conllu(tmp_path / "stale.conllu.gz")) == whole
+    # The same lines parsed by another parser: the shard names another annotator
+    main([*common, "--output", str(tmp_path / "parser.conllu.gz"), "--shard_index", "1", "--num_shards", "2"])
+    parser_shard = tmp_path / "parser.conllu.shard-1-of-2.gz"
+    with gzip.open(parser_shard, "rt", encoding="utf-8") as handle:
+        first, rest = handle.readline(), handle.read()
+    with gzip.open(parser_shard, "wt", encoding="utf-8") as handle:
+        handle.write(first.replace("annotator ", "annotator another-parser-") + rest)
+    with pytest.raises(SystemExit, match=f"{parser_shard}: of another input or parser"):
+        main([*common, "--output", str(tmp_path / "parser.conllu.gz"), "--shard_index", "0", "--num_shards", "2",
+              "--merge_timeout", "1"])
+    # The merge itself still checks each parse against its line (shards without the first line, or edited)
+    from hf_srcfeat.commands.annotate import checked_shard_parses
+
+    with pytest.raises(SystemExit, match="parse 1 is of .*Again.*, but val.en line 1 is"):
+        list(checked_shard_parses([iter([dataclasses.replace(whole[0], text=whole[0].text + " Again.")])],
+                                  ["shard"], [whole[0].text], "val.en"))
+    with pytest.raises(SystemExit, match="holds 0 parses, but shard 0 of val.en has 1 lines"):
+        list(checked_shard_parses([iter([])], ["shard"], [whole[0].text], "val.en"))
 
 
 def test_the_annotate_command_parses_and_writes_a_corpus_chunk_by_chunk(stanza_annotator, test_sentences, tmp_path,
@@ -323,9 +345,9 @@ def test_the_annotate_command_refuses_a_cache_that_is_another_file_and_names_mis
 
     source = tmp_path / "input.en"
     source.write_text("\n".join(test_sentences[:2]) + "\n", encoding="utf-8")
-    with pytest.raises(SystemExit):  # the input given as the cache too: it would become a database
+    with pytest.raises(SystemExit):  # the input given as the cache too (a cache message would advise deleting it)
         main(["--input", str(source), "--output", str(tmp_path / "out.conllu"), "--annotation_cache", str(source)])
-    assert f"annotation cache {source} is a file that is not an SQLite parse cache" in capsys.readouterr().err
+    assert f"annotation cache {source} is a text file, not an SQLite parse cache" in capsys.readouterr().err
     assert source.read_text(encoding="utf-8") == "\n".join(test_sentences[:2]) + "\n"
     for options, message in ((["--language", "de"], "No Stanza models for 'de' in"),
                              (["--stanza_dir", str(tmp_path / "nowhere")], "No Stanza models for 'en' in")):
@@ -344,7 +366,7 @@ def test_the_annotate_command_parses_without_a_damaged_cache_and_says_so(stanza_
     from hf_srcfeat.commands.annotate import main
 
     (tmp_path / "input.en").write_text("\n".join(test_sentences[:3]) + "\n", encoding="utf-8")
-    (tmp_path / "damaged.sqlite").write_bytes(SQLITE_HEADER + bytes(range(256)) * 16)  # a database, damaged
+    (tmp_path / "damaged.sqlite").write_bytes(bytes(range(256)) * 16)  # header and all
     assert main(["--input", str(tmp_path / "input.en"), "--output", str(tmp_path / "out.conllu"), "--stanza_dir",
                  str(stanza_annotator.model_dir), "--annotation_cache", str(tmp_path / "damaged.sqlite")]) == 0
     assert "parsing without the annotation cache for this run" in capsys.readouterr().err

@@ -139,12 +139,13 @@ def test_a_byte_order_mark_is_not_part_of_the_first_source(tmp_path):
 
 
 def test_a_sharded_annotate_run_says_which_shards_it_waits_for_and_gives_up_naming_them(tmp_path, capsys):
-    from hf_srcfeat.commands.annotate import DEFAULT_MERGE_TIMEOUT, merge_shards, shard_path
+    from hf_srcfeat.commands.annotate import DEFAULT_MERGE_TIMEOUT, merge_shards, shard_comment, shard_path
 
     output = str(tmp_path / "train.en.conllu")
-    Path(shard_path(output, 0, 2)).write_text("")
+    Path(shard_path(output, 0, 2)).write_text(shard_comment("stanza-en", ["A dog runs."]) + "\n")
     with pytest.raises(SystemExit, match=r"shards \[.*shard-1-of-2.*\] did not appear within 0 s"):
-        merge_shards(output, 2, timeout=0.2, lines=["A dog runs.", "Two cats sleep."], input_name="train.en")
+        merge_shards(output, 2, timeout=0.2, lines=["A dog runs.", "Two cats sleep."], input_name="train.en",
+                     annotator_identity="stanza-en")
     assert "waiting for 1 of 2 shards" in capsys.readouterr().err
     assert DEFAULT_MERGE_TIMEOUT <= 2 * 3600  # not a day of silence
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -277,6 +278,25 @@ def test_force_replaces_an_earlier_exports_files_both_ways_and_keeps_the_users_o
                                                                     max_new_tokens=24) == \
         CTranslate2Translator(baseline_export, intra_threads=1).translate(test_sentences[:3], num_beams=1,
                                                                           max_new_tokens=24)
+
+
+def test_an_output_in_a_folder_one_may_not_write_is_still_exported_whole(exported, tmp_path, monkeypatch):
+    """The export is staged beside the output; where that folder is not writable (a mounted volume), inside it."""
+    import tempfile
+
+    model_folder, baseline_export = exported
+    output = tmp_path / "mounted" / "ct2"
+    output.mkdir(parents=True)
+    make_folder = tempfile.mkdtemp
+
+    def parent_not_writable(*args, dir=None, **kwargs):  # noqa: A002 (tempfile's name)
+        if Path(dir) == output.parent:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return make_folder(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", parent_not_writable)
+    assert main([str(model_folder), str(output), "--force"]) == 0
+    assert sorted(path.name for path in output.iterdir()) == sorted(path.name for path in baseline_export.iterdir())
 
 
 def test_the_model_folder_or_a_folder_holding_it_is_refused_as_output_by_the_library_and_the_command(

@@ -238,6 +238,13 @@ def test_a_run_on_the_default_multi30k_is_said_to_be_trained_on_it_with_the_deco
     assert "**Training data:** Multi30k train (1,000 sentence pairs)" in section
     assert "**Multi30k en→de test_2016_flickr** (40 sentences, beam 4, length_penalty 1.0, no_repeat_ngram_size 3)" \
         in section
+    stopping = json.loads(json.dumps(MULTI30K_RUN))  # a run whose tests stopped beam search early
+    for entry in stopping["test_sets"].values():
+        entry["setup"]["early_stopping"] = True
+    (tmp_path / "results.json").write_text(json.dumps(stopping))
+    card = publish.render_card((REPO / "hf_srcfeat" / "model_cards" / "srcfeat_transformer.md").read_text(), REPO_ID,
+                               None, publish.run_facts(tmp_path))
+    assert "no_repeat_ngram_size 3, early_stopping)" in this_model_section(card)
 
 
 def test_an_averaged_model_folder_gets_its_runs_language_pair_and_data_and_says_it_is_an_average(tmp_path):

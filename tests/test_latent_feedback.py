@@ -132,6 +132,11 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
     fresh = pretrain_dae.main([*resumable, "--save_strategy", "no", "--overwrite_output_dir"])
     assert fresh["earlier_results"] == [] and not list((tmp_path / "resumed").glob("checkpoint-*"))
     assert (tmp_path / "resumed" / "notes.txt").read_text() == "mine"
+    # ... but not the tokenizer it is told to load from there
+    tokenizer_arguments = [*resumable, "--tokenizer_name_or_path", str(tmp_path / "resumed"), "--overwrite_output_dir"]
+    with pytest.raises(SystemExit, match="is also --tokenizer_name_or_path .*: --overwrite_output_dir would remove"):
+        pretrain_dae.main(tokenizer_arguments)
+    assert (tmp_path / "resumed" / "tokenizer.json").exists()
 
 
 def test_feedback_of_layer_i_is_the_mean_of_the_lfe_layers_above_it_and_none_at_the_top():

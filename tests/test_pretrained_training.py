@@ -258,7 +258,9 @@ def test_an_init_from_that_is_no_checkpoint_or_sizes_or_method_settings_it_refus
             (["--init_from", str(tiny_checkpoint("nllb", checkpoint_tokenizers["nllb"], tmp_path / "nllb")),
               "--target_lang_code", "deu_Latn"], "is a multilingual checkpoint \\(m2m_100\\): give --source_lang_code "
                                                 "and --target_lang_code"),
-            (["--init_from", str(tmp_path)], "is a folder without a config.json: not a checkpoint")):
+            (["--init_from", str(tmp_path)], "is a folder without a config.json: not a checkpoint"),
+            (["--init_from", str(marian_checkpoint), "--early_stopping"],
+             "--early_stopping stops beam search, and the run decodes with 1 beam")):
         with pytest.raises(SystemExit, match=message):
             train.main([*arguments, "--output_dir", str(tmp_path / "run"), "--do_train", "--use_cpu",
                         "--stanza_dir", str(tmp_path / "no_stanza_here")])

@@ -359,6 +359,8 @@ def test_decoding_options_reach_generate_and_sampling_with_a_seed_is_reproducibl
             [result["translation_text"] for result in translator(lines, early_stopping=True)]
         translate(model_folder, tmp_path, lines=lines[:1])
     assert searched[0] is True and searched[-1] is False, "--early_stopping reaches the beam search, else its default"
+    with pytest.raises(SystemExit):
+        translate(model_folder, tmp_path, "--early_stopping", "--num_beams", "1", lines=lines)
     sampling = ["--do_sample", "--top_k", "20", "--temperature", "1.5", "--seed", "7", "--num_beams", "1"]
     settings = ["--max_new_tokens", "24", "--quiet"]
     outputs = []

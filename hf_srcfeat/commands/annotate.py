@@ -21,10 +21,12 @@ with its line number, so that the output keeps one sentence per input line.
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
@@ -126,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     start = time.perf_counter()
     target = args.output if shards == 1 else shard_path(args.output, shard, shards)
+    comments = [shard_comment(annotator.identity, sentences)] if shards > 1 else []
     long_lines: list[tuple[int, int, int]] = []
     try:
         try:
-            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target)
+            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target,
+                                     comments)
         except AnnotationCacheError as error:
             # The cache file, not a sentence, is at fault: said once, and this run parses without it.
             print(f"hf-srcfeat-annotate: {error}\nhf-srcfeat-annotate: parsing without the annotation cache for "
@@ -137,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             annotator.close()
             annotator = new_annotator(use_cache=False)
             long_lines.clear()
-            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target)
+            count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target,
+                                     comments)
     except AnnotatorLoadError as error:  # the models are there but do not load: nothing can be parsed
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     except KeyboardInterrupt:
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"annotate: {count} sentences of {args.input} (shard {shard} of {shards}) parsed into {target} in "
           f"{seconds:.1f} s ({count / max(seconds, 1e-9):.1f} sentences/s, cached ones included)", file=sys.stderr)
     if shards > 1 and shard == 0:
-        merge_shards(args.output, shards, args.merge_timeout, lines, args.input)
+        merge_shards(args.output, shards, args.merge_timeout, lines, args.input, annotator.identity)
     if args.report_json:
         # Each shard reports its own part, beside the others' (as its parses are written).
         named = Path(args.report_json)
@@ -178,14 +183,12 @@ def annotate_lines(annotator, sentences: list[str], shard: int, shards: int, arg
     """One parse per line, in order, parsed CHUNK_LINES lines at a time. A line longer than the parser takes at
     once is parsed in pieces joined into one tree, so that the output stays one sentence per input line; those
     lines are added to `long_lines` as (input line number, characters, pieces)."""
-    from tqdm.auto import tqdm
-
     limit = annotator.max_characters
-    progress = tqdm(total=len(sentences), desc=annotator.backend, unit="sent", disable=shard != 0)
     for start in range(0, len(sentences), CHUNK_LINES):
         chunk = sentences[start:start + CHUNK_LINES]
         pieces = [split_long_text(text, limit) if len(text) > limit else [text] for text in chunk]
-        parsed = iter(annotator.annotate([piece for line in pieces for piece in line], show_progress=False,
+        # The parser's progress bar (of the sentences not yet cached), one for each chunk
+        parsed = iter(annotator.annotate([piece for line in pieces for piece in line], show_progress=shard == 0,
                                          num_proc=args.num_proc))
         for index, (text, line) in enumerate(zip(chunk, pieces, strict=True), start=start):
             parts = [next(parsed) for _ in line]
@@ -194,8 +197,6 @@ def annotate_lines(annotator, sentences: list[str], shard: int, shards: int, arg
                 continue
             long_lines.append((shard + index * shards + 1, len(text), len(line)))
             yield join_pieces(text, parts)
-        progress.update(len(chunk))
-    progress.close()
 
 
 def shard_path(output: str, shard: int, shards: int) -> str:
@@ -204,24 +205,48 @@ def shard_path(output: str, shard: int, shards: int) -> str:
     return f"{stem}.shard-{shard}-of-{shards}{gz}"
 
 
-def write_atomically(parses, target: str) -> int:
+def write_atomically(parses, target: str, comments: Sequence[str] = ()) -> int:
     """Write whole or not at all (hf_srcfeat.safe_writing), so a file that exists is complete."""
     with output_path(target) as writable:
-        return write_conllu(parses, writable, compress=target.endswith(".gz"))
+        return write_conllu(parses, writable, compress=target.endswith(".gz"), comments=comments,
+                            name=Path(target).name)
 
 
-def merge_shards(output: str, shards: int, timeout: float, lines: list[str], input_name: str) -> None:
-    """Wait for every shard file, check that each holds the parses of its lines of the input (`lines`, read from
-    `input_name`), then write them interleaved back into the input's order (shard k holds lines k, k + shards, ...),
-    and remove the shards."""
+#: The first line of a shard file: which parser and which lines of the input it holds.
+SHARD_COMMENT = "# hf_srcfeat_shard = "
+
+
+def shard_comment(annotator_identity: str, lines: Sequence[str]) -> str:
+    """The first line of the shard of `lines` parsed by the annotator of that identity: a shard left by an earlier
+    run (another input, another parser) has another, and is not merged."""
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    return f"{SHARD_COMMENT}annotator {annotator_identity} lines {digest}"
+
+
+def first_line(path: str) -> str:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else
+          open(path, encoding="utf-8")) as handle:
+        return handle.readline().rstrip("\n")
+
+
+def merge_shards(output: str, shards: int, timeout: float, lines: list[str], input_name: str,
+                 annotator_identity: str) -> None:
+    """Wait for every shard file of this run (its first line names the parser and the lines it holds: a shard left
+    by an earlier run is waited on until its rank writes it again), check that each holds the parses of its lines of
+    the input (`lines`, read from `input_name`), then write them interleaved back into the input's order (shard k
+    holds lines k, k + shards, ...), and remove the shards."""
     paths = [shard_path(output, shard, shards) for shard in range(shards)]
+    expected = {path: shard_comment(annotator_identity, lines[shard::shards]) for shard, path in enumerate(paths)}
     started = time.monotonic()
     last_said = -WAIT_MESSAGE_EVERY
-    while missing := [path for path in paths if not Path(path).exists()]:
+    while missing := [path for path in paths if not Path(path).exists() or first_line(path) != expected[path]]:
         waited = time.monotonic() - started
         if waited > timeout:
+            earlier = [path for path in missing if Path(path).exists()]
             raise SystemExit(f"annotate: shards {missing} did not appear within {timeout:.0f} s; not merging "
-                             "(are the other ranks running? a stray WORLD_SIZE in the environment starts a sharded "
+                             + (f"({', '.join(earlier)}: of another input or parser, left by an earlier run; this "
+                                "run's rank writes it again) " if earlier else "")
+                             + "(are the other ranks running? a stray WORLD_SIZE in the environment starts a sharded "
                              "run; --num_shards 1 parses everything here).")
         if waited - last_said >= WAIT_MESSAGE_EVERY:  # say what the wait is for, now and then
             print(f"annotate: waiting for {len(missing)} of {shards} shards ({', '.join(missing)}); giving up after "

@@ -213,7 +213,6 @@ def main(argv: list[str] | None = None) -> dict:
         args.max_tokens_per_batch = None
     train.check_batch_size_multiple(args.batch_size_multiple, args.max_tokens_per_batch)
     train.check_token_budget(args.max_tokens_per_batch, {"max_length": args.max_length})
-    train.check_output_dir(training_args, args)
     if custom_corpus(args) and not args.tokenizer_name_or_path:
         raise SystemExit("a monolingual corpus (--dataset_name / --train_file) needs --tokenizer_name_or_path: the "
                          "LFE shares the translation model's joint vocabulary, which monolingual data cannot build; "
@@ -228,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict:
         subword_model=args.subword_model, d_model=args.d_model, encoder_layers=args.encoder_layers,
         decoder_layers=args.decoder_layers, attention_heads=args.attention_heads, ffn_dim=args.ffn_dim,
         dropout=args.dropout, layernorm_position=args.layernorm_position)
+    # With the model's options: an output_dir that holds the tokenizer to load is not cleared by an overwrite.
+    train.check_output_dir(training_args, args, model_args)
     train.check_tokenizer_source(model_args)
     # `True` resumes from the newest checkpoint, which must be of the model these options build.
     resumed_from = train.check_resumed_checkpoint(training_args)

@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from hf_srcfeat.commands import run_as_script
+from hf_srcfeat.commands.average_checkpoints import checkpoint_step
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 
@@ -121,17 +121,14 @@ def decoding_settings(setup: dict) -> str:
         parts.append(f"no_repeat_ngram_size {setup['no_repeat_ngram_size']}")
     if setup.get("repetition_penalty") not in (None, 1.0):
         parts.append(f"repetition_penalty {setup['repetition_penalty']}")
+    if setup.get("early_stopping") is True and not setup.get("do_sample"):
+        parts.append("early_stopping")
     return ", ".join(parts)
 
 
 def read_json(folder: Path | None, name: str) -> dict:
     path = folder / name if folder is not None else None
     return json.loads(path.read_text()) if path is not None and path.is_file() else {}
-
-
-def checkpoint_step(path: Path) -> int | None:
-    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    return int(match.group(1)) if match else None
 
 
 def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets: list[str] | None = None,
@@ -163,7 +160,8 @@ def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets
             "parameters": parameters or run.get("num_parameters"), "steps": run.get("global_step"),
             "train_examples": trained.get("train_examples"),
             "init_from": (trained.get("model_args") or {}).get("init_from"), "tests": tests,
-            "averaged_steps": [checkpoint_step(path) or path.name for path in checkpoints]}
+            "averaged_steps": [path.name if step is None else step for path, step in
+                               ((path, checkpoint_step(path)) for path in checkpoints)]}
 
 
 def this_model_section(facts: dict) -> str:

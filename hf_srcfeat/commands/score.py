@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import re
 import sys
@@ -78,7 +79,8 @@ def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSente
     """(target line number, source text or parse, target text, why the pair cannot be scored) for every pair."""
     if args.source == "-":
         raise SystemExit("--source must be a file (the targets may come from stdin).")
-    reader = read_conllu_sentences if args.source_format == "conllu" else read_raw_lines
+    reader = functools.partial(read_conllu_sentences, name=f"--source {args.source}") \
+        if args.source_format == "conllu" else read_raw_lines
     sources = read_whole(args.source, "--source", reader)
     targets = read_whole(args.target, "--target", read_raw_lines)
     if len(sources) != len(targets):

@@ -237,8 +237,9 @@ def started_config(config, model_args: ModelArguments):
     overrides = given_config_overrides(model_args)
     if model_args.model_type == "srcfeat_transformer":
         return backbone_config(config, **overrides)
-    stand_ins = {"extra_factors": user_factor_stand_ins(overrides)} if user_factor_stand_ins(overrides) else {}
-    return grafted_config(backbone_config(config), model_args.model_type, **{**stand_ins, **overrides})
+    stand_ins = user_factor_stand_ins(overrides)
+    return grafted_config(backbone_config(config), model_args.model_type,
+                          **{**({"extra_factors": stand_ins} if stand_ins else {}), **overrides})
 
 
 def user_factor_stand_ins(overrides: dict, factor_names: Sequence[str] = ()) -> dict[str, int]:
@@ -385,6 +386,17 @@ def check_beams_stop_early(data_args: DataArguments, num_beams: int) -> None:
     if data_args.early_stopping and num_beams <= 1:
         raise SystemExit(f"--early_stopping stops beam search, and the run decodes with {num_beams} beam: add "
                          "--generation_num_beams N (N > 1), or leave --early_stopping out.")
+
+
+def checkpoint_beams(name: str) -> int | None:
+    """The beams a pretrained checkpoint's generation config decodes with (1 when it says none), None when it
+    cannot be read here (the checkpoint's own loading then says why)."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(name).num_beams or 1
+    except (OSError, ValueError):
+        return None
 
 
 def check_best_model_metric(training_args: Seq2SeqTrainingArguments) -> None:
@@ -1309,8 +1321,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_model_type(model_args)
-    if not model_args.init_from:  # a pretrained checkpoint's own beams are known once it is read
-        check_beams_stop_early(data_args, training_args.generation_num_beams or 1)
+    # A pretrained checkpoint keeps its own beams (its generation config's), a model from scratch has one.
+    beams = training_args.generation_num_beams or (checkpoint_beams(model_args.init_from) if model_args.init_from
+                                                   and data_args.early_stopping else 1)
+    if beams is not None:
+        check_beams_stop_early(data_args, beams)
     factor_names = [*(data_args.source_factor_columns or ()), *(data_args.inline_source_factors or ())]
     check_factor_names(factor_names)
     factors_in_parses = bool(data_args.train_source_conllu or data_args.validation_source_conllu

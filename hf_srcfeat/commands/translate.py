@@ -137,6 +137,11 @@ def read_raw_lines(stream: IO[bytes]) -> Iterator[SourceItem]:
         yield SourceItem(line_number, text=text.removeprefix("\ufeff") if line_number == 1 else text)
 
 
+def input_name(path: str) -> str:
+    """How messages name an input file (`-`: stdin)."""
+    return "stdin" if path == "-" else path
+
+
 def read_conllu_sentences(stream: IO[bytes], name: str = "the input") -> Iterator[SourceItem]:
     """One item per CoNLL-U sentence (blank-line separated block), numbered by its first line of `name`; a block
     that is not a valid sentence, or has a line that is not UTF-8, becomes an error item, and the following
@@ -546,6 +551,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     # sampled evaluations keeps do_sample there), as fairseq's and Marian's decoders do.
     args.do_sample = bool(args.do_sample)
     args.num_beams = args.num_beams or (1 if args.do_sample else 4)
+    if args.early_stopping and args.num_beams == 1:
+        parser.error("--early_stopping stops beam search: give --num_beams above 1 (sampling and greedy decoding "
+                     "stop when the translation ends).")
     if args.num_return_sequences > args.num_beams and not args.do_sample:
         parser.error(f"--num_return_sequences {args.num_return_sequences} needs --num_beams >= "
                      f"{args.num_return_sequences} (n-best lists come from beam search; or draw that many samples "
@@ -641,8 +649,8 @@ def translate_files(argv: list[str] | None = None) -> int:
                                      factor_names=args.factor_names if args.input_format == "factored" else None,
                                      parse=not args.no_parse)
     total = count_lines(args.input, args.input_format)
-    reader = functools.partial(read_conllu_sentences, name=args.input) if args.input_format == "conllu" \
-        else read_raw_lines
+    reader = functools.partial(read_conllu_sentences, name=input_name(args.input)) \
+        if args.input_format == "conllu" else read_raw_lines
     from tqdm.auto import tqdm
 
     progress = tqdm(total=total, unit="sent", file=sys.stderr, disable=args.quiet or args.input == "-",

@@ -258,9 +258,10 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     try:
         config = AutoConfig.from_pretrained(model_path)
     except OSError as error:  # not a folder here, and the Hub has no such model or cannot be reached
-        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        from hf_srcfeat.commands import error_summary
+
         raise ValueError(f"model {model_path}: no such folder here, and it does not load from the Hub "
-                         f"({summary}).") from None
+                         f"({error_summary(error)}).") from None
     check_exportable(config)  # from the config alone, before the weights load
     model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=torch.float32).eval()
     tokenizer = load_tokenizer(model_path)
@@ -282,8 +283,12 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     spec.optimize(quantization=quantization)
     # Written whole into a folder beside the output, then moved in: a failed export leaves an earlier one as it was,
     # and the new one's file list is exactly what it wrote.
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+    except PermissionError:  # an output folder one may write in a folder one may not (a mounted volume): inside it
+        output.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=output, prefix=".export.", suffix=".partial"))
     try:
         spec.save(str(staging))
         tokenizer.save_pretrained(staging)  # the translator encodes raw text with it (and its annotator)
