@@ -236,7 +236,7 @@ def test_a_run_on_the_default_multi30k_is_said_to_be_trained_on_it_with_the_deco
                                None, publish.run_facts(tmp_path))
     section = this_model_section(card)
     assert "**Training data:** Multi30k train (1,000 sentence pairs)" in section
-    assert "**Multi30k en→de test_2016_flickr** (40 sentences, beam 4, length_penalty 1.0, no_repeat_ngram_size 3)" \
+    assert "**Multi30k en→de test_2016_flickr** (40 sentences, beam 4, no_repeat_ngram_size 3)" \
         in section
     stopping = json.loads(json.dumps(MULTI30K_RUN))  # a run whose tests stopped beam search early
     for entry in stopping["test_sets"].values():

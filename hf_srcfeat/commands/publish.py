@@ -115,7 +115,7 @@ def decoding_settings(setup: dict) -> str:
         parts = ["sampling"] + [f"{name} {setup[name]}" for name in ("top_k", "top_p", "temperature") if name in setup]
     else:
         parts = [f"beam {setup.get('num_beams', '?')}"]
-        if "length_penalty" in setup:
+        if setup.get("length_penalty") not in (None, 1.0):  # Transformers' default: beam scores are mean log-probs
             parts.append(f"length_penalty {setup['length_penalty']}")
     if setup.get("no_repeat_ngram_size"):
         parts.append(f"no_repeat_ngram_size {setup['no_repeat_ngram_size']}")
