@@ -41,12 +41,23 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
     # changed with the evaluation batch size; it is the mean over the evaluated tokens here, as fairseq reports it.
     def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None, **gen_kwargs):
-        loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only,
-                                                          ignore_keys=ignore_keys, **gen_kwargs)
+        self._batch_mean_loss = True
+        try:
+            loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only,
+                                                              ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self._batch_mean_loss = False
         if isinstance(loss, torch.Tensor) and inputs.get("labels") is not None and hasattr(self, "_evaluated_tokens"):
             tokens = (inputs["labels"] != -100).sum().to(loss.device)
             self._evaluated_tokens += torch.stack([loss.detach().float() * tokens, tokens.float()])
         return loss, generated, labels
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
+        # Evaluating, a batch's loss is its own token mean (weighted by its tokens in `evaluation_loop`): the
+        # Trainer's count would be the tokens of every process's batch, and its loss that process's share, scaled.
+        if getattr(self, "_batch_mean_loss", False):
+            return None
+        return super()._get_num_items_in_batch(batch_samples, device)
 
     def evaluation_loop(self, dataloader, description: str, prediction_loss_only: bool | None = None,
                         ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"):

@@ -169,6 +169,42 @@ def test_torchrun_with_two_cpu_processes_trains_one_shared_model(multi30k_dir, t
 
 
 @pytest.mark.slow
+def test_the_evaluation_loss_under_torchrun_is_the_one_process_mean_over_the_same_tokens(model_folder, multi30k_dir,
+                                                                                         tmp_path):
+    """16 sentences, batches of 4: each process's batches are its own, none repeated to even them out; each batch's
+    loss is its own token mean (the Trainer's count would mix in the other process's tokens)."""
+    evaluation = ["--model_name_or_path", str(model_folder), "--do_eval", "--max_eval_samples", "16",
+                  "--per_device_eval_batch_size", "4", "--report_to", "none", "--use_cpu", "--disable_tqdm", "true",
+                  "--data_dir", str(multi30k_dir)]
+    alone = train.main([*evaluation, "--output_dir", str(tmp_path / "alone")])["eval_metrics"]["eval_loss"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_SRCFEAT_MULTI30K_DIR": str(multi30k_dir)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
+               str(REPO / "training" / "train.py"), *evaluation, "--output_dir", str(tmp_path / "ddp"),
+               "--ddp_backend", "gloo"]
+    completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    distributed = json.loads((tmp_path / "ddp" / "eval_results.json").read_text())
+    distributed = distributed[-1] if isinstance(distributed, list) else distributed
+    assert distributed["eval_metrics"]["eval_loss"] == pytest.approx(alone, rel=1e-7)
+
+
+@pytest.mark.slow
+def test_torchrun_without_a_gpu_or_use_cpu_is_refused_rather_than_training_a_model_per_process(tmp_path):
+    """Transformers runs such processes unsynchronized: each trained its own model on all the data, and the losses
+    came out doubled."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    arguments = [argument for argument in TINY if argument != "--use_cpu"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+               str(REPO / "training" / "train.py"), *arguments, "--output_dir", str(tmp_path / "ddp"), "--do_train",
+               "--max_steps", "1", "--ddp_backend", "gloo"]
+    completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
+    assert completed.returncode != 0
+    assert "2 processes were started (torchrun or accelerate launch), but without a GPU Transformers would train a " \
+           "separate model in each: add --use_cpu" in completed.stderr
+    assert not (tmp_path / "ddp").exists()
+
+
+@pytest.mark.slow
 def test_a_wall_clock_budget_stops_training_early_and_still_saves_the_model(multi30k_dir, tmp_path):
     output_dir = tmp_path / "budget"
     results = train.main(TINY + ["--output_dir", str(output_dir), "--do_train", "--max_train_samples", "200",

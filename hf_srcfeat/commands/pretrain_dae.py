@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     train.check_numeric_arguments(args, training_args, ranges={**train.NUMERIC_RANGES, **NOISE_RANGES})
     if train.flags_ask_for_sentence_batches(training_args):
         args.max_tokens_per_batch = None
+    train.check_processes_train_one_model(training_args)
     train.check_batch_size_multiple(args.batch_size_multiple, args.max_tokens_per_batch)
     train.check_token_budget(args.max_tokens_per_batch, {"max_length": args.max_length})
     if custom_corpus(args) and not args.tokenizer_name_or_path:

@@ -380,6 +380,16 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
 EVALUATION_METRICS = ("loss", *SCORE_NAMES)
 
 
+def check_processes_train_one_model(training_args: Seq2SeqTrainingArguments) -> None:
+    """Several processes (torchrun, accelerate launch) train one model only as a distributed job. Without a GPU,
+    Transformers makes them one only with --use_cpu: otherwise each trains a model of its own on all the data
+    (the saved model is one of them) and the reported losses are wrong, without a word."""
+    if training_args.world_size > 1 and training_args.parallel_mode.value == "not_parallel":
+        raise SystemExit(f"{training_args.world_size} processes were started (torchrun or accelerate launch), but "
+                         "without a GPU Transformers would train a separate model in each: add --use_cpu, which "
+                         "makes them one distributed run (with --ddp_backend gloo).")
+
+
 def check_beams_stop_early(data_args: DataArguments, num_beams: int) -> None:
     """`--early_stopping` is beam search's: with one beam the saved generation config would be refused (by
     Transformers, when the trained model is saved)."""
@@ -1315,6 +1325,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_token_budget(data_args.max_tokens_per_batch, {"max_source_length": data_args.max_source_length,
                                                        "max_target_length": data_args.max_target_length})
     check_label_smoothing(training_args)
+    check_processes_train_one_model(training_args)
     check_averaging(data_args, training_args)
     check_best_model_metric(training_args)
     check_vocabulary_arguments(model_args)
