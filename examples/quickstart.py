@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -35,9 +36,13 @@ def main() -> None:
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
     parser.add_argument("--examples", type=int, default=6, help="test sentences to print")
     args = parser.parse_args()
-
+    if args.max_steps < 1:
+        parser.error(f"--max_steps must be 1 or more, got {args.max_steps}.")
     output_dir = Path(args.output_dir or f"runs/quickstart-{time.strftime('%Y%m%d-%H%M%S')}")
-    torch.set_num_threads(2)
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        parser.error(f"--output_dir {output_dir} is not empty: the quickstart writes a new folder; name another.")
+    if "OMP_NUM_THREADS" not in os.environ:  # the two cores it is sized for, unless told otherwise
+        torch.set_num_threads(2)
     argv = [
         "--output_dir", str(output_dir), "--do_train",
         "--max_steps", str(args.max_steps),

@@ -204,6 +204,7 @@ def test_publishing_into_a_mirror_unlinks_symlinked_entries_without_following_th
     ("--label_smoothing_factor", "0.1", "the models smooth their own loss; give --label_smoothing instead"),
     ("--no_repeat_ngram_size", "-2", "--no_repeat_ngram_size must be 0 \\(off\\) or more, got -2"),
     ("--early_stopping", "true", "--early_stopping stops beam search, and the run decodes with 1 beam"),
+    ("--model_name_or_path", "/no/such/run", "--model_name_or_path: no model folder or Hub id '/no/such/run'"),
     ("--model_type", "composed", "--model_type 'composed' is not a model type; choose from srcfeat_transformer, .*"
                                  "srcfeat_composed"),
     ("--config_overrides", "{'sublayer_dropout': 0.1}", "--config_overrides is not valid JSON \\(Expecting property "
@@ -219,6 +220,16 @@ def test_the_training_command_refuses_an_option_value_it_cannot_use_before_any_w
         train.main(["--output_dir", str(tmp_path / "run"), "--do_train", "--dataset_name", "multi30k",
                     "--max_steps", "1", option, value])
     assert not (tmp_path / "run").exists(), "refused before anything was written"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="bf16 training needs no GPU check there")
+def test_a_training_argument_transformers_refuses_is_one_line_naming_the_recipe(tmp_path):
+    from hf_srcfeat.commands import train
+
+    recipe = REPO / "examples" / "recipes" / "paper" / "deps_san_wmt16_de_en.json"  # bf16, for a GPU
+    with pytest.raises(SystemExit, match=f"^the training arguments \\(--config {recipe} or the flags\\): .*bf16"):
+        train.main([str(recipe), "--output_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_unknown_option_is_named_with_the_closest_ones_and_a_missing_parse_file_before_any_work(tmp_path):

@@ -160,6 +160,10 @@ def test_training_with_averaging_saves_and_tests_the_mean_of_its_last_checkpoint
         train.main(tiny + ["--output_dir", str(tmp_path / "short"), "--do_train", "--max_steps", "4",
                            "--save_strategy", "steps", "--save_steps", "2", "--average_last_checkpoints", "3"])
     assert not (tmp_path / "short").exists()
+    with pytest.raises(SystemExit, match=r"--max_steps 2 with --save_steps 1 saves 2 checkpoint\(s\)"):  # 1.0 to HF
+        train.main(tiny + ["--output_dir", str(tmp_path / "short"), "--do_train", "--max_steps", "2",
+                           "--save_strategy", "steps", "--save_steps", "1", "--average_last_checkpoints", "3"])
+    assert not (tmp_path / "short").exists()
     # The best checkpoint kept by rotation is no "last" one, and the averaged model no best one: refused together
     with pytest.raises(SystemExit, match="averages the last checkpoints, --load_best_model_at_end keeps the best one"):
         train.main(tiny + ["--output_dir", str(tmp_path / "best"), "--do_train", "--max_steps", "4",

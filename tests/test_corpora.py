@@ -311,3 +311,13 @@ def test_train_py_trains_from_a_datasets_folder_and_from_tsv(en_fr, tmp_path):
                                                                                                           from_tsv)]
     assert losses[0] == losses[1] and losses[0], "the same pairs, the same seed: the same training"
     assert from_folder["data_files"][0] == f"{folder} split train"
+
+
+def test_a_dataset_that_does_not_load_is_named_with_what_to_do_offline(tmp_path):
+    from hf_srcfeat.data.corpora import load_named_dataset
+
+    with pytest.raises(DataError, match="--dataset_name wmt/wmt14 --dataset_config_name de-en does not load .*; "
+                                        "offline, give a local folder as --dataset_name, or the files"):
+        load_named_dataset("wmt/wmt14", "de-en")  # the tests run with HF_HUB_OFFLINE
+    with pytest.raises(DataError, match=f"--dataset_name {tmp_path / 'nowhere'} does not load"):
+        load_named_dataset(str(tmp_path / "nowhere"))

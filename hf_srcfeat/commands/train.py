@@ -48,7 +48,7 @@ from hf_srcfeat.annotated_sentence import AnnotatedSentence
 from hf_srcfeat.annotation_cache import check_cache_path
 from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS, AnnotatorLoadError
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
-from hf_srcfeat.commands import error_summary, resolve_device, run_as_script
+from hf_srcfeat.commands import check_model_source, error_summary, resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
 from hf_srcfeat.compilation import one_graph_for_all_batch_shapes
 from hf_srcfeat.configuration_composed import (
@@ -369,7 +369,9 @@ def check_averaging(data_args: DataArguments, training_args: Seq2SeqTrainingArgu
     # The Trainer saves every save_steps steps and at the last step. A resumed run also has its earlier checkpoints,
     # and an epoch-based or fractional schedule is known only once the data is: those are checked after training.
     steps, every = training_args.max_steps, training_args.save_steps
-    if not training_args.resume_from_checkpoint and steps > 0 and isinstance(every, int) and every >= 1:
+    # Transformers keeps a save_steps of 1 as the float 1.0 (below 1, a fraction of max_steps): steps all the same.
+    if not training_args.resume_from_checkpoint and steps > 0 and every >= 1:
+        every = int(every)
         saved = math.ceil(steps / every)
         if saved < count:
             raise SystemExit(f"--average_last_checkpoints {count}: --max_steps {steps} with --save_steps {every} "
@@ -1243,7 +1245,11 @@ def parse_with_config(parser: HfArgumentParser, argv: list[str] | None = None) -
         for name in values:
             actions[name].required = False  # given by the file; a flag may still override it
         parser.set_defaults(**values)
-    *parsed, unused = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    try:
+        *parsed, unused = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except ValueError as error:  # Transformers' checks of its TrainingArguments (bf16 without a GPU, ...)
+        source = f" (--config {config.config} or the flags)" if config.config else ""
+        raise SystemExit(f"the training arguments{source}: {error_summary(error)}") from None
     if unused:
         raise SystemExit(unknown_options_message(parser, unused))
     flags = given_flags(parser, argv)
@@ -1332,6 +1338,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if model_args.init_from and not (training_args.do_train or model_args.tokenizer_only):
         raise SystemExit(INIT_FROM_WITHOUT_TRAINING)  # said before the checkpoint's own checks, which need its config
     check_model_type(model_args)
+    if model_args.model_name_or_path:
+        check_model_source(model_args.model_name_or_path, "--model_name_or_path")
     # A pretrained checkpoint keeps its own beams (its generation config's), a model from scratch has one.
     beams = training_args.generation_num_beams or (checkpoint_beams(model_args.init_from) if model_args.init_from
                                                    and data_args.early_stopping else 1)

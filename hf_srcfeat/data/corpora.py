@@ -354,6 +354,21 @@ class Corpora:
         return [corpus for corpus in (self.train, self.validation, *self.tests) if corpus is not None]
 
 
+def load_named_dataset(name: str, config_name: str | None = None):
+    """`datasets.load_dataset(name, config_name)`, or a DataError naming the dataset when it does not load (not on
+    the Hub, the Hub out of reach, no such configuration), instead of the client's traceback."""
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(name, config_name)
+    except (OSError, ValueError) as error:  # ConnectionError and DatasetNotFoundError are OSErrors
+        text = str(error).strip()
+        summary = text.splitlines()[0] if text else type(error).__name__
+        raise DataError(f"--dataset_name {name}{f' --dataset_config_name {config_name}' if config_name else ''} does "
+                        f"not load ({summary}); offline, give a local folder as --dataset_name, or the files "
+                        "(--train_file ...).") from None
+
+
 def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,
                  validation_file: str | None, test_files: list[str] | None, source_lang: str, target_lang: str,
                  source_column: str | None = None, target_column: str | None = None,
@@ -370,9 +385,7 @@ def load_corpora(dataset_name: str | None, dataset_config_name: str | None, trai
     splits: dict[str, Corpus] = {}
     tests: list[Corpus] = []
     if dataset_name and dataset_name != MULTI30K:
-        from datasets import load_dataset
-
-        loaded = load_dataset(dataset_name, dataset_config_name)
+        loaded = load_named_dataset(dataset_name, dataset_config_name)
         origin = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         for split in loaded:
             skip_empty = skip_empty_pairs and not split.startswith("test")

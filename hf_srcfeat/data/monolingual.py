@@ -20,6 +20,8 @@ from datasets import Dataset, load_dataset
 from hf_srcfeat.data.corpora import check_sentence, json_objects, numbered_lines
 from hf_srcfeat.data.errors import DataError
 
+from .corpora import load_named_dataset
+
 TEXT_SUFFIXES = (".txt",)
 JSON_SUFFIXES = (".json", ".jsonl")
 VALIDATION_SPLITS = ("validation", "valid", "dev")
@@ -103,7 +105,7 @@ def load_monolingual(language: str, dataset_name: str | None = None, dataset_con
     validation: Dataset | None = None
     origin: list[str] = []
     if dataset_name:
-        loaded = load_dataset(dataset_name, dataset_config_name)
+        loaded = load_named_dataset(dataset_name, dataset_config_name)
         name = dataset_name + (f" ({dataset_config_name})" if dataset_config_name else "")
         if "train" in loaded and not train_file:
             train = text_column_of(loaded["train"], f"{name} train", language, text_column)

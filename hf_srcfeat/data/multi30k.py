@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import DataError
+
 if TYPE_CHECKING:
     from datasets import Dataset
 
@@ -40,8 +42,9 @@ def multi30k_file(split: str, language: str, data_dir: str | os.PathLike | None 
     """Path of one gzip file, downloading it into the cache when no folder was configured."""
     if split not in SPLITS + BLIND_SPLITS:
         raise ValueError(f"Unknown Multi30k split {split!r}; choose from {list(SPLITS + BLIND_SPLITS)}.")
-    if language not in LANGUAGES:
-        raise ValueError(f"Unknown Multi30k language {language!r}; choose from {list(LANGUAGES)}.")
+    if language not in LANGUAGES:  # a DataError: the commands say it in a line
+        raise DataError(f"Unknown Multi30k language {language!r}; choose from {list(LANGUAGES)} (other pairs: "
+                        "--train_file, --dataset_name).")
     folder = multi30k_dir(data_dir)
     path = folder / f"{split}.{language}.gz"
     if not path.exists():
