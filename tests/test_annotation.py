@@ -332,6 +332,9 @@ def test_the_annotate_command_names_a_missing_input_before_loading_a_parser(tmp_
         with pytest.raises(SystemExit):
             main(["--input", str(missing), "--output", str(tmp_path / "out.conllu")])
         assert f"--input {missing}: {what}" in capsys.readouterr().err
+    (tmp_path / "empty.en").write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit, match="empty.en holds no sentence"):
+        main(["--input", str(tmp_path / "empty.en"), "--output", str(tmp_path / "out.conllu")])
     (tmp_path / "input.en").write_text("A dog runs.\n", encoding="utf-8")
     with pytest.raises(SystemExit):
         main(["--input", str(tmp_path / "input.en"), "--output", "-"])

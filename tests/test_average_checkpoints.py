@@ -14,6 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, pipeline
 from hf_srcfeat.commands.average_checkpoints import main
+from hf_srcfeat.provenance import code_version
 
 from .helpers import train_briefly
 
@@ -44,6 +45,7 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(run_with_chec
         assert tensor.dtype == first[key].dtype and torch.equal(tensor, expected), key
     record = json.loads((tmp_path / "averaged" / "averaged_from.json").read_text())
     assert [path.split("/")[-1] for path in record["checkpoints"]] == ["checkpoint-250", "checkpoint-270"]
+    assert record["code_version"] == code_version(), "the record says which code averaged"
 
 
 def test_the_averaged_model_loads_and_translates(run_with_checkpoints, test_sentences, tmp_path):

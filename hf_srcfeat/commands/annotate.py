@@ -51,6 +51,8 @@ def read_sentences(path: str) -> list[str]:
         lines = [single_line(line, Path(path), number) for number, line in numbered_lines(Path(path))]
     except ValueError as error:
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
+    if not lines:
+        raise SystemExit(f"hf-srcfeat-annotate: {path} holds no sentence (an empty file); nothing to parse.")
     empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
     if empty:
         raise SystemExit(f"hf-srcfeat-annotate: {path} line {empty[0]} is empty ({len(empty)} empty lines): a parse "

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import output_path, write_json_atomically
 
 if TYPE_CHECKING:  # torch loads when checkpoints are read, not for --help
@@ -173,7 +174,8 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
         save_file({key: tensor.contiguous() for key, tensor in averaged.items()}, writable, metadata={"format": "pt"})
     # Absolute: the record (and a model card made from it) must not depend on where the command ran.
     write_json_atomically(output / "averaged_from.json", {
-        "checkpoints": [str(checkpoint.resolve()) for checkpoint in checkpoints], "method": "mean of the weights"})
+        "checkpoints": [str(checkpoint.resolve()) for checkpoint in checkpoints], "method": "mean of the weights",
+        "code_version": code_version()})
     return output
 
 
