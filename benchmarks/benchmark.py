@@ -21,7 +21,8 @@ the baseline run of the same seed. `benchmarks/benchmark_report.py` turns them i
 
 Every finished run also translates the English sources of the blind test sets (`BLIND_SPLITS`: test_2017_flickr,
 test_2017_mscoco, test_2018_flickr, whose references are held elsewhere) with the test set's decoding settings,
-through `hf-srcfeat-translate`, into `<results_dir>/blind/<system>_seed<k>.<set>.de`. They are scored
+through `hf-srcfeat-translate`, into `<results_dir>/blind/<system>_seed<k>.<set>.de` (their sources are checked
+before any training; `run` translates what a finished run lacks, and `status` says so). They are scored
 independently; nothing here reads a reference of them, and no choice may be made by looking at them.
 """
 
@@ -86,6 +87,9 @@ COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {
     for system, parts in COMPOSED_PARTS.items()
 }
 ALL_SYSTEMS = {**SYSTEMS, **ROBUSTNESS_SYSTEMS, **COMPOSED_SYSTEMS}
+#: The seeds every system of the benchmark is trained with, and the size of its test set (test_2016_flickr), scored whole.
+SEEDS = [1, 2]
+TEST_SENTENCES = 1000
 
 
 #: The denoising autoencoder of `lfe_dae`: the translation model's size and tokenizer, its own budget.
@@ -348,8 +352,8 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
     return {
         "system": system, "model_type": model_type, "seed": seed, "config": training["config"],
         "code_version": training["code_version"], "shared_arguments": shared,
-        "config_overrides": overrides, "data_files": training["data_files"] + [
-            str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in language_pair(args)],
+        "config_overrides": overrides, "data_files": recorded_data_files(training["data_files"], [
+            str(multi30k_file("test_2016_flickr", lang, args.data_dir)) for lang in language_pair(args)]),
         "num_parameters": training["num_parameters"], "torch_threads": args.threads,
         "train_seconds": round(training["train_seconds"], 1), "resumed_from_step": resumed_from_step,
         **({"continued_from": continued_from} if continued_from else {}),
@@ -362,6 +366,11 @@ def run_system(system: str, seed: int, args, tokenizer_dir: Path) -> dict:
         "test": score(beam_hypotheses, references), "test_sentences": len(sources), "test_num_beams": TEST_NUM_BEAMS,
         **pretraining,
     }
+
+
+def recorded_data_files(training_files: list[str], test_files: list[str]) -> list[str]:
+    """The files a run read, each once in the order first read: train.py records the test files it predicts on too."""
+    return list(dict.fromkeys([*training_files, *test_files]))
 
 
 def finished_training(folder: Path, max_steps: int) -> dict | None:
@@ -459,15 +468,35 @@ def blind_output(args, system: str, seed: int, split: str) -> Path:
     return folder / f"{system}_seed{seed}.{split}.{language_pair(args)[1]}"
 
 
+def missing_blind_translations(args, system: str, seed: int) -> list[str]:
+    """The blind sets this run has no translation of yet."""
+    from hf_srcfeat.data.multi30k import BLIND_SPLITS
+
+    return [split for split in BLIND_SPLITS if not blind_output(args, system, seed, split).exists()]
+
+
+def blind_sources(args) -> list[Path]:
+    """The inputs the blind translations read (sources, or their parses with --source_parses), or an error naming the
+    first one missing: checked before any training, so that no run finishes without its blind translations."""
+    from hf_srcfeat.data.multi30k import BLIND_SPLITS, blind_source_file
+
+    try:
+        return [source_parse_file(args, split) if args.source_parses else
+                blind_source_file(split, language_pair(args)[0], args.blind_dir) for split in BLIND_SPLITS]
+    except FileNotFoundError as error:
+        raise SystemExit(f"{error} The blind sets are translated by every run; give --blind_dir (or "
+                         "$HF_SRCFEAT_MULTI30K_BLIND_DIR) with their sources.") from None
+
+
 def write_blind_translations(args, system: str, seed: int) -> list[Path]:
     """Translate the blind sets' sources that this run has no translation of yet, with the test set's decoding
     settings, through the translate command; returns the files written. A run whose model folder is gone cannot
     translate: that is an error naming the folder."""
     from hf_srcfeat.commands import translate as translate_command
-    from hf_srcfeat.data.multi30k import BLIND_SPLITS, blind_source_file
+    from hf_srcfeat.data.multi30k import blind_source_file
 
     folder = args.runs_dir / system / f"seed{seed}"
-    missing = [split for split in BLIND_SPLITS if not blind_output(args, system, seed, split).exists()]
+    missing = missing_blind_translations(args, system, seed)
     if missing and not (folder / "config.json").exists():
         raise FileNotFoundError(f"{system} seed {seed}: no trained model in {folder} to translate the blind sets "
                                 f"{missing} with.")
@@ -502,11 +531,47 @@ def update_json(path: Path, update: Callable[[dict], None], initial: Callable[[]
     return data
 
 
+#: Shared set-up entries that count something (steps, sizes, intervals): a smoke test may shrink them, not below 1.
+POSITIVE_SHARED_ARGUMENTS = ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size", "eval_steps",
+                             "save_steps", "logging_steps", "vocab_size", "d_model", "encoder_layers",
+                             "decoder_layers", "attention_heads", "ffn_dim", "generation_num_beams",
+                             "generation_max_length")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """Refuse, in one line naming the argument, what would otherwise fail late (after hours of training) or slice
+    the test set in a way nobody means (a negative count counts from its end)."""
+    if args.max_test_samples is not None and args.max_test_samples < 1:
+        parser.error(f"--max_test_samples must be at least 1, got {args.max_test_samples}")
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        parser.error(f"--data_dir: {args.data_dir} is not a folder")
+    if not isinstance(args.shared_overrides, dict):
+        parser.error(f"--shared_overrides must be a JSON object, got {args.shared_overrides!r}")
+    for key in POSITIVE_SHARED_ARGUMENTS:
+        value = args.shared_overrides.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            parser.error(f"--shared_overrides: {key} must be a whole number of at least 1, got {value!r}")
+
+
+def check_data(args) -> None:
+    """The Multi30k files every run reads (training, validation, test), or an error naming the first one missing."""
+    from hf_srcfeat.data.multi30k import multi30k_file
+
+    try:
+        for split in ("train", "val", "test_2016_flickr"):
+            for language in language_pair(args):
+                multi30k_file(split, language, args.data_dir)
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(str(error)) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run", "status", "rescore", "significance", "blind"])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(ALL_SYSTEMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
     parser.add_argument("--runs_dir", type=Path, default=REPO / "runs" / "benchmark")
     parser.add_argument("--results_dir", type=Path, default=REPO / "benchmarks" / "results" / "benchmark")
     parser.add_argument("--data_dir", default=None, help="Multi30k folder (default: $HF_SRCFEAT_MULTI30K_DIR)")
@@ -534,6 +599,7 @@ def main(argv: list[str] | None = None) -> None:
         "folder of the blind test sources {set}.<source_lang>.gz (default: $HF_SRCFEAT_MULTI30K_BLIND_DIR, else the Multi30k "
         "folder)"))
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
 
     # The baseline of a seed runs before the other systems of that seed (their significance tests need it).
     order = [(system, seed) for seed in args.seeds for system in
@@ -541,7 +607,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "status":
         for system, seed in order:
             folder = args.runs_dir / system / f"seed{seed}"
-            state = ("done" if result_path(args, system, seed).exists() else
+            blind_missing = missing_blind_translations(args, system, seed)
+            state = ("done" if result_path(args, system, seed).exists() and not blind_missing else
+                     f"scored, but its blind translations are missing ({', '.join(blind_missing)}): the blind command "
+                     "writes them" if result_path(args, system, seed).exists() else
                      f"running or interrupted, last checkpoint {latest_checkpoint(folder).name}" if latest_checkpoint(folder) else "missing")
             print(f"{system:22s} seed {seed}: {state}")
         return
@@ -569,11 +638,18 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("blind translations missing for finished runs whose models are gone:\n" +
                              "\n".join(unavailable))
         return
+    check_data(args)
+    blind_sources(args)
     train.code_version()  # pinned now: the runs record the code this worker imported, not later checkouts
     tokenizer_dir = ensure_tokenizer(args)
     for system, seed in order:
         path = result_path(args, system, seed)
         if path.exists():
+            # A run cut between its result and its blind translations (or scored before they existed) gets them now.
+            if missing_blind_translations(args, system, seed) and (args.runs_dir / system / f"seed{seed}" /
+                                                                   "config.json").exists():
+                for written in write_blind_translations(args, system, seed):
+                    print(f"{system} seed {seed}: wrote {written}", flush=True)
             continue
         baseline_done = result_path(args, "baseline", seed).exists()
         if system != "baseline" and not baseline_done and not args.defer_significance:

@@ -4,6 +4,9 @@
     python -m benchmarks.benchmark_report                  # writes benchmarks/results/benchmark_report.md + .png
     python -m benchmarks.benchmark_report --update_docs   # also rewrites docs/results/benchmark.md's section
 
+`--update_docs` refuses results whose set-up is not the benchmark's (runs with shared_overrides, fewer seeds or
+systems, part of the test set: a smoke test) unless given `--allow_other_setup`.
+
 Every number comes from `benchmarks/results/benchmark/*.json` (written by `benchmarks/benchmark.py`): mean and
 standard deviation over seeds, the difference to the baseline and the paired bootstrap p-values of each seed;
 and from one interleaved speed run of all systems (`benchmarks/benchmark_speed.py --benchmark_systems`,
@@ -358,11 +361,43 @@ def display_path(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
+def setup_differences(by_system: dict[str, list[dict]]) -> list[str]:
+    """How these results' set-up differs from the benchmark's (its shared set-up, every system, every seed, the whole
+    test set); empty when they are the benchmark's."""
+    from benchmarks.benchmark import SEEDS, SHARED_ARGUMENTS, SYSTEMS, TEST_SENTENCES
+
+    results = [r for runs in by_system.values() for r in runs]
+    overridden: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        # The parse files of --source_parses are an input, not a change to the set-up.
+        shared = {key: value for key, value in r["shared_arguments"].items() if not key.endswith("_source_conllu")}
+        for key in shared.keys() | SHARED_ARGUMENTS.keys():
+            if shared.get(key) != SHARED_ARGUMENTS.get(key):
+                overridden[key].add(json.dumps(shared.get(key)))
+    differences = []
+    if overridden:
+        differences.append("trained with shared_overrides (" + ", ".join(
+            f"{key} {' / '.join(sorted(values))}" for key, values in sorted(overridden.items())) + ")")
+    seeds = sorted({r["seed"] for r in results})
+    if not set(SEEDS) <= set(seeds):
+        differences.append(f"seeds {', '.join(map(str, seeds))} (the benchmark's: {', '.join(map(str, SEEDS))})")
+    missing = [system for system in SYSTEMS if system not in by_system]
+    if missing:
+        differences.append(f"no result of {', '.join(missing)}")
+    partial = sorted({r["test_sentences"] for r in results if r.get("test_sentences") != TEST_SENTENCES},
+                     key=str)
+    if partial:
+        differences.append(f"scored on {', '.join(map(str, partial))} test sentences (the benchmark: all "
+                           f"{TEST_SENTENCES})")
+    return differences
+
+
 def hardware(baseline: dict, shared: dict) -> str:
-    """Where the runs trained, and what that means for the speeds in their files."""
+    """Where the runs trained, and what that means for the speeds in their files. How the runs were scheduled (one at
+    a time or side by side) is not in the result files, so it is not stated."""
     if shared.get("use_cpu", True):
-        return ("The training runs themselves are not compared for speed: two ran at a time on this 2-core machine, "
-                "under load that changed from run to run (each result file records its own throughput). "
+        return ("The training runs themselves are not compared for speed: the machine's load may have changed from run "
+                "to run (each result file records its own throughput). "
                 f"{baseline['torch_threads']} torch thread(s) per run")
     precision = "bf16" if shared.get("bf16") else "fp16" if shared.get("fp16") else "fp32"
     return (f"Trained and decoded on one GPU ({baseline['decoding_device']}, {precision}), the runs side by side on "
@@ -460,9 +495,17 @@ def main(argv: list[str] | None = None) -> str:
                         help="results of baselines trained on past the benchmark's budget (benchmark.py "
                              "--continue_from); 'none': not shown")
     parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path, default=DOCS_PAGE)
+    parser.add_argument("--allow_other_setup", action="store_true", help=(
+        "with --update_docs: write the docs page although the results are not the benchmark's set-up (shared_overrides, "
+        "fewer seeds or systems, part of the test set), e.g. into a page of their own"))
     args = parser.parse_args(argv)
     speed_file = None if str(args.speed_results) == "none" else args.speed_results
     by_system = load_results(args.results_dir)
+    differences = setup_differences(by_system) if args.update_docs and not args.allow_other_setup else []
+    if differences:  # checked before anything is written: the docs page publishes the benchmark's results only
+        parser.error(f"--update_docs: {display_path(args.results_dir)} is not the benchmark's set-up: "
+                     f"{'; '.join(differences)}. Pass --allow_other_setup to write {display_path(args.docs_page)} "
+                     "from it anyway.")
     longer_baselines = (load_results(args.longer_budget_dir).get("baseline", [])
                         if str(args.longer_budget_dir) != "none" and args.longer_budget_dir.exists() else [])
     plot = args.output.with_suffix(".png")

@@ -5,8 +5,8 @@
     python -m benchmarks.contrastive_agreement --runs baseline/seed1 deps_san/seed2 --runs_dir runs/benchmark
 
 Writes `benchmarks/results/contrastive_agreement/<system>_seed<k>.tsv` (`score_a<TAB>score_b`: the summed
-log-probability of candidate a and of candidate b) and a `.json` beside it with the model, the command and the code
-version. Which candidate is correct is not known here: accuracy is computed elsewhere, and nothing here may select or
+log-probability of candidate a and of candidate b) and a `.json` beside it with the model, the data folder and a hash
+of its files' contents, the command and the code version. Which candidate is correct is not known here: accuracy is computed elsewhere, and nothing here may select or
 tune on this set.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import sys
@@ -26,11 +27,36 @@ from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ENV = "HF_SRCFEAT_CONTRASTIVE_DIR"
+#: The set's files: the English sources and the two German candidates of each.
+DATA_FILES = ("source.en.gz", "candidate_a.de.gz", "candidate_b.de.gz")
+#: The keys that make a `.json` in the output folder one of this script's records (any other is left out of the index).
+RECORD_KEYS = ("model", "code_version", "items")
 
 
 def read_lines(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in handle]
+
+
+def read_set(data_dir: Path) -> tuple[dict[str, list[str]], str]:
+    """The set's lines per file and a SHA-256 of their text (not of the gzip bytes, which change with recompression),
+    or an error naming the folder or file that is missing."""
+    if not data_dir.is_dir():
+        raise SystemExit(f"--data_dir: {data_dir} is not a folder (the set needs {', '.join(DATA_FILES)}).")
+    missing = [name for name in DATA_FILES if not (data_dir / name).exists()]
+    if missing:
+        raise SystemExit(f"--data_dir: {data_dir} has no {', '.join(missing)}.")
+    lines = {name: read_lines(data_dir / name) for name in DATA_FILES}
+    digest = hashlib.sha256()
+    for name in DATA_FILES:
+        digest.update(name.encode() + b"\0" + "\n".join(lines[name]).encode() + b"\0")
+    return lines, digest.hexdigest()
+
+
+def shown_folder(folder: str | Path) -> str:
+    """The data folder as the index names it: relative to the repository when it sits beside it (../shared/...)."""
+    path = Path(folder).resolve()
+    return f"{os.path.relpath(path, REPO)}/" if path.is_relative_to(REPO.parent) else f"{path}/"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,10 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs:
         parser.error("give --runs (or --index_only)")
     torch.set_num_threads(args.threads)
+    # Every run is checked before the set is read: a mistyped one should not cost the others' scoring.
+    folders = {run: args.runs_dir / run.partition("/")[0] / run.partition("/")[2] for run in args.runs}
+    missing = [f"{run} ({folder})" for run, folder in folders.items() if not (folder / "config.json").exists()]
+    if missing:
+        parser.error(f"--runs: no trained model folder for {', '.join(missing)}")
     data_dir = args.data_dir or Path(os.environ.get(DATA_ENV, REPO.parent / "shared" / "data" /
                                                     "contrastive_agreement_blind"))
-    sources = read_lines(data_dir / "source.en.gz")
-    candidates = {name: read_lines(data_dir / f"candidate_{name}.de.gz") for name in ("a", "b")}
+    lines, data_sha256 = read_set(data_dir)
+    sources = lines["source.en.gz"]
+    candidates = {name: lines[f"candidate_{name}.de.gz"] for name in ("a", "b")}
     if not len(sources) == len(candidates["a"]) == len(candidates["b"]):
         raise SystemExit(f"{data_dir}: the source and candidate files differ in length.")
 
@@ -70,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for run in args.runs:
         system, _, seed = run.partition("/")
-        folder = args.runs_dir / system / seed
-        if not (folder / "config.json").exists():
-            raise SystemExit(f"{folder} is not a trained model folder.")
+        folder = folders[run]
         start = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
@@ -89,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomically(args.output_dir / f"{stem}.tsv", "".join(
             f"{a.total:.4f}\t{b.total:.4f}\n" for a, b in zip(scores["a"], scores["b"], strict=True)))
         write_json_atomically(args.output_dir / f"{stem}.json", {
-            "model": str(folder), **model_record, "items": len(sources),
+            "model": str(folder), **model_record, "items": len(sources), "data_dir": str(data_dir),
+            "data_sha256": data_sha256,
             "score": "sum of the candidate's token log-probabilities",
             "code_version": code_version(), "seconds": round(time.perf_counter() - start, 1),
             "command": "python -m benchmarks.contrastive_agreement " + " ".join(argv if argv is not None
@@ -100,16 +131,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_index(output_dir: Path) -> None:
-    """README.md of the scores folder: one row per scored run, with the model's own test scores where recorded."""
-    rows = []
+    """README.md of the scores folder: one row per scored run, with the model's own test scores where recorded, and the
+    data folder(s) the records name. Other JSON files in the folder (not this script's records) are left out."""
+    rows, folders = [], []
     for record_file in sorted(output_dir.glob("*.json")):
-        record = json.loads(record_file.read_text())
+        try:
+            record = json.loads(record_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS) \
+                or not record_file.with_suffix(".tsv").exists():
+            continue
+        # Records written before the data folder was recorded were scored on the default set.
+        folder = shown_folder(record["data_dir"]) if "data_dir" in record else \
+            "../shared/data/contrastive_agreement_blind/"
+        if folder not in folders:
+            folders.append(folder)
         scores = record.get("run_test_scores") or {}
         rows.append(f"| `{record_file.stem}.tsv` | `{record['model']}` | {scores.get('bleu', '')} | "
                     f"{scores.get('chrf', '')} | {record.get('run_code_version') or ''} | {record['code_version']} |")
+    named = " and ".join(f"`{folder}`" for folder in folders) or "the set in each record's `data_dir`"
     write_text_atomically(output_dir / "README.md",
         "# Blind subject-verb agreement scores\n\n"
-        "Both German candidates of each item of `../shared/data/contrastive_agreement_blind/`, scored by forced "
+        f"Both German candidates of each item of {named}, scored by forced "
         "decoding with a benchmark model: one line per item, `score_a<TAB>score_b`, the summed log-probability of "
         "each candidate. Which candidate is correct is not known here; accuracy is computed elsewhere. Written by "
         "`python -m benchmarks.contrastive_agreement` (its command is in each `.json`).\n\n"

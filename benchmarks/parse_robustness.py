@@ -12,7 +12,8 @@ the test parses. Lemmas and morphological features stay. "No parse": the subword
 default (`MissingFeatureDefaults`: <unk> labels, unknown dependency links). Decoding as the benchmark's test
 (beam 4, at most 64 tokens); each result is written to the output as soon as it is scored, with the code version and
 command that produced it, and a result already there is not computed again. Several processes may add runs to one
-output side by side (each write re-reads it under a lock).
+output side by side (each write re-reads it under a lock). An output holds one set-up (test set, number of sentences,
+corruption seed): adding to it with another is refused, naming what differs, so that its results never mix set-ups.
 """
 
 from __future__ import annotations
@@ -59,13 +60,35 @@ def corrupt(sentence, rate: float, rng: random.Random, labels: dict[str, list[st
     return replace(sentence, words=words)
 
 
+#: The settings an output's results share (recorded at its top level); a run with other settings needs another output.
+SETTINGS = ("test_set", "sentences", "corruption_seed")
+
+
+def setting_differences(recorded: dict, settings: dict) -> str:
+    """'sentences 5 (now 10), corruption_seed 1 (now 7)': the settings the output was made with that differ now."""
+    return ", ".join(f"{name} {recorded[name]} (now {value})" for name, value in settings.items()
+                     if name in recorded and recorded[name] != value)
+
+
+def check_settings(output: Path, recorded: dict, settings: dict) -> None:
+    """Refuse to add results made with other settings to `output`'s: its table would mix them."""
+    different = setting_differences(recorded, settings)
+    if different:
+        raise SystemExit(f"--output {output} holds results made with {different}; give another --output (or remove "
+                         "it) to measure with these settings.")
+
+
 def table(results: dict) -> str:
-    """The README table: BLEU per condition, one row per run with the whole curve, the baseline first."""
+    """The README table: BLEU per condition, one row per run with the whole curve, the baseline first; above it, the
+    test set and how many of its sentences were scored."""
     conditions = [name for entry in results["runs"].values() for name in entry if name not in RUN_FIELDS]
     conditions = list(dict.fromkeys(conditions))  # in the order measured, once each
     heads = [name.replace("_", " ") if not name.startswith("corrupted_")
              else f"{float(name.removeprefix('corrupted_')):.0%} corrupted" for name in conditions]
     lines = ["| run | " + " | ".join(heads) + " |", "|---" * (len(conditions) + 1) + "|"]
+    if "sentences" in results:
+        lines[:0] = [f"BLEU on {results.get('test_set', 'the test set')}, {results['sentences']} sentences, corruption "
+                     f"seed {results.get('corruption_seed', '?')}:", ""]
     for run in sorted(results["runs"], key=run_order):
         entry = results["runs"][run]
         if all(name in entry for name in conditions):
@@ -101,6 +124,15 @@ def main(argv: list[str] | None = None) -> dict:
         return results
     if not args.runs:
         parser.error("--runs is required (or --table)")
+    if any(not 0.0 <= rate <= 1.0 for rate in args.corruption):
+        parser.error(f"--corruption: each rate must lie in [0, 1], got {args.corruption}")
+    if args.max_sentences is not None and args.max_sentences < 1:
+        parser.error(f"--max_sentences must be at least 1, got {args.max_sentences}")
+    # Checked before the data are read and parsed: a mistyped run would otherwise fail as a Hub repo id, late.
+    missing = [run for run in args.runs if not (args.runs_dir / run / "config.json").exists()]
+    if missing:
+        parser.error(f"--runs: no such run folder (with a trained model) under --runs_dir {args.runs_dir}: "
+                     f"{', '.join(missing)}")
 
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -110,6 +142,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     test = load_multi30k("test_2016_flickr", "en", "de", args.data_dir)
     sources, references = list(test["source"])[:args.max_sentences], list(test["target"])[:args.max_sentences]
+    settings = {"test_set": "test_2016_flickr", "sentences": len(sources), "corruption_seed": args.seed}
+    if args.output.exists():  # before the parsing and decoding this output could not take
+        check_settings(args.output, read_json(args.output), settings)
     if args.source_parses:
         parses = list(read_conllu(Path(args.source_parses) / "test_2016_flickr.en.conllu.gz"))[:len(sources)]
     else:
@@ -127,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     code_version = train.code_version()
 
     def initial() -> dict:
-        return {"test_set": "test_2016_flickr", "sentences": len(sources), "corruption_seed": args.seed, "runs": {}}
+        return {**settings, "runs": {}}
 
     def read() -> dict:
         return json.loads(args.output.read_text()) if args.output.exists() else initial()
@@ -148,7 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{run} {condition}: BLEU {scores['bleu']}", flush=True)
 
             def add(results: dict, run=run, condition=condition, model=model, scores=scores) -> None:
-                # Re-read under a lock: another process may have added its runs since this one started.
+                # Re-read under a lock: another process may have added its runs since this one started, or made
+                # the file with other settings.
+                check_settings(args.output, results, settings)
                 entry = results["runs"].setdefault(run, {
                     "model_type": model.config.model_type,
                     "feature_dropout": getattr(model.config, "feature_dropout", {})})

@@ -50,6 +50,7 @@ def test_every_run_writes_a_complete_result_file(tiny_benchmark):
     assert result["system"] == "relevance_self" and result["seed"] == 1
     assert result["config"]["relevance_combine"] == "self_relevance" and result["code_version"]
     assert any(path.endswith("test_2016_flickr.de.gz") for path in result["data_files"])
+    assert len(set(result["data_files"])) == len(result["data_files"]), "each file once"
     for key in ("train_seconds", "train_target_tokens_per_second", "decode_beam4_sentences_per_second",
                 "decode_greedy_sentences_per_second", "num_parameters"):
         assert result[key] > 0, key
@@ -81,6 +82,18 @@ def test_every_finished_run_translates_the_blind_sets_as_it_decodes_the_test_set
     (folder / "results" / "blind" / "baseline_seed1.test_2017_mscoco.de").unlink()
     run(["baseline"], command="blind")
     assert (folder / "results" / "blind" / "baseline_seed1.test_2017_mscoco.de").exists(), "written again"
+
+
+@pytest.mark.slow
+def test_a_rerun_translates_the_blind_sets_a_finished_run_lacks(tiny_benchmark, capsys):
+    folder, run = tiny_benchmark
+    missing = folder / "results" / "blind" / "relevance_self_seed1.test_2018_flickr.de"
+    missing.unlink()  # stands for a run cut after its result was written
+    benchmark.main(["status", "--systems", "relevance_self", "--seeds", "1", "--runs_dir", str(folder / "runs"),
+                    "--results_dir", str(folder / "results")])
+    assert "blind translations are missing (test_2018_flickr)" in capsys.readouterr().out
+    run(["relevance_self"])
+    assert len(missing.read_text(encoding="utf-8").splitlines()) == BLIND_SOURCE_LINES
 
 
 @pytest.mark.slow
@@ -222,7 +235,7 @@ def test_the_report_tabulates_every_system_against_the_baseline_and_plots_the_cu
     readme = folder / "README.md"
     readme.write_text(f"# Results\n{benchmark_report.README_START}\nold\n{benchmark_report.README_END}\nrest\n")
     text = benchmark_report.main(["--results_dir", str(folder / "results"), "--output", str(folder / "report.md"),
-                                  "--update_readme", "--readme", str(readme),
+                                  "--update_readme", "--readme", str(readme), "--allow_other_setup",
                                   "--speed_results", str(folder / "no_speed_run.json"),
                                   "--longer_budget_dir", str(folder / "no_longer_runs")])
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
@@ -381,6 +394,105 @@ def test_runs_on_pre_parsed_sources_side_by_side_with_significance_added_later(
     for split in BLIND_SPLITS:
         output = tmp_path / "results" / "blind" / f"relevance_concat_seed1.{split}.de"
         assert len(output.read_text(encoding="utf-8").splitlines()) == BLIND_SOURCE_LINES
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--max_test_samples", "-995"], "--max_test_samples must be at least 1, got -995"),
+    (["--max_test_samples", "0"], "--max_test_samples must be at least 1, got 0"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--data_dir", "/nonexistent"], "--data_dir: /nonexistent is not a folder"),
+    (["--shared_overrides", '{"max_steps": -1}'], "--shared_overrides: max_steps must be a whole number of at least "
+                                                  "1, got -1"),
+    (["--shared_overrides", '{"d_model": 0.5}'], "--shared_overrides: d_model must be a whole number"),
+    (["--shared_overrides", "[20]"], "--shared_overrides must be a JSON object"),
+])
+def test_impossible_arguments_are_refused_in_one_line_before_anything_runs(tmp_path, capsys, arguments, message):
+    with pytest.raises(SystemExit):
+        # A tokenizer that is not there: were an argument let through, the run would stop at once, not train.
+        benchmark.main(["run", "--systems", "baseline", "--seeds", "1", "--runs_dir", str(tmp_path / "runs"),
+                        "--results_dir", str(tmp_path / "results"), "--tokenizer", str(tmp_path / "no_tokenizer"),
+                        *arguments])
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error, error
+    assert list(tmp_path.iterdir()) == [], "nothing trained or written"
+
+
+def test_a_missing_blind_source_is_named_before_any_system_trains(tmp_path, multi30k_dir):
+    empty = tmp_path / "blind"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match=r"blind test source .*blind/test_2017_flickr.en.gz is missing"):
+        benchmark.main(["run", "--systems", "baseline", "deps_san", "--seeds", "1", "--runs_dir", str(tmp_path / "runs"),
+                        "--results_dir", str(tmp_path / "results"), "--data_dir", str(multi30k_dir),
+                        "--blind_dir", str(empty), "--tokenizer", str(tmp_path / "no_tokenizer"),
+                        "--shared_overrides", json.dumps(TINY)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["blind"], "nothing trained or written"
+
+
+def test_status_says_when_a_scored_run_lacks_blind_translations(tmp_path, capsys):
+    (tmp_path / "results" / "blind").mkdir(parents=True)
+    for system in ("baseline", "deps_san"):
+        (tmp_path / "results" / f"{system}_seed1.json").write_text("{}")
+    for split in BLIND_SPLITS:
+        (tmp_path / "results" / "blind" / f"baseline_seed1.{split}.de").write_text("Ein Hund.\n")
+    for split in BLIND_SPLITS[:2]:
+        (tmp_path / "results" / "blind" / f"deps_san_seed1.{split}.de").write_text("Ein Hund.\n")
+    benchmark.main(["status", "--systems", "baseline", "deps_san", "--seeds", "1", "--runs_dir", str(tmp_path / "runs"),
+                    "--results_dir", str(tmp_path / "results")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("seed 1: done") and lines[0].startswith("baseline ")
+    assert lines[1].startswith("deps_san ") and "done" not in lines[1]
+    assert f"blind translations are missing ({BLIND_SPLITS[2]})" in lines[1]
+
+
+def test_a_result_lists_each_data_file_once_in_the_order_read():
+    training = ["train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz", "test_2016_flickr.en.gz",
+                "test_2016_flickr.de.gz"]
+    assert benchmark.recorded_data_files(training, ["test_2016_flickr.en.gz", "test_2016_flickr.de.gz"]) == training
+    assert benchmark.recorded_data_files(training[:4], ["t.en.gz"]) == [*training[:4], "t.en.gz"]
+
+
+def write_results(folder: Path, systems, seeds, shared: dict, test_sentences: int = 1000) -> None:
+    """Result files with what the set-up check reads (a report needs more)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for system in systems:
+        for seed in seeds:
+            (folder / f"{system}_seed{seed}.json").write_text(json.dumps(
+                {"system": system, "seed": seed, "shared_arguments": shared, "test_sentences": test_sentences}))
+
+
+def test_the_docs_are_not_updated_from_results_of_another_set_up(tmp_path, capsys):
+    from benchmarks import benchmark_report
+
+    results, page = tmp_path / "smoke", tmp_path / "benchmark.md"
+    write_results(results, ["baseline", "deps_san"], [1], {**benchmark.SHARED_ARGUMENTS, "max_steps": 4}, 20)
+    page.write_text(f"# Results\n{benchmark_report.README_START}\npublished\n{benchmark_report.README_END}\n")
+    with pytest.raises(SystemExit):
+        benchmark_report.main(["--results_dir", str(results), "--output", str(tmp_path / "report.md"),
+                               "--update_docs", "--docs_page", str(page)])
+    error = capsys.readouterr().err
+    assert "--update_docs: " in error and "is not the benchmark's set-up: trained with shared_overrides (max_steps 4)" \
+        in error and "seeds 1 (the benchmark's: 1, 2)" in error and "no result of relevance_concat" in error \
+        and "scored on 20 test sentences (the benchmark: all 1000)" in error and "--allow_other_setup" in error, error
+    assert "published" in page.read_text() and not (tmp_path / "report.md").exists(), "nothing written"
+
+
+def test_results_of_every_system_and_seed_in_the_shared_set_up_are_the_benchmarks(tmp_path):
+    from benchmarks import benchmark_report
+
+    pre_parsed = {**benchmark.SHARED_ARGUMENTS, "train_source_conllu": "parses/train.en.conllu.gz"}
+    write_results(tmp_path, [*benchmark.SYSTEMS, *benchmark.COMPOSED_SYSTEMS], benchmark.SEEDS, pre_parsed)
+    assert benchmark_report.setup_differences(benchmark_report.load_results(tmp_path)) == []
+    write_results(tmp_path, ["lfe_dae"], [2], {**pre_parsed, "use_cpu": False})
+    assert benchmark_report.setup_differences(benchmark_report.load_results(tmp_path)) == [
+        "trained with shared_overrides (use_cpu false)"]
+
+
+def test_the_report_claims_nothing_about_how_runs_were_scheduled():
+    from benchmarks import benchmark_report
+
+    text = benchmark_report.hardware({"torch_threads": 1}, benchmark.SHARED_ARGUMENTS)
+    assert "1 torch thread(s) per run" in text
+    assert "two ran at a time" not in text and "2-core" not in text, "the result files do not say so"
 
 
 def test_a_run_that_trained_to_the_end_is_scored_not_retrained(tmp_path):

@@ -4,7 +4,9 @@ reads a model's BLEU per point of parser accuracy off the resulting curve."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -110,3 +112,57 @@ def test_the_table_of_a_missing_results_file_is_an_error_naming_it(tmp_path):
 
     with pytest.raises(SystemExit, match=r"missing.json: cannot read it as JSON"):
         main(["--table", "--output", str(tmp_path / "missing.json")])
+
+
+@pytest.fixture
+def run_folder(tmp_path) -> Path:
+    """A run folder as --runs names them (system/seedK under --runs_dir); the checks below stop before loading it."""
+    folder = tmp_path / "runs" / "baseline" / "seed1"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_adding_to_results_made_with_other_settings_is_refused_naming_them(tmp_path, run_folder, multi30k_dir):
+    from benchmarks.parse_robustness import main
+
+    output = tmp_path / "robustness.json"
+    recorded = {"test_set": "test_2016_flickr", "sentences": 5, "corruption_seed": 1,
+                "runs": {"baseline/seed1": {"model_type": "m", "feature_dropout": {}, "parsed": {"bleu": 1.0}}}}
+    output.write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit, match=r"robustness.json holds results made with sentences 5 \(now 10\), "
+                                         r"corruption_seed 1 \(now 7\)"):
+        main(["--runs", "baseline/seed1", "--runs_dir", str(tmp_path / "runs"), "--data_dir", str(multi30k_dir),
+              "--max_sentences", "10", "--seed", "7", "--output", str(output)])
+    assert json.loads(output.read_text()) == recorded, "the results are left as they were"
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--corruption", "1.5"], r"--corruption: each rate must lie in \[0, 1\], got \[1.5\]"),
+    (["--corruption", "0.1", "-0.1"], r"--corruption: each rate must lie in \[0, 1\]"),
+    (["--max_sentences", "-3"], "--max_sentences must be at least 1, got -3"),
+    (["--max_sentences", "0"], "--max_sentences must be at least 1, got 0"),
+    (["--runs", "baseline/seed9"], r"--runs: no such run folder .*: baseline/seed9"),
+])
+def test_impossible_settings_and_unknown_runs_are_refused_in_one_line(tmp_path, run_folder, capsys, arguments,
+                                                                        message):
+    from benchmarks.parse_robustness import main
+
+    with pytest.raises(SystemExit):
+        main(["--runs", "baseline/seed1", "--runs_dir", str(tmp_path / "runs"),
+              "--output", str(tmp_path / "robustness.json"), *arguments])
+    error = capsys.readouterr().err
+    assert re.search(message, error), error
+    assert "Traceback" not in error and not (tmp_path / "robustness.json").exists()
+
+
+def test_the_table_says_how_many_sentences_were_scored(tmp_path, capsys):
+    from benchmarks.parse_robustness import main
+
+    output = tmp_path / "robustness.json"
+    output.write_text(json.dumps({"test_set": "test_2016_flickr", "sentences": 5, "corruption_seed": 1, "runs": {
+        "baseline/seed1": {"model_type": "m", "feature_dropout": {}, "parsed": {"bleu": 20.0}}}}))
+    main(["--table", "--output", str(output)])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "BLEU on test_2016_flickr, 5 sentences, corruption seed 1:", printed
+    assert printed[-1] == "| baseline seed 1 | 20.00 |"

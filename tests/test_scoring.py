@@ -208,8 +208,80 @@ def test_the_contrastive_script_writes_both_candidates_scores_per_item(model_fol
         assert [float(row[column]) for row in rows] == pytest.approx([score.total for score in expected], abs=1e-3)
     record = json.loads((tmp_path / "out" / "baseline_seed1.json").read_text())
     assert record["items"] == 6 and record["code_version"]
+    assert record["data_dir"] == str(data) and record["data_sha256"] == contrastive_agreement.read_set(data)[1]
     index = (tmp_path / "out" / "README.md").read_text()
     assert "| `baseline_seed1.tsv` |" in index and "Which candidate is correct is not known here" in index
+    assert f"each item of `{data.resolve()}/`" in index and "contrastive_agreement_blind" not in index
+
+
+def write_stand_in_set(folder, multi30k_dir, count: int = 3):
+    """A made-up contrastive set of Multi30k validation pairs (the real set is blind): candidate b is a's neighbour."""
+    import gzip
+
+    from hf_srcfeat.data.multi30k import load_multi30k
+
+    pairs = load_multi30k("val", data_dir=multi30k_dir, limit=count)
+    sources, references = list(pairs["source"]), list(pairs["target"])
+    folder.mkdir()
+    for name, lines in (("source.en", sources), ("candidate_a.de", references),
+                        ("candidate_b.de", references[1:] + references[:1])):
+        with gzip.open(folder / f"{name}.gz", "wt", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+    return folder
+
+
+def test_the_contrastive_sets_hash_follows_its_text_not_its_gzip_bytes(multi30k_dir, tmp_path):
+    import gzip
+
+    from benchmarks import contrastive_agreement
+
+    data = write_stand_in_set(tmp_path / "set", multi30k_dir)
+    lines, digest = contrastive_agreement.read_set(data)
+    assert len(lines["source.en.gz"]) == 3 and len(digest) == 64
+    with gzip.open(data / "candidate_b.de.gz", "wt", encoding="utf-8", compresslevel=1) as handle:
+        handle.write("".join(line + "\n" for line in lines["candidate_b.de.gz"]))
+    assert contrastive_agreement.read_set(data)[1] == digest, "recompressed, same text"
+    with gzip.open(data / "candidate_b.de.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines["candidate_a.de.gz"]))
+    assert contrastive_agreement.read_set(data)[1] != digest
+
+
+def test_the_contrastive_script_names_a_missing_data_folder_or_run_before_scoring(multi30k_dir, tmp_path, capsys):
+    from benchmarks import contrastive_agreement
+
+    run = tmp_path / "runs" / "baseline" / "seed1"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")  # never loaded: the checks come first
+    arguments = ["--runs_dir", str(tmp_path / "runs"), "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=r"--data_dir: .*missing is not a folder"):
+        contrastive_agreement.main(["--runs", "baseline/seed1", "--data_dir", str(tmp_path / "missing"), *arguments])
+    data = write_stand_in_set(tmp_path / "set", multi30k_dir)
+    (data / "candidate_b.de.gz").unlink()
+    with pytest.raises(SystemExit, match=r"--data_dir: .*set has no candidate_b.de.gz"):
+        contrastive_agreement.main(["--runs", "baseline/seed1", "--data_dir", str(data), *arguments])
+    with pytest.raises(SystemExit):  # the runs are checked before the data folder is even looked at
+        contrastive_agreement.main(["--runs", "baseline/seed1", "baseline/seed9", "--data_dir",
+                                    str(tmp_path / "missing"), *arguments])
+    error = capsys.readouterr().err
+    assert "--runs: no trained model folder for baseline/seed9" in error and "Traceback" not in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_contrastive_index_leaves_out_json_files_that_are_not_its_records(tmp_path):
+    from benchmarks import contrastive_agreement
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "baseline_seed1.tsv").write_text("-1.0\t-2.0\n")
+    (out / "baseline_seed1.json").write_text(json.dumps({
+        "model": "runs/benchmark/baseline/seed1", "items": 1, "code_version": "abc", "data_dir": str(tmp_path / "set"),
+        "run_test_scores": {"bleu": 30.3, "chrf": 55.1}}))
+    (out / "accuracy.json").write_text(json.dumps({"baseline_seed1": 0.8}))  # e.g. computed elsewhere
+    (out / "notes.json").write_text("[1, 2]")
+    contrastive_agreement.main(["--index_only", "--output_dir", str(out)])
+    rows = [line for line in (out / "README.md").read_text().splitlines() if line.startswith("| `")]
+    assert rows == ["| `baseline_seed1.tsv` | `runs/benchmark/baseline/seed1` | 30.3 | 55.1 |  | abc |"]
+    assert f"each item of `{(tmp_path / 'set').resolve()}/`" in (out / "README.md").read_text()
 
 
 def test_paired_bootstrap_gives_identical_translations_no_significance_and_counts_what_differs(multi30k_dir):

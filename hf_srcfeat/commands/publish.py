@@ -71,7 +71,7 @@ def run_results(run_dir: Path, benchmark_dir: Path | None, system: str | None) -
                 **against_baseline,
                 "bleu": own["bleu"], "bleu_lowercase": own["bleu_lowercase"], "chrf": own["chrf"],
                 "bleu_signature": own["bleu_signature"], "system": system, "seed": run["seed"],
-                "trained_by": f"python -m benchmarks.benchmark run --systems {system} --seeds {run['seed']}",
+                "trained_by": benchmark_command(system, by_seed[run["seed"]]),
                 "mean_over_seeds": {
                     "seeds": seeds,
                     "bleu": round(statistics.mean(by_seed[seed]["test"]["bleu"] for seed in seeds), 2),
@@ -104,8 +104,23 @@ def results_section(results: dict | None) -> str:
         text += (f" Mean over the benchmark's seeds {', '.join(map(str, mean['seeds']))}: sacreBLEU {mean['bleu']}, "
                  f"chrF {mean['chrf']}; the comparison with the baseline and the other methods is the results "
                  "table of the hf_srcfeat documentation.\n\nThis checkpoint was trained by "
-                 f"`{results['trained_by']}` (the benchmark's shared size, data, optimiser and budget).")
+                 f"`{results['trained_by']}` (the benchmark's shared size, data, optimiser and budget"
+                 f"{', with the overrides named' if '--shared_overrides' in results['trained_by'] else ''}).")
     return text + "\n"
+
+
+def benchmark_command(system: str, result: dict) -> str:
+    """The command that trained a benchmark run, with the shared set-up's settings its result file records otherwise
+    than the benchmark (`--shared_overrides`); the parse files of `--source_parses` are inputs, not settings."""
+    command = f"python -m benchmarks.benchmark run --systems {system} --seeds {result['seed']}"
+    try:  # a source checkout's benchmark (the results it publishes live there too)
+        from benchmarks.benchmark import SHARED_ARGUMENTS
+    except ImportError:
+        return command
+    recorded = result.get("shared_arguments") or {}
+    overrides = {key: recorded.get(key) for key in sorted(recorded.keys() | SHARED_ARGUMENTS.keys())
+                 if recorded.get(key) != SHARED_ARGUMENTS.get(key) and not key.endswith("_source_conllu")}
+    return command + (f" --shared_overrides '{json.dumps(overrides)}'" if recorded and overrides else "")
 
 
 def decoding_settings(setup: dict) -> str:
