@@ -130,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"hf-srcfeat-annotate: {error}") from None
     start = time.perf_counter()
     target = args.output if shards == 1 else shard_path(args.output, shard, shards)
-    comments = [shard_comment(annotator.identity, sentences)] if shards > 1 else []
     long_lines: list[tuple[int, int, int]] = []
     try:
+        # A shard names its parser (whose identity may load it) and its lines: rank 0 merges only this run's shards.
+        comments = [shard_comment(annotator.identity, sentences)] if shards > 1 else []
         try:
             count = write_atomically(annotate_lines(annotator, sentences, shard, shards, args, long_lines), target,
                                      comments)
@@ -226,9 +227,13 @@ def shard_comment(annotator_identity: str, lines: Sequence[str]) -> str:
 
 
 def first_line(path: str) -> str:
-    with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else
-          open(path, encoding="utf-8")) as handle:
-        return handle.readline().rstrip("\n")
+    """The file's first line; empty for a file that is not readable text (not one of this run's shards)."""
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else
+              open(path, encoding="utf-8")) as handle:
+            return handle.readline().rstrip("\n")
+    except (OSError, EOFError, UnicodeDecodeError):
+        return ""
 
 
 def merge_shards(output: str, shards: int, timeout: float, lines: list[str], input_name: str,
