@@ -13,17 +13,24 @@ from pathlib import Path
 @functools.cache
 def code_version() -> str:
     """Git commit of the code this process runs, taken at the first call (a long benchmark worker keeps the
-    code it imported even when the checkout moves on), with '+dirty' when tracked files of the library, the
-    benchmarks (their results aside), the examples, the training scripts or pyproject.toml had uncommitted changes;
-    $HF_SRCFEAT_CODE_VERSION where set, else 'unknown', outside a git checkout."""
+    code it imported even when the checkout moves on), with '+dirty' when the library, the benchmarks (their results
+    aside), the examples, the training scripts or pyproject.toml had uncommitted changes or new files;
+    $HF_SRCFEAT_CODE_VERSION where set, else 'unknown', outside a git checkout of hf_srcfeat (a copy inside
+    another repository is not that repository's commit)."""
     if os.environ.get("HF_SRCFEAT_CODE_VERSION"):  # a copy of a commit without its git folder (e.g. a GPU machine)
         return os.environ["HF_SRCFEAT_CODE_VERSION"]
     here = Path(__file__).resolve().parent
+    # --no-optional-locks: reading the version never rewrites the checkout's index
+    git = ["git", "--no-optional-locks"]
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+        top = subprocess.run([*git, "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        if Path(top).resolve() != here.parent:
+            return "unknown"
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                                 check=True).stdout.strip()
         # Result files written by the measurement scripts themselves do not make the code dirty.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)hf_srcfeat",
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=normal", "--", ":(top)hf_srcfeat",
                                 ":(top)benchmarks", ":(top)examples", ":(top)training", ":(top)pyproject.toml",
                                 ":(exclude,top)benchmarks/results"],
                                cwd=here, capture_output=True, text=True, check=True).stdout.strip()

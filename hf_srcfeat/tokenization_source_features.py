@@ -138,9 +138,9 @@ class SourceFeatureTokenizer(TokenizersBackend):
         for name in file_names:  # truncation and padding are per call, never a property of the saved tokenizer
             if Path(name).name.endswith("tokenizer.json"):
                 state = json.loads(Path(name).read_text(encoding="utf-8"))
-                if state.get("truncation") or state.get("padding"):
-                    state["truncation"], state["padding"] = None, None
-                    write_json_atomically(name, state, ensure_ascii=False)
+                state["truncation"], state["padding"] = None, None
+                # Always written again: the same tokenizer gives the same bytes, whatever calls it served before
+                write_json_atomically(name, state, ensure_ascii=False)
         if self.feature_vocabularies is None:
             return file_names
         path = Path(save_directory, (filename_prefix + "-" if filename_prefix else "") + FEATURE_VOCAB_FILE)

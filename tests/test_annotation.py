@@ -242,6 +242,7 @@ def test_sharded_annotation_merges_into_what_one_process_writes(stanza_annotator
               "--report_json", str(tmp_path / "report.json")])
     reports = [json.loads((tmp_path / f"report.shard-{shard}-of-2.json").read_text()) for shard in (0, 1)]
     assert [report["sentences"] for report in reports] == [13, 12], "each shard reports its own part"
+    assert reports[1]["output"].endswith("sharded.conllu.shard-1-of-2.gz") and reports[1]["code_version"]
     whole = list(read_conllu(tmp_path / "whole.conllu.gz"))
     assert list(read_conllu(tmp_path / "sharded.conllu.gz")) == whole and len(whole) == lines
     assert gzip_header_name(tmp_path / "sharded.conllu.gz") == b"sharded.conllu", "its own name, not a temporary one"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from datasets import Dataset
@@ -156,7 +157,7 @@ def test_the_training_command_reports_skipped_pairs_and_refuses_them_beside_alig
 
 
 @pytest.mark.slow
-def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_data(en_fr, tmp_path):
+def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_data(en_fr, tmp_path, monkeypatch):
     """The corpus lives in Arrow files on disk and its tokenization is cached beside them: a second run reads the
     cache files the first one wrote instead of tokenizing again."""
     import os
@@ -176,6 +177,28 @@ def test_a_second_run_over_the_same_corpus_and_tokenizer_reuses_the_tokenized_da
     train.main(TINY_RUN + corpus + ["--output_dir", str(tmp_path / "third"), "--do_train",
                                     "--tokenizer_name_or_path", str(tmp_path / "tokenizer")])
     assert {path: os.stat(path).st_mtime_ns for path in cached} == written, "read, not written again"
+    # ... unless the code that encodes has changed: its content is part of the encoding's fingerprint
+    monkeypatch.setattr(train, "encoding_code_digest", lambda: "changed-code")
+    changed = train.main(TINY_RUN + corpus + ["--output_dir", str(tmp_path / "changed"), "--do_train",
+                                              "--tokenizer_name_or_path", str(tmp_path / "tokenizer")])
+    assert changed["tokenized_cache_files"]["train"] != cached, "encoded again"
+
+
+def test_the_encoding_code_digest_follows_the_content_of_the_modules_that_encode(tmp_path):
+    import shutil
+
+    from hf_srcfeat.commands import train
+
+    root = Path(train.__file__).resolve().parents[2]
+    for module in train.ENCODING_MODULES:
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / module, tmp_path / module)
+    assert train.encoding_code_digest(tmp_path) == train.encoding_code_digest(root)
+    copied = tmp_path / "moved"
+    shutil.copytree(tmp_path / "hf_srcfeat", copied / "hf_srcfeat")
+    with open(copied / train.ENCODING_MODULES[-1], "a") as module:
+        module.write("\n# changed\n")
+    assert train.encoding_code_digest(copied) != train.encoding_code_digest(root)
 
 
 def test_source_parses_in_a_json_lines_field_train_without_stanza_and_are_checked(en_fr, stanza_annotator, tmp_path):

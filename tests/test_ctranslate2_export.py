@@ -264,6 +264,7 @@ def test_force_replaces_an_earlier_exports_files_both_ways_and_keeps_the_users_o
     assert len(CTranslate2Translator(output, intra_threads=1).translate(test_sentences[:2], num_beams=1,
                                                                         max_new_tokens=4)) == 2
     settings = json.loads((output / "hf_srcfeat_export.json").read_text())
+    assert settings["code_version"] and settings["ctranslate2_version"], "which code exported, for which runtime"
     assert sorted(path.name for path in output.iterdir()) == sorted([*settings["files"], "notes.txt"])
     assert not (output / "shared_vocabulary.json").exists() and (output / "source_1_vocabulary.json").exists()
     # An export from before exports listed their files, holding a stale wrapped-tokenizer settings file.

@@ -123,6 +123,7 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
     pretrain_dae.main(resumable)
     resumed = pretrain_dae.main([*resumable, "--max_steps", "4", "--resume_from_checkpoint", "True"])
     assert max(entry["step"] for entry in resumed["log_history"]) == 4, "went on from checkpoint-3"
+    assert resumed["resumed_from"] == str((tmp_path / "resumed" / "checkpoint-3").resolve())
     assert [earlier["global_step"] for earlier in resumed["earlier_results"]] == [3], "the first run's results kept"
     assert set(resumed["earlier_results"][0]["reconstruction"]) == {"bleu_from_corrupted", "bleu_from_original"}
     with pytest.raises(SystemExit, match="is another model than this run builds: --d_model 32"):

@@ -244,6 +244,10 @@ def test_a_loaded_tokenizer_saved_again_records_nothing_about_how_it_was_loaded(
     saved = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
     assert not {"is_local", "local_files_only"} & set(saved), "a Hub repository's config is not 'local'"
     assert saved["annotator_settings"] == feature_tokenizer.annotator_settings
+    feature_tokenizer(["A dog runs."], truncation=True, max_length=4)  # a call that sets truncation on the backend
+    feature_tokenizer.save_pretrained(tmp_path / "after_a_call")
+    assert (tmp_path / "after_a_call" / "tokenizer.json").read_bytes() == \
+        (tmp_path / "first" / "tokenizer.json").read_bytes(), "the same tokenizer, the same bytes"
 
 
 def test_a_tokenizer_saved_before_morphological_features_encodes_without_them(feature_tokenizer, tmp_path):

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForSeq2SeqLM
@@ -46,6 +47,10 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
     assert saved["test_setup"]["no_repeat_ngram_size"] == 3, "the decoding options are recorded with the scores"
     assert json.loads((output_dir / "generation_config.json").read_text())["no_repeat_ngram_size"] == 3
     assert saved["test_setup"]["early_stopping"] is True
+    # What ran: the training arguments, the libraries, the data files by absolute path
+    assert saved["training_args"]["learning_rate"] == 3e-3 and saved["resumed_from"] is None
+    assert set(saved["library_versions"]) >= {"torch", "transformers", "datasets", "sacrebleu"}
+    assert all(Path(path).is_absolute() for path in saved["data_files"])
 
 
 def test_train_script_refuses_to_write_into_a_non_empty_output_dir(multi30k_dir, tmp_path):

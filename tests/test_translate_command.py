@@ -188,6 +188,7 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
     assert (statistics["sentences"], statistics["translated"], statistics["empty"], statistics["failed"]) == \
         (4, 3, 1, 0)
     assert statistics["parse_seconds"] > 0 and statistics["translate_seconds"] > 0 and statistics["parsed"] is True
+    assert statistics["code_version"], "which code translated"
     assert statistics["arguments"]["num_beams"] == 4
     assert (statistics["arguments"]["device"], statistics["arguments"]["buffer_size"]) == ("cpu", 1000), \
         "what was used, not auto and unset"

@@ -36,6 +36,7 @@ from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device, used_cache_path
 from hf_srcfeat.conllu import read_conllu, write_conllu
 from hf_srcfeat.data.corpora import numbered_lines, single_line
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
 
 #: Seconds shard 0 waits for the others before giving up, and between its messages about the wait.
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         named = Path(args.report_json)
         report = named if shards == 1 else named.with_name(f"{named.stem}.shard-{shard}-of-{shards}{named.suffix}")
         write_json_atomically(report, {
-            "input": args.input, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
+            "code_version": code_version(), "input": args.input, "output": target, "language": annotator.language,
+            "annotator": args.annotator, "batch_size": args.batch_size, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
             "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
             "long_lines": [{"line": line, "characters": characters, "pieces": pieces}
                            for line, characters, pieces in long_lines],

@@ -27,6 +27,7 @@ the last `--max_eval_samples` training sentences are held out for it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         trainer = SrcFeatSeq2SeqTrainer(**trainer_options)
     results: dict = {"code_version": train.code_version(), "dae_args": asdict(args), "seed": training_args.seed,
+                     "training_args": json.loads(training_args.to_json_string()),
+                     "resumed_from": str(Path(resumed_from).resolve()) if resumed_from else None,
+                     "library_versions": train.library_versions(),
                      "data_files": data_files, "sentences": len(sentences), "config": model.config.to_dict(),
                      "num_parameters": model.num_parameters()}
     start = time.monotonic()

@@ -714,14 +714,32 @@ def conllu_rows(path: str, limit: int):
 #: Raise when the stored encoding changes, so that cached encodings of older code are not reused.
 STORAGE_FORMAT = 1
 
+#: The modules whose code makes a stored encoding (this one holds the `tokenize` step): their content is part of the
+#: encoding's fingerprint, so that changed code never reads an encoding of other code from the datasets cache.
+ENCODING_MODULES = ("hf_srcfeat/commands/train.py", "hf_srcfeat/tokenization_source_features.py",
+                    "hf_srcfeat/tokenization_pretrained_source_features.py", "hf_srcfeat/feature_vocabulary.py",
+                    "hf_srcfeat/annotated_sentence.py", "hf_srcfeat/parse_phrases.py", "hf_srcfeat/dependency_tree.py",
+                    "hf_srcfeat/data/user_factors.py", "hf_srcfeat/subword_training.py")
+
+
+@functools.cache
+def encoding_code_digest(root: Path | None = None) -> str:
+    """A digest of the ENCODING_MODULES' content under `root` (default: where hf_srcfeat is imported from, a
+    checkout or an installed package)."""
+    root = root or Path(hf_srcfeat.__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for module in ENCODING_MODULES:
+        digest.update(module.encode() + b"\0" + (root / module).read_bytes())
+    return digest.hexdigest()[:16]
+
 
 def tokenization_fingerprint(data, tokenizer, data_args: DataArguments) -> str:
     """What the tokenized split depends on, named explicitly: the split (its datasets fingerprint), the tokenizer's
-    vocabularies, the lengths, and the parser when the split is parsed here. The same on every rank and in every
+    vocabularies, the lengths, the code that encodes, and the parser when the split is parsed here. The same on every rank and in every
     run, whether the tokenizer was just trained or loaded (datasets' own hash of the function would differ), so the
     ranks share one cached encoding and a second run reuses it."""
     parts = [data._fingerprint, tokenizer.fingerprint(), str(data_args.max_source_length),
-             str(data_args.max_target_length), f"storage={STORAGE_FORMAT}"]
+             str(data_args.max_target_length), f"storage={STORAGE_FORMAT}", f"code={encoding_code_digest()}"]
     if PARSE_COLUMN not in data.column_names:
         parts.append(tokenizer.annotator.identity)
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
@@ -1529,10 +1547,15 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         "data_args": asdict(data_args),
         "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
                                   for name, data in tokenized.items()},
-        "data_files": [origin for corpus in corpora.all for origin in corpus.origin]
-        + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
-                                 *(data_args.test_source_conllu or ())) if conllu],
+        # Files by absolute path (where the command ran is not recorded); a dataset's splits by name.
+        "data_files": [str(Path(origin).resolve()) if Path(origin).is_file() else origin for origin in
+                       [origin for corpus in corpora.all for origin in corpus.origin]
+                       + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
+                                                *(data_args.test_source_conllu or ())) if conllu]],
         "seed": training_args.seed,
+        "training_args": json.loads(training_args.to_json_string()),
+        "resumed_from": str(Path(resumed_from).resolve()) if resumed_from else None,
+        "library_versions": library_versions(),
         "train_examples": len(train_set) if train_set is not None else None,
         "skipped_empty_pairs": skipped_empty,
         "num_parameters": model.num_parameters(),
@@ -1614,6 +1637,15 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
 #: must share, and what else the options set.
 MODEL_SHAPING_ARGUMENTS = {**dict(RESUMED_SETTINGS), "dropout": "dropout", "label_smoothing": "label_smoothing",
                            "layernorm_position": "layernorm_position", "vocab_size": "vocab_size"}
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of the libraries a run's numbers depend on (Transformers' is also in the config)."""
+    import datasets
+    import sacrebleu
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "datasets": datasets.__version__,
+            "sacrebleu": sacrebleu.__version__}
 
 
 def recorded_model_arguments(model_args: ModelArguments, config) -> dict:

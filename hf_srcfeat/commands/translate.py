@@ -53,6 +53,7 @@ from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
 from hf_srcfeat.feature_vocabulary import UNK_ID
 from hf_srcfeat.process_memory import keep_freed_memory
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import (
     is_special_file,
     overwritten_input,
@@ -681,7 +682,8 @@ def translate_files(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(f"hf-srcfeat-translate: {statistics.summary()}", file=sys.stderr)
     if args.report_json:
-        write_json_atomically(args.report_json, {"arguments": vars(args), **asdict(statistics)})
+        write_json_atomically(args.report_json, {"code_version": code_version(), "arguments": vars(args),
+                                                 **asdict(statistics)})
     if statistics.failed and not statistics.translated:
         print(f"hf-srcfeat-translate: nothing was translated: every one of the {statistics.failed} non-empty "
               "sentences failed (see above).", file=sys.stderr)

@@ -192,6 +192,12 @@ LEGACY_EXPORT_FILES = ("model.bin", "config.json", "vmap.txt", CONFIG_FILE, "tok
                        "added_tokens.json", "chat_template.jinja", "checkpoint_tokenizer")
 
 
+def ctranslate2_version() -> str:
+    import ctranslate2
+
+    return ctranslate2.__version__
+
+
 def overwritten_model(model_path: str | os.PathLike, output_dir: str | os.PathLike) -> str | None:
     """Why writing an export into `output_dir` would write over the model folder `model_path` (it is that folder, or
     holds it), else None."""
@@ -242,6 +248,7 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
     import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
+    from hf_srcfeat.provenance import code_version
     from hf_srcfeat.tokenization_pretrained_source_features import load_tokenizer
 
     output = Path(output_dir)
@@ -294,7 +301,8 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
         tokenizer.save_pretrained(staging)  # the translator encodes raw text with it (and its annotator)
         local = Path(model_path).is_dir()
         write_json_atomically(staging / CONFIG_FILE,
-            {"exported_from": str(Path(model_path).resolve()) if local else model_path,
+            {"code_version": code_version(), "ctranslate2_version": ctranslate2_version(),
+             "exported_from": str(Path(model_path).resolve()) if local else model_path,
              "model_type": model.config.model_type, "quantization": quantization,
              "max_position_embeddings": model.config.max_position_embeddings, "source_factors": factors,
              # a target language token the model's generation config forces first (NLLB, mBART-50): a target prefix
