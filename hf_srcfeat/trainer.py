@@ -14,6 +14,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, TrainerCallback
 
 from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
+from .provenance import code_version
 from .safe_writing import write_json_atomically
 
 #: Written into each checkpoint: the training seconds up to it, so that a resumed run's time adds up.
@@ -83,8 +84,8 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
 
 
 class TrainingTimeCallback(TrainerCallback):
-    """Counts the seconds spent training across resumptions: each checkpoint records the total so far, and a run
-    resumed from it starts from that total."""
+    """Counts the seconds spent training across resumptions: each checkpoint records the total so far (and the code
+    version that trained), and a run resumed from it starts from that total."""
 
     def __init__(self, resumed_from: str | Path | None = None):
         self.earlier = earlier_training_seconds(resumed_from)
@@ -101,7 +102,9 @@ class TrainingTimeCallback(TrainerCallback):
         if state.is_world_process_zero:
             folder = Path(args.output_dir, f"checkpoint-{state.global_step}")
             if folder.is_dir():
-                write_json_atomically(folder / TRAINING_TIME_FILE, {"train_seconds": self.seconds})
+                # With the code that trained up to here: a run resumed with other code records both.
+                write_json_atomically(folder / TRAINING_TIME_FILE, {"train_seconds": self.seconds,
+                                                                    "code_version": code_version()})
 
 
 def earlier_training_seconds(checkpoint: str | Path | None) -> float:
@@ -110,6 +113,14 @@ def earlier_training_seconds(checkpoint: str | Path | None) -> float:
     if path is None or not path.exists():
         return 0.0
     return float(json.loads(path.read_text())["train_seconds"])
+
+
+def checkpoint_code_version(checkpoint: str | Path | None) -> str | None:
+    """The code version that trained up to a checkpoint (None where it has no record of it)."""
+    path = Path(checkpoint, TRAINING_TIME_FILE) if checkpoint else None
+    if path is None or not path.exists():
+        return None
+    return json.loads(path.read_text()).get("code_version")
 
 
 logger = logging.getLogger("hf_srcfeat.train")

@@ -15,6 +15,7 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_srcfeat.commands import train
+from hf_srcfeat.provenance import code_version
 
 from .helpers import REPO
 
@@ -51,6 +52,7 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
     assert saved["training_args"]["learning_rate"] == 3e-3 and saved["resumed_from"] is None
     assert set(saved["library_versions"]) >= {"torch", "transformers", "datasets", "sacrebleu"}
     assert all(Path(path).is_absolute() for path in saved["data_files"])
+    assert saved["resolved_paths"]["stanza_dir"] == os.environ["HF_SRCFEAT_STANZA_DIR"], "set by the environment"
 
 
 def test_train_script_refuses_to_write_into_a_non_empty_output_dir(multi30k_dir, tmp_path):
@@ -450,6 +452,8 @@ def test_a_resumed_run_keeps_its_history_and_time_and_refuses_another_model_or_a
     assert not list(run.glob("test*_predictions.txt")), "the first model's translations do not stay beside the new one"
     saved = json.loads((run / "results.json").read_text())
     assert saved["earlier_results"][0]["global_step"] == 2
+    assert saved["resumed_from"] == str((run / "checkpoint-2").resolve())
+    assert saved["resumed_from_code_version"] == code_version(), "the code that trained up to the checkpoint"
 
     # Another model, or another run's checkpoint without its vocabulary: refused before anything is written.
     checkpoint = str(run / "checkpoint-4")

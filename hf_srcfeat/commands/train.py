@@ -21,6 +21,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -45,8 +46,9 @@ from transformers import (
 
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.annotation_cache import check_cache_path
+from hf_srcfeat.annotation_cache import check_cache_path, default_cache_path
 from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS, AnnotatorLoadError
+from hf_srcfeat.annotator_stanza import STANZA_DIR_ENV
 from hf_srcfeat.annotators import make_annotator as make_named_annotator
 from hf_srcfeat.commands import check_model_source, error_summary, resolve_device, run_as_script
 from hf_srcfeat.commands.train_arguments import HELP_ALL, DataArguments, ModelArguments
@@ -90,6 +92,7 @@ from hf_srcfeat.trainer import (
     MetricsReport,
     SrcFeatSeq2SeqTrainer,
     TrainingTimeCallback,
+    checkpoint_code_version,
     metrics_line,
     with_perplexity,
 )
@@ -1555,7 +1558,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         "seed": training_args.seed,
         "training_args": json.loads(training_args.to_json_string()),
         "resumed_from": str(Path(resumed_from).resolve()) if resumed_from else None,
+        "resumed_from_code_version": checkpoint_code_version(resumed_from) if resumed_from else None,
         "library_versions": library_versions(),
+        # The folders the options left to their environment variables or defaults
+        "resolved_paths": {"annotation_cache": str(data_args.annotation_cache or default_cache_path()),
+                           "stanza_dir": data_args.stanza_dir or os.environ.get(STANZA_DIR_ENV)},
         "train_examples": len(train_set) if train_set is not None else None,
         "skipped_empty_pairs": skipped_empty,
         "num_parameters": model.num_parameters(),
