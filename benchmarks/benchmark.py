@@ -87,7 +87,8 @@ COMPOSED_SYSTEMS: dict[str, tuple[str, dict]] = {
     for system, parts in COMPOSED_PARTS.items()
 }
 ALL_SYSTEMS = {**SYSTEMS, **ROBUSTNESS_SYSTEMS, **COMPOSED_SYSTEMS}
-#: The seeds every system of the benchmark is trained with, and the size of its test set (test_2016_flickr), scored whole.
+#: The seeds every system of the benchmark is trained with, and the size of its test set (test_2016_flickr), scored
+#: whole.
 SEEDS = [1, 2]
 TEST_SENTENCES = 1000
 

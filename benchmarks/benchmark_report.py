@@ -496,8 +496,8 @@ def main(argv: list[str] | None = None) -> str:
                              "--continue_from); 'none': not shown")
     parser.add_argument("--docs_page", "--readme", dest="docs_page", type=Path, default=DOCS_PAGE)
     parser.add_argument("--allow_other_setup", action="store_true", help=(
-        "with --update_docs: write the docs page although the results are not the benchmark's set-up (shared_overrides, "
-        "fewer seeds or systems, part of the test set), e.g. into a page of their own"))
+        "with --update_docs: write the docs page although the results are not the benchmark's set-up "
+        "(shared_overrides, fewer seeds or systems, part of the test set), e.g. into a page of their own"))
     args = parser.parse_args(argv)
     speed_file = None if str(args.speed_results) == "none" else args.speed_results
     by_system = load_results(args.results_dir)

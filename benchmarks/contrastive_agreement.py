@@ -6,8 +6,8 @@
 
 Writes `benchmarks/results/contrastive_agreement/<system>_seed<k>.tsv` (`score_a<TAB>score_b`: the summed
 log-probability of candidate a and of candidate b) and a `.json` beside it with the model, the data folder and a hash
-of its files' contents, the command and the code version. Which candidate is correct is not known here: accuracy is computed elsewhere, and nothing here may select or
-tune on this set.
+of its files' contents, the command and the code version. Which candidate is correct is not known here: accuracy is
+computed elsewhere, and nothing here may select or tune on this set.
 """
 
 from __future__ import annotations

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from typing import IO
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
 from .data.errors import DataError
@@ -123,19 +122,23 @@ def conllu_lines(sentence: AnnotatedSentence) -> list[str]:
     return [*lines, ""]
 
 
-def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike, compress: bool | None = None,
-                 comments: Sequence[str] = (), name: str | None = None) -> int:
-    """Write sentences as a CoNLL-U file, gzip when `compress` (default: when the name ends in .gz), after the
-    comment lines `comments` (each starting with #); returns how many sentences were written. `name`: the file name
-    the gzip header records (a file written under a temporary name records the final one)."""
+def write_conllu(sentences: Iterable[AnnotatedSentence], path: str | os.PathLike, compress: bool | None = None
+                 ) -> int:
+    """Write sentences as a CoNLL-U file, gzip when `compress` (default: when the name ends in .gz); returns how
+    many were written."""
     compress = str(path).endswith(".gz") if compress is None else compress
+    opener = gzip.open if compress else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        return write_conllu_lines(sentences, handle)
+
+
+def write_conllu_lines(sentences: Iterable[AnnotatedSentence], handle: IO[str], comments: Sequence[str] = ()) -> int:
+    """Write sentences as CoNLL-U into an open text file, after the comment lines `comments` (each starting with #);
+    returns how many sentences were written."""
+    for comment in comments:
+        handle.write(comment + "\n")
     count = 0
-    with open(path, "wb") as raw, \
-            gzip.GzipFile(filename=name or Path(path).name, mode="wb", fileobj=raw) if compress else raw as binary, \
-            io.TextIOWrapper(binary, encoding="utf-8", newline="\n") as handle:
-        for comment in comments:
-            handle.write(comment + "\n")
-        for sentence in sentences:
-            handle.write("\n".join(conllu_lines(sentence)) + "\n")
-            count += 1
+    for sentence in sentences:
+        handle.write("\n".join(conllu_lines(sentence)) + "\n")
+        count += 1
     return count

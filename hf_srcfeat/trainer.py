@@ -107,20 +107,21 @@ class TrainingTimeCallback(TrainerCallback):
                                                                     "code_version": code_version()})
 
 
+def checkpoint_training_record(checkpoint: str | Path | None) -> dict:
+    """What a checkpoint recorded of its training (TRAINING_TIME_FILE): empty for none, or one written before."""
+    path = Path(checkpoint, TRAINING_TIME_FILE) if checkpoint else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+
 def earlier_training_seconds(checkpoint: str | Path | None) -> float:
     """The training seconds a checkpoint recorded (0 for none, or one written before they were recorded)."""
-    path = Path(checkpoint, TRAINING_TIME_FILE) if checkpoint else None
-    if path is None or not path.exists():
-        return 0.0
-    return float(json.loads(path.read_text())["train_seconds"])
+    record = checkpoint_training_record(checkpoint)
+    return float(record["train_seconds"]) if record else 0.0
 
 
 def checkpoint_code_version(checkpoint: str | Path | None) -> str | None:
     """The code version that trained up to a checkpoint (None where it has no record of it)."""
-    path = Path(checkpoint, TRAINING_TIME_FILE) if checkpoint else None
-    if path is None or not path.exists():
-        return None
-    return json.loads(path.read_text()).get("code_version")
+    return checkpoint_training_record(checkpoint).get("code_version")
 
 
 logger = logging.getLogger("hf_srcfeat.train")

@@ -34,10 +34,10 @@ from hf_srcfeat.annotation_cache import AnnotationCacheError, check_cache_path
 from hf_srcfeat.annotator import AnnotatorLoadError, join_pieces, split_long_text
 from hf_srcfeat.annotators import ANNOTATORS, make_annotator
 from hf_srcfeat.commands import check_counts, resolve_device, used_cache_path
-from hf_srcfeat.conllu import read_conllu, write_conllu
+from hf_srcfeat.conllu import read_conllu, write_conllu_lines
 from hf_srcfeat.data.corpora import numbered_lines, single_line
 from hf_srcfeat.provenance import code_version
-from hf_srcfeat.safe_writing import output_path, overwritten_input, write_json_atomically
+from hf_srcfeat.safe_writing import overwritten_input, replaced_atomically, write_json_atomically
 
 #: Seconds shard 0 waits for the others before giving up, and between its messages about the wait.
 DEFAULT_MERGE_TIMEOUT = 2 * 3600
@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         report = named if shards == 1 else named.with_name(f"{named.stem}.shard-{shard}-of-{shards}{named.suffix}")
         write_json_atomically(report, {
             "code_version": code_version(), "input": args.input, "output": target, "language": annotator.language,
-            "annotator": args.annotator, "batch_size": args.batch_size, "sentences": count, "seconds": round(seconds, 2), "num_proc": args.num_proc,
+            "annotator": args.annotator, "batch_size": args.batch_size, "sentences": count,
+            "seconds": round(seconds, 2), "num_proc": args.num_proc,
             "shard": shard, "num_shards": shards, "device": args.device, "annotator_identity": annotator.identity,
             "long_lines": [{"line": line, "characters": characters, "pieces": pieces}
                            for line, characters, pieces in long_lines],
@@ -212,9 +213,8 @@ def shard_path(output: str, shard: int, shards: int) -> str:
 
 def write_atomically(parses, target: str, comments: Sequence[str] = ()) -> int:
     """Write whole or not at all (hf_srcfeat.safe_writing), so a file that exists is complete."""
-    with output_path(target) as writable:
-        return write_conllu(parses, writable, compress=target.endswith(".gz"), comments=comments,
-                            name=Path(target).name)
+    with replaced_atomically(target) as handle:
+        return write_conllu_lines(parses, handle, comments)
 
 
 #: The first line of a shard file: which parser and which lines of the input it holds.

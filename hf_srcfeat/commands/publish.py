@@ -35,6 +35,7 @@ import yaml
 
 from hf_srcfeat.commands import run_as_script
 from hf_srcfeat.commands.average_checkpoints import checkpoint_step
+from hf_srcfeat.integrations.ctranslate2 import is_export
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 
@@ -345,8 +346,7 @@ def check_run_folder(run_dir: Path) -> None:
     if not run_dir.is_dir():
         raise SystemExit(f"hf-srcfeat-publish: run_dir {run_dir}: no such folder here (publishing reads a trained "
                          "model folder and its results.json; a Hub id is not one).")
-    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE; that module loads torch).
-    if (run_dir / "hf_srcfeat_export.json").is_file():
+    if is_export(run_dir):
         raise SystemExit(f"hf-srcfeat-publish: run_dir {run_dir} is a CTranslate2 export (hf-srcfeat-export-ct2); "
                          "publish the Transformers model it was exported from.")
 

@@ -39,6 +39,7 @@ from hf_srcfeat.commands.translate import (
     read_raw_lines,
     without_transformers_progress_bars,
 )
+from hf_srcfeat.integrations.ctranslate2 import is_export
 from hf_srcfeat.safe_writing import overwritten_input, write_text_atomically
 
 
@@ -102,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_counts(parser, args, ("batch_size",))
     check_model_source(args.model)
-    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE), as the translate command checks.
-    if Path(args.model, "hf_srcfeat_export.json").is_file():
+    if is_export(args.model):
         parser.error(f"--model {args.model} is a CTranslate2 export (hf-srcfeat-export-ct2); score with the "
                      "Transformers model it was exported from.")
     if args.output != "-" and Path(args.output).is_dir():

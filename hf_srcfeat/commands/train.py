@@ -738,9 +738,9 @@ def encoding_code_digest(root: Path | None = None) -> str:
 
 def tokenization_fingerprint(data, tokenizer, data_args: DataArguments) -> str:
     """What the tokenized split depends on, named explicitly: the split (its datasets fingerprint), the tokenizer's
-    vocabularies, the lengths, the code that encodes, and the parser when the split is parsed here. The same on every rank and in every
-    run, whether the tokenizer was just trained or loaded (datasets' own hash of the function would differ), so the
-    ranks share one cached encoding and a second run reuses it."""
+    vocabularies, the lengths, the code that encodes, and the parser when the split is parsed here. The same on every
+    rank and in every run, whether the tokenizer was just trained or loaded (datasets' own hash of the function would
+    differ), so the ranks share one cached encoding and a second run reuses it."""
     parts = [data._fingerprint, tokenizer.fingerprint(), str(data_args.max_source_length),
              str(data_args.max_target_length), f"storage={STORAGE_FORMAT}", f"code={encoding_code_digest()}"]
     if PARSE_COLUMN not in data.column_names:

@@ -52,6 +52,7 @@ from hf_srcfeat.commands import (
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
 from hf_srcfeat.feature_vocabulary import UNK_ID
+from hf_srcfeat.integrations.ctranslate2 import is_export
 from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import (
@@ -231,12 +232,9 @@ class FileTranslator:
         self.sampling_gpus = [device.index if device.index is not None else torch.cuda.current_device()] \
             if isinstance(device, torch.device) and device.type == "cuda" else []
         self.statistics = TranslationStatistics(parsed=self.reads_parses)
-        # The labels the model knows, and which of the parse's features it reads (a CTranslate2 export: its factors)
+        # The labels the model knows, and which of the parse's features it reads
         self.vocabularies = getattr(getattr(translator, "tokenizer", None), "feature_vocabularies", None)
-        config = getattr(getattr(translator, "model", None), "config", None)
-        factors = getattr(translator, "factors", None)
-        self.features_read = getattr(config, "source_features_read", None) if factors is None else \
-            [f"{name}_ids" for name in factors]
+        self.features_read = features_read(translator)
         self.unknown_labels_said = False
 
     def translate_chunk(self, items: list[SourceItem]) -> list[list[dict]]:
@@ -404,16 +402,28 @@ def command_annotator(tokenizer, args: argparse.Namespace, device: str):
     return annotator_from_settings(settings, **options)
 
 
+def features_read(translator) -> list[str] | None:
+    """The input features a translator's model reads (`pos_ids`, `factor_case_ids`, ...): a CTranslate2 export's
+    factors (those it has embeddings for), else its config's `source_features_read`; None where neither says (the
+    model reads every feature it is given)."""
+    from hf_srcfeat.source_features import user_factor_feature
+
+    factors = getattr(translator, "factors", None)
+    if factors is not None:
+        user_factors = translator.tokenizer.feature_vocabularies.extra if factors else {}
+        return [user_factor_feature(name) if name in user_factors else f"{name}_ids" for name in factors]
+    return getattr(getattr(getattr(translator, "model", None), "config", None), "source_features_read", None)
+
+
 def check_factors_read(translator, factor_names: list[str]) -> None:
     """Refuse `word￨value` factors the model does not read: they would be parsed and dropped without a word (or, by
     a model without source features, translated as part of the words)."""
-    from hf_srcfeat.source_features import user_factors_read
+    from hf_srcfeat.source_features import is_user_factor_feature, user_factor_name
 
-    # A CTranslate2 export reads the factors it has embeddings for; a config that does not say reads every feature.
-    read = [name for name in translator.factors if name in translator.tokenizer.feature_vocabularies.extra] \
-        if hasattr(translator, "factors") else user_factors_read(translator.model.config)
-    if read is None:
+    features = features_read(translator)
+    if features is None:
         return
+    read = [user_factor_name(feature) for feature in features if is_user_factor_feature(feature)]
     unread = [name for name in factor_names if name not in read]
     if unread:
         raise SystemExit(f"hf-srcfeat-translate: --factor_names {' '.join(unread)}: the model reads no such factor "
@@ -569,8 +579,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.output != "-" and Path(args.output).is_dir():
         parser.error(f"--output {args.output} is a folder; name a file.")
     check_model_source(args.model)
-    # The export's settings file (hf_srcfeat.integrations.ctranslate2.CONFIG_FILE; that module loads torch).
-    if args.backend == "transformers" and Path(args.model, "hf_srcfeat_export.json").is_file():
+    if args.backend == "transformers" and is_export(args.model):
         parser.error(f"--model {args.model} is a CTranslate2 export (hf-srcfeat-export-ct2): add --backend "
                      "ctranslate2.")
     try:

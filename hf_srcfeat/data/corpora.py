@@ -362,11 +362,11 @@ def load_named_dataset(name: str, config_name: str | None = None):
     try:
         return load_dataset(name, config_name)
     except (OSError, ValueError) as error:  # ConnectionError and DatasetNotFoundError are OSErrors
-        text = str(error).strip()
-        summary = text.splitlines()[0] if text else type(error).__name__
+        from hf_srcfeat.commands import error_summary
+
         raise DataError(f"--dataset_name {name}{f' --dataset_config_name {config_name}' if config_name else ''} does "
-                        f"not load ({summary}); offline, give a local folder as --dataset_name, or the files "
-                        "(--train_file ...).") from None
+                        f"not load ({error_summary(error)}); offline, give a local folder as --dataset_name, or the "
+                        "files (--train_file ...).") from None
 
 
 def load_corpora(dataset_name: str | None, dataset_config_name: str | None, train_file: str | None,

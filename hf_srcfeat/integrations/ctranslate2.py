@@ -192,6 +192,11 @@ LEGACY_EXPORT_FILES = ("model.bin", "config.json", "vmap.txt", CONFIG_FILE, "tok
                        "added_tokens.json", "chat_template.jinja", "checkpoint_tokenizer")
 
 
+def is_export(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a CTranslate2 export (its settings file), not a Transformers model."""
+    return Path(folder, CONFIG_FILE).is_file()
+
+
 def ctranslate2_version() -> str:
     import ctranslate2
 
@@ -259,7 +264,7 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
         raise ValueError(f"output {output} is a file; name a folder for the CTranslate2 model.")
     if output.exists() and any(output.iterdir()) and not force:
         raise ValueError(f"{output} exists and is not empty; choose another folder or pass --force.")
-    if Path(model_path, CONFIG_FILE).is_file():
+    if is_export(model_path):
         raise ValueError(f"model {model_path} is a CTranslate2 export (hf-srcfeat-export-ct2), not a Transformers "
                          "model; export the model it was exported from.")
     try:
