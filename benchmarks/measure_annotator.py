@@ -23,6 +23,7 @@ from hf_srcfeat.annotator_stanza import StanzaAnnotator
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.data.multi30k import load_multi30k
 from hf_srcfeat.metrics.parse_accuracy import annotation_scores
+from hf_srcfeat.provenance import code_version, processor_name
 from hf_srcfeat.safe_writing import write_json_atomically
 
 
@@ -62,6 +63,7 @@ def main() -> None:
 
     texts = list(load_multi30k(args.multi30k_split, limit=args.limit)["source"])
     results = {
+        "code_version": code_version(), "processor": processor_name(),
         "stanza_version": stanza.__version__, "torch_threads": args.threads,
         "ewt_test": accuracy(Path(args.ewt_dir) / "en_ewt-ud-test.conllu.gz", args.model_dir),
         f"multi30k_{args.multi30k_split}": throughput(texts, args.model_dir),

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.benchmark_report import replace_readme_section, run_label, run_order
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     accuracy = required(annotator, args.annotator_accuracy, "ewt_test")
     uas = required(annotator, args.annotator_accuracy, "ewt_test", "uas")
     values = parser_value({"runs": required(read_json(args.robustness), args.robustness, "runs")}, uas)
-    result = {"annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
+    result = {"code_version": code_version(), "annotator_ewt_test": accuracy, "corruption_rates": CORRUPTION_RATES,
               "command": " ".join(["python -m benchmarks.parser_value", *(argv if argv is not None else sys.argv[1:])]),
               "runs": values}
     write_json_atomically(args.output, result)

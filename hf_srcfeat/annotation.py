@@ -4,12 +4,13 @@
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, check_text, multiword_spacing
 from .annotation_cache import ANNOTATION_CACHE_ENV, AnnotationCache, AnnotationCacheError, default_cache_path
-from .annotator import ANNOTATION_FORMAT, Annotator, file_digest, join_sentence_roots
+from .annotator import ANNOTATION_FORMAT, Annotator, join_sentence_roots
 from .annotator_spacy import SpacyAnnotator
 from .annotator_stanza import STANZA_DIR_ENV, STANZA_PROCESSORS, StanzaAnnotator, import_stanza
 from .annotators import ANNOTATORS, annotator_from_settings, make_annotator
 from .conllu import MISC_FACTOR_PREFIX, conllu_lines, misc_column, misc_factors, read_conllu, write_conllu
 from .metrics.parse_accuracy import annotation_scores
+from .provenance import file_digest
 
 __all__ = [
     "ANNOTATION_CACHE_ENV", "ANNOTATION_FORMAT", "ANNOTATORS", "MISC_FACTOR_PREFIX", "STANZA_DIR_ENV",

@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from multiprocessing.pool import Pool
-from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, check_text
 from .annotation_cache import AnnotationCache, default_cache_path
@@ -25,30 +24,6 @@ ANNOTATION_FORMAT = 3  # 3: words carry their morphological features (FEATS)
 #: Longest text an annotator parses unless told otherwise (about 1,800 words): a parser's time and memory grow
 #: quickly with a text's length, and the models translate sentences.
 DEFAULT_MAX_CHARACTERS = 10_000
-
-
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's content, computed once per process for each (path, size, mtime)."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _FILE_DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        _FILE_DIGESTS[key] = digest.hexdigest()[:16]
-    return _FILE_DIGESTS[key]
-
-
-def folder_digest(folder: Path) -> str:
-    """A digest of every file under `folder`, by relative name and content: a model's weights retrained in place,
-    or another folder's, give another digest; a copied or moved folder the same one."""
-    files = sorted(path for path in folder.rglob("*") if path.is_file())
-    listing = ";".join(f"{path.relative_to(folder)}:{file_digest(path)}" for path in files)
-    return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
 
 class AnnotatorLoadError(RuntimeError):

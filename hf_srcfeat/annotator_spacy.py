@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord
-from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, folder_digest, join_sentence_roots
+from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, join_sentence_roots
+from .provenance import folder_digest
 
 SENTENCE_MODES = ("join", "refuse")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import re
@@ -44,3 +45,47 @@ def processor_name() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     found = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else None
     return found.group(1).strip() if found else platform.machine()
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's content, computed once per process for each (path, size, mtime)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        _FILE_DIGESTS[key] = digest.hexdigest()[:16]
+    return _FILE_DIGESTS[key]
+
+
+def folder_digest(folder: Path) -> str:
+    """A digest of every file under `folder`, by relative name and content: a model's weights retrained in place,
+    or another folder's, give another digest; a copied or moved folder the same one."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    listing = ";".join(f"{path.relative_to(folder)}:{file_digest(path)}" for path in files)
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
+#: The files that hold a model's weights: a Transformers folder's safetensors, a CTranslate2 export's model.bin.
+WEIGHTS_FILES = ("*.safetensors", "model.bin")
+
+
+def weights_digests(model: str) -> dict[str, str]:
+    """Digest of each weights file of `model`, a local folder or a Hub id (its copy in the local Hub cache), by
+    file name: what a report records beside the model's name, which another folder or a retraining in place can
+    reuse. Empty when the files cannot be found (a Hub id not in the cache)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if not isinstance(cached, str):
+            return {}
+        folder = Path(cached).parent
+    files = sorted({path for pattern in WEIGHTS_FILES for path in folder.glob(pattern) if path.is_file()})
+    return {path.name: file_digest(path) for path in files}

@@ -93,6 +93,17 @@ def test_parser_value_names_the_file_and_the_key_it_lacks(tmp_path):
                            "--output", str(tmp_path / "value.json")])
 
 
+def test_parser_value_records_the_code_that_computed_it(tmp_path):
+    from benchmarks import parser_value
+
+    robustness, accuracy = tmp_path / "robustness.json", tmp_path / "accuracy.json"
+    robustness.write_text('{"runs": {}}')
+    accuracy.write_text('{"ewt_test": {"uas": 79.5}}')
+    result = parser_value.main(["--robustness", str(robustness), "--annotator_accuracy", str(accuracy),
+                                "--output", str(tmp_path / "value.json")])
+    assert json.loads((tmp_path / "value.json").read_text())["code_version"] == result["code_version"] != ""
+
+
 def test_the_readme_table_lists_each_finished_curve_baseline_first():
     from benchmarks.parse_robustness import table
 

@@ -15,7 +15,7 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_srcfeat.commands import train
-from hf_srcfeat.provenance import code_version
+from hf_srcfeat.provenance import code_version, file_digest
 
 from .helpers import REPO
 
@@ -48,10 +48,11 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
     assert saved["test_setup"]["no_repeat_ngram_size"] == 3, "the decoding options are recorded with the scores"
     assert json.loads((output_dir / "generation_config.json").read_text())["no_repeat_ngram_size"] == 3
     assert saved["test_setup"]["early_stopping"] is True
-    # What ran: the training arguments, the libraries, the data files by absolute path
+    # What ran: the training arguments, the libraries, the data files by absolute path and by content
     assert saved["training_args"]["learning_rate"] == 3e-3 and saved["resumed_from"] is None
     assert set(saved["library_versions"]) >= {"torch", "transformers", "datasets", "sacrebleu"}
     assert all(Path(path).is_absolute() for path in saved["data_files"])
+    assert saved["data_file_digests"] == {path: file_digest(Path(path)) for path in saved["data_files"]}
     assert saved["resolved_paths"]["stanza_dir"] == os.environ["HF_SRCFEAT_STANZA_DIR"], "set by the environment"
 
 

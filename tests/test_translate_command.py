@@ -9,12 +9,14 @@ import math
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, pipeline
 from hf_srcfeat.commands.translate import main
 from hf_srcfeat.conllu import conllu_lines
+from hf_srcfeat.provenance import file_digest
 
 from .helpers import REPO, annotator_fails_on
 
@@ -189,6 +191,8 @@ def test_report_separates_parsing_from_translation(model_folder, test_sentences,
         (4, 3, 1, 0)
     assert statistics["parse_seconds"] > 0 and statistics["translate_seconds"] > 0 and statistics["parsed"] is True
     assert statistics["code_version"], "which code translated"
+    assert statistics["model_weights"] == {"model.safetensors": file_digest(Path(model_folder) / "model.safetensors")}, \
+        "which weights translated, not only the folder's name"
     assert statistics["arguments"]["num_beams"] == 4
     assert (statistics["arguments"]["device"], statistics["arguments"]["buffer_size"]) == ("cpu", 1000), \
         "what was used, not auto and unset"

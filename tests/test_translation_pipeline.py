@@ -120,7 +120,7 @@ def test_scores_follow_the_settings_generate_uses_with_a_given_generation_config
 
 def test_forced_tokens_count_nothing_in_a_sampled_or_greedy_score():
     """As beam search scores a forced target-language token: log-probability 0; the rest are the model's."""
-    from hf_srcfeat.pipeline_translation import sequence_scores
+    from hf_srcfeat.sequence_scores import sequence_scores
 
     torch.manual_seed(0)
     logits = [torch.randn(2, 6) for _ in range(3)]

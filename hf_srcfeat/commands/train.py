@@ -74,7 +74,7 @@ from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.metrics.translation_scores import SCORE_NAMES
 from hf_srcfeat.process_memory import keep_freed_memory
-from hf_srcfeat.provenance import code_version
+from hf_srcfeat.provenance import code_version, file_digest
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     SETTINGS_FILE,
@@ -1544,6 +1544,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                           batch_size_multiple=data_args.batch_size_multiple) \
         if data_args.max_tokens_per_batch else SrcFeatSeq2SeqTrainer(**trainer_options)
 
+    data_files = [str(Path(origin).resolve()) if Path(origin).is_file() else origin for origin in
+                  [origin for corpus in corpora.all for origin in corpus.origin]
+                  + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
+                                           *(data_args.test_source_conllu or ())) if conllu]]
     results: dict = {
         "code_version": code_version(),
         "model_args": recorded_model_arguments(model_args, model.config),
@@ -1551,10 +1555,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         "tokenized_cache_files": {name: [entry["filename"] for entry in data.cache_files]
                                   for name, data in tokenized.items()},
         # Files by absolute path (where the command ran is not recorded); a dataset's splits by name.
-        "data_files": [str(Path(origin).resolve()) if Path(origin).is_file() else origin for origin in
-                       [origin for corpus in corpora.all for origin in corpus.origin]
-                       + [conllu for conllu in (data_args.train_source_conllu, data_args.validation_source_conllu,
-                                                *(data_args.test_source_conllu or ())) if conllu]],
+        "data_files": data_files,
+        # and by content: a file edited or replaced under the same name gives another digest
+        "data_file_digests": {name: file_digest(Path(name)) for name in data_files if Path(name).is_file()},
         "seed": training_args.seed,
         "training_args": json.loads(training_args.to_json_string()),
         "resumed_from": str(Path(resumed_from).resolve()) if resumed_from else None,

@@ -54,7 +54,7 @@ from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_o
 from hf_srcfeat.feature_vocabulary import UNK_ID
 from hf_srcfeat.integrations.ctranslate2 import is_export
 from hf_srcfeat.process_memory import keep_freed_memory
-from hf_srcfeat.provenance import code_version
+from hf_srcfeat.provenance import code_version, weights_digests
 from hf_srcfeat.safe_writing import (
     is_special_file,
     overwritten_input,
@@ -692,6 +692,7 @@ def translate_files(argv: list[str] | None = None) -> int:
         print(f"hf-srcfeat-translate: {statistics.summary()}", file=sys.stderr)
     if args.report_json:
         write_json_atomically(args.report_json, {"code_version": code_version(), "arguments": vars(args),
+                                                 "model_weights": weights_digests(args.model),
                                                  **asdict(statistics)})
     if statistics.failed and not statistics.translated:
         print(f"hf-srcfeat-translate: nothing was translated: every one of the {statistics.failed} non-empty "

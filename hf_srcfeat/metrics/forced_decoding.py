@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
-from hf_srcfeat.pipeline_translation import count_forced_as_zero
+from hf_srcfeat.sequence_scores import count_forced_as_zero
 from hf_srcfeat.tokenization_source_features import encoding_options
 
 
