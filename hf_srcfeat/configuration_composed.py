@@ -11,8 +11,8 @@ from .configuration_deps_san import DepsSanConfig
 from .configuration_diverse_input import DiverseInputConfig
 from .configuration_latent_feedback import LatentFeedbackConfig
 from .configuration_phrase_rep import PhraseRepConfig
-from .configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS, RelevanceFeaturesConfig
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .configuration_relevance_features import RelevanceFeaturesConfig
+from .configuration_srcfeat_transformer import TOKENIZER_SIZE_ARGUMENTS, SrcFeatTransformerConfig
 
 #: Every method that can be a component, by its model type, in the order they are composed: input representation
 #: first, then what changes the encoder layers.
@@ -46,7 +46,7 @@ def own_arguments(config_class: type[SrcFeatTransformerConfig]) -> list[str]:
 COMPONENT_ARGUMENTS = {name: own_arguments(config_class) for name, config_class in COMPONENT_CONFIGS.items()}
 #: Facts about the tokenizer (the keys of `FeatureVocabularies.sizes()`), accepted whether or not an enabled method
 #: uses them.
-VOCABULARY_SIZE_ARGUMENTS = {*FACTOR_VOCABULARY_SIZE_ARGUMENTS.values(), "extra_factors"}
+VOCABULARY_SIZE_ARGUMENTS = TOKENIZER_SIZE_ARGUMENTS
 
 
 class SrcFeatComposedConfig(SrcFeatTransformerConfig):

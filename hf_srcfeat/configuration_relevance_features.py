@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .configuration_srcfeat_transformer import (
+    FACTOR_VOCABULARY_SIZE_ARGUMENTS,
     SrcFeatTransformerConfig,
     check_choice,
     check_positive_int,
@@ -23,10 +24,6 @@ PAPER_FACTORS = ("lemma", "subword_tag", "pos", "deprel")
 #: Factor -> the tokenizer output that holds its ids.
 FACTOR_FEATURE_NAMES = {"lemma": "lemma_ids", "subword_tag": "subword_tag_ids", "pos": "pos_ids",
                         "deprel": "deprel_ids", "feats": "feats_ids"}
-#: Factor -> the config argument with its vocabulary size (the keys of `FeatureVocabularies.sizes()`).
-FACTOR_VOCABULARY_SIZE_ARGUMENTS = {"lemma": "num_lemmas", "subword_tag": "num_subword_tags",
-                                    "pos": "num_pos_tags", "deprel": "num_dependency_relations",
-                                    "feats": "num_morph_features"}
 #: Table 2: embedding widths of the subword and its factors in the paper's concat/linear/relevance models.
 TABLE_2_FACTOR_WIDTHS = {"word": 250, "lemma": 250, "subword_tag": 6, "pos": 15, "deprel": 15}
 #: Reference widths for the default split of d_model: Table 2's, and for FEATS (not in the paper) the width the

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
+import warnings
 from collections.abc import Mapping
 
 from transformers import PretrainedConfig
@@ -17,6 +20,13 @@ ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 #: How positions enter the embeddings: Vaswani et al.'s interleaved sin/cos (this project's own models), the
 #: sin | cos halves of Marian (OPUS-MT) and of fairseq (M2M100, NLLB), or a learned table (mBART).
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "sinusoidal_marian", "sinusoidal_fairseq", "learned")
+#: Linguistic factor -> the config argument with its vocabulary size (the keys of `FeatureVocabularies.sizes()`).
+FACTOR_VOCABULARY_SIZE_ARGUMENTS = {"lemma": "num_lemmas", "subword_tag": "num_subword_tags",
+                                    "pos": "num_pos_tags", "deprel": "num_dependency_relations",
+                                    "feats": "num_morph_features"}
+#: Facts about the tokenizer (its feature vocabularies' sizes), which every config accepts whether or not its model
+#: reads them: the training command gives them to whichever method it builds.
+TOKENIZER_SIZE_ARGUMENTS = frozenset({*FACTOR_VOCABULARY_SIZE_ARGUMENTS.values(), "extra_factors"})
 
 
 def check_positive_int(name: str, value: object, allow_zero: bool = False) -> None:
@@ -214,6 +224,7 @@ class SrcFeatTransformerConfig(PretrainedConfig):
         self.eos_token_id = eos_token_id
         self.decoder_start_token_id = decoder_start_token_id
         self.use_cache = use_cache
+        check_arguments_of_other_configs(type(self), kwargs)
         # `is_encoder_decoder` is a base dataclass field: it must go through super().__init__ or it is reset.
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.check_arguments()
@@ -277,6 +288,11 @@ class SrcFeatTransformerConfig(PretrainedConfig):
                 if value >= self.vocab_size:
                     raise ValueError(f"`{name}` ({value}) must be smaller than `vocab_size` ({self.vocab_size}).")
 
+    def validate(self) -> None:
+        """Transformers' checks, then this config's: `save_pretrained` runs them, so a setting changed after the
+        config was made is refused before it is saved as a model that would not load."""
+        super().validate()  # type: ignore[misc]  # added to PretrainedConfig by huggingface_hub's @strict
+        self.check_arguments()
 
     def estimated_parameters(self) -> dict[str, int]:
         """The backbone's parameters by the argument that sets them (embeddings, encoder and decoder layers),
@@ -304,3 +320,38 @@ class SrcFeatTransformerConfig(PretrainedConfig):
 
 
 __all__ = ["SrcFeatTransformerConfig"]
+
+
+def accepted_arguments(config_class: type) -> set[str]:
+    """The named arguments of `config_class` and of every config it extends."""
+    return {name for cls in config_class.__mro__ if issubclass(cls, SrcFeatTransformerConfig)
+            for name in inspect.signature(cls.__init__).parameters if name not in ("self", "kwargs")}
+
+
+def zoo_config_classes() -> list[type]:
+    """Every config class defined so far that extends the backbone's, the backbone's first."""
+    found: list[type] = []
+    todo: list[type] = [SrcFeatTransformerConfig]
+    while todo:
+        cls = todo.pop(0)
+        found.append(cls)
+        subclasses: list[type] = cls.__subclasses__()
+        todo.extend(subclass for subclass in subclasses if subclass not in found)
+    return found
+
+
+def check_arguments_of_other_configs(config_class: type, kwargs: Mapping[str, object]) -> None:
+    """Refuse an argument of another method's config, naming it, and warn of a near miss of this config's own:
+    Transformers keeps an unknown argument as an attribute nothing reads, so a model would be built without it."""
+    accepted = accepted_arguments(config_class)
+    for name in kwargs:
+        if name in accepted or name in TOKENIZER_SIZE_ARGUMENTS or hasattr(PretrainedConfig, name):
+            continue
+        owners = [cls.__name__ for cls in zoo_config_classes() if name in accepted_arguments(cls)]
+        if owners:
+            raise ValueError(f"`{name}` is an argument of {' and '.join(owners)}, not of {config_class.__name__}; "
+                             "several methods on one model are a SrcFeatComposedConfig.")
+        close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.85)
+        if close:
+            warnings.warn(f"{config_class.__name__} has no argument `{name}`: kept as an attribute that nothing "
+                          f"reads. Did you mean `{close[0]}`?", stacklevel=3)

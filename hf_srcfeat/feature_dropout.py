@@ -45,6 +45,17 @@ def check_feature_dropout(rates) -> None:
             raise ValueError(f"`feature_dropout[{name!r}]` must be a probability in [0, 1], got {rate!r}.")
 
 
+def check_feature_dropout_read(config) -> None:
+    """Refuse, naming them, `feature_dropout` entries for features the config's model does not read: recorded as
+    trained with, nothing would be dropped. Checked where a model is built, not by the config: a composed model's
+    components share one `feature_dropout`, each reading only some of its features."""
+    unread = sorted(set(config.feature_dropout) - set(config.source_features_read))
+    if unread:
+        read = ", ".join(config.source_features_read) or "no source feature"
+        raise ValueError(f"`feature_dropout` names {', '.join(unread)}, which the model of a {type(config).__name__} "
+                         f"does not read (it reads {read}): nothing would be dropped.")
+
+
 def dropped_words(word_ids: torch.Tensor, rate: float) -> torch.Tensor:
     """[B, S] True where the token's word is dropped (one draw per word, shared by its subwords)."""
     words = int(word_ids.shape[1])  # a sentence has at most as many words as tokens

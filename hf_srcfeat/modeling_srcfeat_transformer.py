@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -47,7 +47,7 @@ from .decoder_step import DecoderStep, LayerStep
 from .decoding import beam_search, greedy_search, reason_not_supported, reason_settings_not_supported
 from .dropout import Dropout
 from .embeddings import SrcFeatSourceEmbedding, SrcFeatTargetEmbedding, given_tokens
-from .feature_dropout import apply_feature_dropout
+from .feature_dropout import apply_feature_dropout, check_feature_dropout_read
 from .generation_preparation import matching_preparation, record_loop, recording
 from .label_smoothed_cross_entropy import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from .linear import Linear, onednn_applies, runs_more_than_forward
@@ -398,10 +398,31 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def check_inputs_are_tensors(*inputs: dict[str, Any]) -> None:
+    """Refuse, naming it, a source input that is not a torch tensor (lists or NumPy arrays, a tokenizer called without
+    return_tensors="pt"), which Transformers' generate would fail on far from the cause."""
+    for given in inputs:
+        for name, value in given.items():
+            if ((name in ("inputs", "input_ids", "attention_mask") or name in SOURCE_FEATURE_NAMES
+                 or is_user_factor_feature(name)) and value is not None and not isinstance(value, torch.Tensor)):
+                raise TypeError(f"`{name}` is a {type(value).__name__}, not a torch tensor: encode with "
+                                "return_tensors=\"pt\".")
+
+
 def check_token_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
     """Raise an error naming `name` unless it is an integer tensor of ids below `vocab_size` (-100 allowed in labels),
     instead of an index error inside the embedding."""
-    if ids is None or not ids.numel() or torch.compiler.is_compiling():  # reads back to the host: eager only
+    if ids is None or torch.compiler.is_compiling():  # reads back to the host: eager only
+        return
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"`{name}` is a {type(ids).__name__}, not a torch tensor: encode with "
+                        "return_tensors=\"pt\".")
+    if ids.dim() != 2:
+        raise ValueError(f"`{name}` has shape {tuple(ids.shape)}; token ids are [sentences, tokens] (one sentence "
+                         "is one row).")
+    if ids.shape[0] == 0:
+        raise ValueError(f"`{name}` holds no sentence (shape {tuple(ids.shape)}).")
+    if not ids.numel():
         return
     if ids.dtype not in (torch.long, torch.int):
         raise TypeError(f"`{name}` has dtype {ids.dtype}; token ids are an integer tensor (torch.long).")
@@ -435,6 +456,11 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
     _supports_sdpa = True
     _no_split_modules = ["SrcFeatEncoderLayer", "SrcFeatDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
+
+    def __init__(self, config: SrcFeatTransformerConfig, *inputs, **kwargs):
+        config.check_arguments()  # again: a setting changed after the config was made would build another model
+        check_feature_dropout_read(config)
+        super().__init__(config, *inputs, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -618,6 +644,10 @@ class SrcFeatTransformerModel(SrcFeatTransformerPreTrainedModel):
         )
 
 
+#: The attribute names under which the models hold a table of the (shared source and target) vocabulary's tokens.
+TOKEN_TABLE_NAMES = ("shared", "embed_tokens")
+
+
 class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedModel, GenerationMixin):
     """Encoder-decoder with a (tied) output projection, label-smoothed loss and `generate`.
 
@@ -657,6 +687,38 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    def _resize_token_embeddings(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None,
+                                 mean_resizing: bool = True) -> nn.Embedding:
+        # One vocabulary serves both sides, so every token table follows the new size: separate source and target
+        # tables (share_embeddings=False), a method's own (a latent feature encoder's), the output projection and
+        # the final logits bias; Transformers' resizing grows only the input table and the output projection.
+        holders: dict[int, list[tuple[nn.Module, str]]] = {}
+        tables: dict[int, nn.Embedding] = {}
+        for module in self.modules():
+            for name, child in module.named_children():
+                if name in TOKEN_TABLE_NAMES and isinstance(child, nn.Embedding):
+                    holders.setdefault(id(child), []).append((module, name))
+                    tables[id(child)] = child
+        for key, table in tables.items():
+            resized = self._get_resized_embeddings(table, new_num_tokens, pad_to_multiple_of, mean_resizing)
+            resized.requires_grad_(table.weight.requires_grad)
+            new_num_tokens, pad_to_multiple_of = resized.num_embeddings, None  # every table as the first became
+            for module, name in holders[key]:
+                setattr(module, name, resized)
+        source_table = cast(nn.Embedding, self.get_input_embeddings())
+        size = source_table.num_embeddings
+        if not self.config.tie_word_embeddings:
+            resized_head = self._get_resized_lm_head(self.lm_head, size, mean_resizing=mean_resizing)
+            self.lm_head.weight = resized_head.weight
+        self.lm_head.out_features = size  # tied: `tie_weights` then gives it the resized target table
+        old_bias: torch.Tensor | None = getattr(self, "final_logits_bias", None)
+        if old_bias is not None:
+            bias = old_bias.new_zeros(1, size)
+            kept = min(size, old_bias.shape[1])
+            bias[:, :kept] = old_bias[:, :kept]
+            self.final_logits_bias = bias
+        return source_table
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
@@ -790,7 +852,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         """`label_smoothed_loss(output_logits(decoder_hidden_states), labels, ...)`, the projection and the loss
         computed together without keeping the logits."""
         _check_labels_match(labels, decoder_hidden_states)
-        bias = (cast(torch.Tensor, self.final_logits_bias).reshape(-1)
+        bias = (self.final_logits_bias.reshape(-1)
                 if getattr(self.config, "final_logits_bias", False) else None)
         total = projected_label_smoothed_cross_entropy(decoder_hidden_states, self.lm_head.weight, bias, labels,
                                                        self.config.label_smoothing)
@@ -804,6 +866,7 @@ class SrcFeatTransformerForConditionalGeneration(SrcFeatTransformerPreTrainedMod
         configuration, processors and stopping criteria the first one prepared for the zoo's loop
         (`hf_srcfeat.generation_preparation`). A `custom_generate` loop gets what Transformers' generate gives it
         (its cache included), as with `fast_decoding=False`."""
+        check_inputs_are_tensors({"inputs": args[0]} if args else {}, kwargs)
         if kwargs.get("custom_generate") is not None:
             fast_decoding = False
         if fast_decoding is None:

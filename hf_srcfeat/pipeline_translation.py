@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Collection, Iterable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +21,9 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
 from .annotated_sentence import AnnotatedSentence, check_text
+from .data.user_factors import carries_inline_factors
 from .decoding_options import check_decoding_options, transformers_generation_default
+from .feature_vocabulary import UNK_ID
 from .linear import prepared_inference_weights
 from .sequence_scores import sequence_scores
 from .source_features import SOURCE_FEATURE_NAMES, is_user_factor_feature
@@ -49,15 +51,19 @@ class SourceFeatureTranslationPipeline(Pipeline):
     """Translate raw sentences (or pre-parsed `AnnotatedSentence`s) with a source-feature model.
 
     Call with one sentence or a list; returns `[{"translation_text": ...}]` per sentence, as the Transformers
-    4 translation pipeline did (`return_tensors=True`: `translation_token_ids` instead; `clean_up_tokenization_spaces`
-    as there). Generation parameters (`num_beams`, `max_new_tokens`, ...) may be given when the pipeline is created
-    or at each call; the model's generation config supplies the rest. `do_sample=True` draws with one beam (the
-    model's config may search with more), `seed=N` makes the draws of a call reproducible.
+    4 translation pipeline did (`return_tensors=True`: `translation_token_ids` instead, each ending at its end token
+    whatever the batch size; `clean_up_tokenization_spaces` as there). Generation parameters (`num_beams`,
+    `max_new_tokens`, ...) may be given when the pipeline is created or at each call; the model's generation config
+    supplies the rest. `do_sample=True` draws with one beam (the model's config may search with more), `seed=N`
+    makes the draws of a call reproducible.
     `return_scores=True` adds each translation's `score`: beam search's own ranking score, the sum of the token
     log-probabilities divided by the length to the power `length_penalty` (greedy and sampled translations are
     scored the same way, from the model's log-probabilities before any temperature or top-k/top-p);
     `do_sample=True, num_return_sequences=N` draws N translations of each sentence. An empty or
     whitespace-only sentence translates to `""` (score `-inf`) without the model, as in `hf-srcfeat-translate`.
+    A call warns once of raw sentences in OpenNMT-py's factored format (`word￨value`: give the pipeline
+    `parse_factored_lines`'s parses instead) and once (`UnknownLabelsWarning`) of parses most of whose POS tags or
+    relations the model reads but never saw, naming the first such input.
     """
 
     # Transformers declares these switches `None` on Pipeline and the tokenizer and model Optional; this pipeline
@@ -143,12 +149,15 @@ class SourceFeatureTranslationPipeline(Pipeline):
         for index, (item, is_empty) in enumerate(zip(items, empty, strict=True)):
             if not is_empty:
                 check_input(index, item)
+        warn_inline_factors(items, empty)
+        positions = [index for index, is_empty in enumerate(empty) if not is_empty]  # in the inputs, for warnings
         items = [item for item, is_empty in zip(items, empty, strict=True) if not is_empty]
         texts = [item for item in items if isinstance(item, str)]
         # parse=False: raw sentences go in as subwords alone, the model's features take their defaults (a warning).
         if texts and kwargs.get("parse", self._preprocess_params.get("parse", True)):  # one annotator call for all raw sentences: faster on batches
             parsed = iter(self.annotate(texts))
             items = [next(parsed) if isinstance(item, str) else item for item in items]
+        self.warn_unknown_labels(positions, items)
         if seed is not None:
             torch.manual_seed(seed)
         results: list = []
@@ -174,6 +183,19 @@ class SourceFeatureTranslationPipeline(Pipeline):
         if options.get("return_scores", self._forward_params.get("return_scores")):
             entry["score"] = float("-inf")
         return [dict(entry) for _ in range(count)]
+
+    def warn_unknown_labels(self, positions: list[int], items: list) -> None:
+        """Once a call (an `UnknownLabelsWarning`), as `hf-srcfeat-translate` says it once a run: the first
+        sentence most of whose POS tags or relations the model reads but never saw (CoNLL-U of another tag set,
+        or with `_` in those columns), which translates with those features unknown."""
+        vocabularies = getattr(self.tokenizer, "feature_vocabularies", None)
+        read = getattr(self.model.config, "source_features_read", None)
+        for position, item in zip(positions, items, strict=True):
+            said = unknown_labels(item, vocabularies, read) if isinstance(item, AnnotatedSentence) else None
+            if said is not None:
+                warnings.warn(f"input {position} ({item.name}): {said}: {UNKNOWN_LABELS_CONSEQUENCE}; said once a "
+                              "call.", UnknownLabelsWarning, stacklevel=3)
+                return
 
     def annotate(self, texts: list[str]) -> list[AnnotatedSentence]:
         """Raw texts as the model reads them: parsed, or, for a model that reads no tag or tree (the baseline,
@@ -225,12 +247,16 @@ class SourceFeatureTranslationPipeline(Pipeline):
             generate_kwargs.setdefault("max_length", None)  # the limit asked for wins, without a warning
         inputs = {name: model_inputs[name] for name in model_inputs
                   if name in MODEL_INPUTS or is_user_factor_feature(name)}
-        if not return_scores:
-            output_ids = self.model.generate(**inputs, **generate_kwargs)
-            # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
-            return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
         # The settings `generate` will use: the call's, over the given generation config's, over the model's.
         settings = self._get_set_generation_params(generate_kwargs)
+        given_prompt = generate_kwargs.get("decoder_input_ids")  # else the decoder starts from one token
+        prompt = 1 if given_prompt is None else given_prompt.shape[-1]
+        if not return_scores:
+            output_ids = self.model.generate(**inputs, **generate_kwargs)
+            lengths = translation_lengths(output_ids, settings.get("eos_token_id"), prompt)
+            # [batch, returned sequences, length], so that batches unbatch into one entry per input sentence.
+            return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
+                    "lengths": lengths.reshape(batch_size, -1)}
         searched = (settings.get("num_beams") or 1) > 1
         # Beam search ranks its hypotheses by a score; greedy and sampled translations are scored here the same way.
         generated = self.model.generate(**inputs, **inside_generation_config({
@@ -250,21 +276,24 @@ class SourceFeatureTranslationPipeline(Pipeline):
                                      transformers_generation_default("length_penalty") if penalty is None else penalty,
                                      forced_first_token=settings.get("forced_bos_token_id") if prompt == 1 else None,
                                      forced_last_token=(settings.get("forced_eos_token_id"), limit - 1))
+        lengths = translation_lengths(output_ids, settings.get("eos_token_id"), prompt)
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]),
-                "scores": scores.float().reshape(batch_size, -1)}
+                "lengths": lengths.reshape(batch_size, -1), "scores": scores.float().reshape(batch_size, -1)}
 
     def postprocess(self, model_outputs: dict[str, torch.Tensor], skip_special_tokens: bool = True,
                     return_tensors: bool = False, clean_up_tokenization_spaces: bool | None = None
                     ) -> list[dict[str, Any]]:
+        # Each translation up to its end token: a batch pads the shorter ones after it, which are none of them.
+        sequences = [ids[:length] for ids, length in zip(model_outputs["output_ids"][0],
+                                                          model_outputs["lengths"][0].tolist(), strict=True)]
         if return_tensors:
-            translations: list[dict[str, Any]] = [{"translation_token_ids": ids}
-                                                  for ids in model_outputs["output_ids"][0]]
+            translations: list[dict[str, Any]] = [{"translation_token_ids": ids} for ids in sequences]
         else:
             decoding = {} if clean_up_tokenization_spaces is None else \
                 {"clean_up_tokenization_spaces": clean_up_tokenization_spaces}
             translations = [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
                                                                        **decoding).strip()}
-                            for ids in model_outputs["output_ids"][0]]
+                            for ids in sequences]
         if "scores" in model_outputs:
             for translation, score in zip(translations, model_outputs["scores"][0].tolist(), strict=True):
                 translation["score"] = score
@@ -301,6 +330,64 @@ def pad_distance_matrices(matrices: Sequence[torch.Tensor], length: int, left: b
         start = length - size if left else 0
         padded[index, start:start + size, start:start + size] = matrix
     return padded
+
+
+def translation_lengths(output_ids: torch.Tensor, end_token_ids: int | Sequence[int] | torch.Tensor | None,
+                        prompt_length: int) -> torch.Tensor:
+    """[sequences] the length of each of `generate`'s [sequences, length] outputs up to and including its first end
+    token after the decoder prompt (the whole length without one); what follows it is padding, which a batch adds
+    to the shorter translations."""
+    full = torch.full(output_ids.shape[:1], output_ids.shape[-1], dtype=torch.long, device=output_ids.device)
+    if end_token_ids is None:
+        return full
+    ends = torch.as_tensor(end_token_ids, device=output_ids.device).flatten()
+    is_end = torch.isin(output_ids[:, prompt_length:], ends)
+    return torch.where(is_end.any(-1), is_end.long().argmax(-1) + prompt_length + 1, full)
+
+
+class UnknownLabelsWarning(UserWarning):
+    """A sentence most of whose POS tags or relations the model never saw (`unknown_labels`) is translated."""
+
+
+#: What follows `unknown_labels`'s sentence in the pipeline's warning and `hf-srcfeat-translate`'s message.
+UNKNOWN_LABELS_CONSEQUENCE = "translated with them unknown (a parse of another tag set?)"
+
+
+def unknown_labels(sentence: AnnotatedSentence, vocabularies: Any, features_read: Collection[str] | None
+                   ) -> str | None:
+    """How a parse most of whose POS tags or relations the vocabularies never saw is said (by the translation
+    pipeline and `hf-srcfeat-translate`), e.g. "3 of the 4 words have POS tags the model never saw ('ZZZ')": CoNLL-U
+    of another tag set, or with `_` in those columns, translates with those features unknown. Only the features in
+    `features_read` count (all where it is None); None for a sentence whose labels are mostly known."""
+    words = sentence.words
+    if vocabularies is None or not words:
+        return None
+    labels = {"pos_ids": ("POS tags", vocabularies.pos_tag, vocabularies.pos),
+              "deprel_ids": ("relations", lambda word: word.deprel, vocabularies.deprel)}
+    for feature, (what, label_of, vocabulary) in labels.items():
+        if features_read is not None and feature not in features_read:
+            continue
+        unknown = [label_of(word) for word in words if vocabulary.id(label_of(word)) == UNK_ID]
+        if 2 * len(unknown) > len(words):
+            return (f"{len(unknown)} of the {len(words)} words have {what} the model never saw "
+                    f"({', '.join(repr(label) for label in list(dict.fromkeys(unknown))[:5])})")
+    return None
+
+
+def warn_inline_factors(items: Sequence[object], empty: Sequence[bool]) -> None:
+    """Once a call, naming the first: raw sentences in OpenNMT-py's factored format (`word￨value`, U+FFE8), which
+    would be translated as text, values and all (`hf-srcfeat-translate` refuses such lines without
+    `--input_format factored`)."""
+    factored = [index for index, (item, is_empty) in enumerate(zip(items, empty, strict=True))
+                if not is_empty and isinstance(item, str) and carries_inline_factors(item)]
+    if not factored:
+        return
+    others = f" (and {len(factored) - 1} more)" if len(factored) > 1 else ""
+    warnings.warn(f"input {factored[0]} ({items[factored[0]]!r:.60}){others} carries factors inline (word￨value, "
+                  "OpenNMT-py's format) and is translated as plain text, values and all: give the pipeline "
+                  "hf_srcfeat.data.user_factors.parse_factored_lines(translator.tokenizer.annotator, lines, "
+                  "factor_names) instead, or translate the file with hf-srcfeat-translate --input_format factored "
+                  "--factor_names NAME ...", stacklevel=3)
 
 
 def inside_generation_config(generate_kwargs: dict) -> dict:

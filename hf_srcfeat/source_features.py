@@ -97,6 +97,12 @@ class SourceFeatures:
                     f"`{name}` has shape {tuple(value.shape)} but the source tokens need {expected} "
                     "(features must be aligned to the subword tokens, padded like `input_ids`)."
                 )
+            # A word or phrase index is one of the sentence's (at most one a token) or -1 for none; beyond them,
+            # feature dropout and the phrase layout would index out of range inside torch.
+            if (name in POSITION_FEATURE_NAMES and value.numel() and not torch.compiler.is_compiling()
+                    and (value.min() < -1 or value.max() >= seq_len)):
+                raise ValueError(f"`{name}` holds indices from {int(value.min())} to {int(value.max())}, but a "
+                                 f"sentence of {seq_len} tokens has indices 0 to {seq_len - 1} (-1: none).")
 
     def require(self, name: str, method: str) -> torch.Tensor:
         """Return feature `name`. When it was not given: at inference (`defaults` set) its default, with a warning,

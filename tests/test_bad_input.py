@@ -545,3 +545,63 @@ def test_the_pipeline_refuses_decoding_options_outside_their_values(options, mes
     translator = pipeline("translation", model=model, tokenizer=feature_tokenizer, max_new_tokens=8)
     with pytest.raises(ValueError, match=re.escape(message)):
         translator("A dog runs.", **options)
+
+
+def test_inputs_that_are_not_one_batch_of_token_tensors_are_named(trained_baseline, feature_tokenizer, test_sentences):
+
+    model, _ = trained_baseline
+    as_numpy = feature_tokenizer(test_sentences[:2], padding=True, return_tensors="np")
+    with pytest.raises(TypeError, match=r"`input_ids` is a ndarray, not a torch tensor: encode with return_tensors"):
+        model.generate(**as_numpy, max_new_tokens=3)
+    as_lists = feature_tokenizer(test_sentences[:2], padding=True)
+    with pytest.raises(TypeError, match="`input_ids` is a list, not a torch tensor"):
+        model.generate(**as_lists, max_new_tokens=3)
+    one_row = feature_tokenizer(test_sentences[:1], return_tensors="pt")["input_ids"]
+    with pytest.raises(ValueError, match=r"`input_ids` has shape \(\d+,\); token ids are \[sentences, tokens\]"):
+        model.generate(input_ids=one_row[0], max_new_tokens=3)
+    with pytest.raises(ValueError, match="`input_ids` holds no sentence"):
+        model.generate(input_ids=one_row[:0], max_new_tokens=3)
+
+
+def test_word_and_phrase_indices_beyond_the_sentence_are_named(feature_tokenizer, test_sentences, tiny_config):
+
+    from hf_srcfeat import PhraseRepConfig, PhraseRepForConditionalGeneration
+
+    from .helpers import random_model
+
+    config = PhraseRepConfig(**{**tiny_config().to_diff_dict(), "phrase_segmentation": "parse"})
+    model = random_model(PhraseRepForConditionalGeneration, config).eval()
+    batch = dict(feature_tokenizer(test_sentences[:2], padding=True, return_tensors="pt"))
+    for name in ("phrase_ids", "word_ids"):
+        beyond = batch[name].clone()
+        beyond[0, 0] = 1000
+        with pytest.raises(ValueError, match=rf"`{name}` holds indices from -1 to 1000, but a sentence of \d+ tokens"):
+            model.get_encoder()(**{**batch, name: beyond})
+    model.get_encoder()(**batch)
+
+
+def test_a_config_given_another_methods_argument_or_a_near_miss_says_so():
+    from hf_srcfeat import DepsSanConfig
+
+    with pytest.raises(ValueError, match="`relevance_combine` is an argument of RelevanceFeaturesConfig, not of "
+                                         "DepsSanConfig; several methods on one model are a SrcFeatComposedConfig"):
+        DepsSanConfig(relevance_combine="concat")
+    with pytest.warns(UserWarning, match="DepsSanConfig has no argument `deps_san_layer`.*Did you mean "
+                                         "`deps_san_layers`"):
+        DepsSanConfig(deps_san_layer=[1])
+    DepsSanConfig(num_pos_tags=20)  # the tokenizer's sizes, given to every method by the training command
+
+
+def test_feature_dropout_of_a_feature_the_model_does_not_read_is_refused_where_the_model_is_built(tiny_config):
+    from hf_srcfeat import (
+        DepsSanConfig,
+        DepsSanForConditionalGeneration,
+        SrcFeatTransformerForConditionalGeneration,
+    )
+
+    with pytest.raises(ValueError, match=r"`feature_dropout` names pos_ids, which the model of a DepsSanConfig does "
+                                         r"not read \(it reads dep_distance\)"):
+        DepsSanForConditionalGeneration(DepsSanConfig(**tiny_config(feature_dropout={"pos_ids": 0.1}).to_diff_dict()))
+    with pytest.raises(ValueError, match="which the model of a SrcFeatTransformerConfig does not read"):
+        SrcFeatTransformerForConditionalGeneration(tiny_config(feature_dropout={"pos_ids": 0.1}))
+    DepsSanForConditionalGeneration(DepsSanConfig(**tiny_config(feature_dropout={"dep_distance": 0.1}).to_diff_dict()))

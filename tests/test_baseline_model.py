@@ -278,3 +278,41 @@ def test_saved_code_loads_with_trust_remote_code_where_the_package_is_not_import
                             env=environment)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert json.loads(loaded.stdout.strip().splitlines()[-1])[0][0] == 1
+
+
+def resize_cases(tiny_config):
+    from hf_srcfeat import LatentFeedbackConfig, LatentFeedbackForConditionalGeneration
+
+    yield "separate source and target tables", SrcFeatTransformerForConditionalGeneration, \
+        tiny_config(share_embeddings=False)
+    yield "untied output projection and a final logits bias", SrcFeatTransformerForConditionalGeneration, \
+        tiny_config(tie_word_embeddings=False, final_logits_bias=True)
+    yield "a latent feature encoder's own tables", LatentFeedbackForConditionalGeneration, \
+        LatentFeedbackConfig(**{**tiny_config(encoder_layers=3).to_diff_dict(), "lfe_own_embeddings": True,
+                                "share_embeddings": False})
+
+
+def test_resizing_the_vocabulary_resizes_every_token_table_and_the_model_reloads(tiny_config, subword_tokenizer,
+                                                                                  test_sentences, tmp_path):
+    batch = encode(subword_tokenizer, test_sentences[:3])
+    decoder_input_ids = torch.full((3, 4), subword_tokenizer.bos_token_id)
+    for case, model_class, config in resize_cases(tiny_config):
+        model = random_model(model_class, config).eval()
+        size = config.vocab_size
+        with torch.no_grad():
+            before = model(**batch, decoder_input_ids=decoder_input_ids).logits
+        model.resize_token_embeddings(size + 8)
+        tables = {name: module.num_embeddings for name, module in model.named_modules()
+                  if name.endswith(("embed_tokens", "shared")) and isinstance(module, torch.nn.Embedding)}
+        assert set(tables.values()) == {size + 8}, (case, tables)
+        assert model.lm_head.weight.shape[0] == model.config.vocab_size == size + 8, case
+        if config.final_logits_bias:
+            assert model.final_logits_bias.shape == (1, size + 8), case
+        with torch.no_grad():
+            after = model(**batch, decoder_input_ids=decoder_input_ids).logits
+        torch.testing.assert_close(after[..., :size], before, msg=f"{case}: the old tokens' logits are kept")
+        model.save_pretrained(tmp_path / "resized")
+        reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "resized").eval()
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(**batch, decoder_input_ids=decoder_input_ids).logits, after,
+                                       msg=f"{case}: the saved model is the resized one")

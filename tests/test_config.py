@@ -99,3 +99,20 @@ def test_each_config_names_the_source_features_its_model_reads():
     composed = SrcFeatComposedConfig(components=["relevance_features", "deps_san"], source_factors=["lemma"])
     assert composed.source_features_read == ("lemma_ids", "dep_distance")
     assert composed.reads_parse and composed.reads_dependency_distances
+
+
+def test_a_setting_changed_after_the_config_was_made_is_checked_before_a_model_is_built_or_saved(tmp_path):
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+
+    small = dict(vocab_size=100, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2,
+                 decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    config = DepsSanConfig(**small, deps_san_layers=[1])
+    config.encoder_layers = 1  # the dependency-scaled layer would silently not exist
+    with pytest.raises(ValueError, match="deps_san_layers"):
+        DepsSanForConditionalGeneration(config)
+    config = SrcFeatTransformerConfig(**small)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    model.config.encoder_attention_heads = 5
+    with pytest.raises(ValueError, match="encoder_attention_heads"):
+        model.save_pretrained(tmp_path / "model")
+    assert not (tmp_path / "model" / "config.json").exists()

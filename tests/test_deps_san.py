@@ -24,7 +24,7 @@ SCALED_HEADS = [1, 3]
 @pytest.fixture
 def deps_san_config(tiny_config):
     def make(**overrides) -> DepsSanConfig:
-        return DepsSanConfig(**tiny_config(encoder_layers=4, **overrides).to_diff_dict())
+        return DepsSanConfig(**{**tiny_config(encoder_layers=4).to_diff_dict(), **overrides})
 
     return make
 

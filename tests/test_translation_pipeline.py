@@ -4,6 +4,8 @@ Transformers under its own name."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -261,3 +263,83 @@ def test_the_pipeline_decodes_with_prepared_weights_and_frees_them_after_the_cal
     translator(test_sentences[:2], max_new_tokens=5)
     assert products
     assert not any(layer in linear._PREPARED_WEIGHTS for layer in translator.model.modules())
+
+
+def test_token_ids_end_at_each_translations_end_token_whatever_the_batch_size(translator, test_sentences):
+    """A batch pads its shorter translations after their end token; what the pipeline returns is each translation
+    alone, as one sentence at a time gives it: ids up to the end token, n-best and scored ones too."""
+    sentences = ["A man.", "Two dogs play.", *test_sentences[:2]]
+    end = translator.model.config.eos_token_id
+    for options in ({}, {"num_return_sequences": 2}, {"return_scores": True}):
+        alone = [translator(sentence, return_tensors=True, **options) for sentence in sentences]
+        together = translator(sentences, return_tensors=True, batch_size=len(sentences), **options)
+        assert len({len(translation["translation_token_ids"]) for translations in alone
+                    for translation in translations}) > 1, "translations of different lengths share the batch"
+        for one, batched in zip(alone, together, strict=True):
+            batched = batched if isinstance(batched, list) else [batched]
+            assert [translation["translation_token_ids"].tolist() for translation in batched] == \
+                [translation["translation_token_ids"].tolist() for translation in one], options
+            assert [translation.get("score") for translation in batched] == \
+                pytest.approx([translation.get("score") for translation in one], abs=1e-4)  # padding rounds apart
+            for translation in batched:
+                ids = translation["translation_token_ids"].tolist()
+                assert ids[-1] == end and end not in ids[1:-1], ids
+    special = dict(skip_special_tokens=False)
+    assert translator(sentences, batch_size=4, **special) == [translator(one, **special)[0] for one in sentences]
+
+
+def test_factored_text_is_translated_as_text_with_a_warning_naming_the_way_to_give_its_factors(translator):
+    """OpenNMT-py's `word￨value` lines (U+FFE8), which `hf-srcfeat-translate` reports without `--input_format
+    factored`: one warning a call, naming the first such input; `parse_factored_lines` gives the pipeline their
+    words as given, without the values, and no warning."""
+    from hf_srcfeat.data.user_factors import parse_factored_lines
+
+    factored = "Two￨Cap dogs￨lower play￨lower .￨other"
+    with pytest.warns(UserWarning) as caught:
+        translator(["A man.", factored, "  ", factored])
+    said = [str(warning.message) for warning in caught if "factors inline" in str(warning.message)]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"input 1 ({factored!r}) (and 1 more) carries factors inline (word￨value, ")
+    assert "parse_factored_lines(translator.tokenizer.annotator, lines, factor_names)" in said[0]
+    assert "hf-srcfeat-translate --input_format factored --factor_names NAME" in said[0]
+    parses = parse_factored_lines(translator.tokenizer.annotator, [factored], ["case"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert translator(parses) == translator("Two dogs play .")
+        translator("The sign ￨ stands between two words .")  # the character itself, now and then, is text
+
+
+def test_parses_whose_tags_or_relations_the_model_never_saw_are_warned_once_a_call(translator, feature_tokenizer,
+                                                                                    test_sentences):
+    """As `hf-srcfeat-translate` says once a run: CoNLL-U of another tag set (UPOS `ZZZ`) or relations (`foo:bar`)
+    translates with those features unknown, said for the first such sentence of a call; the parser's own labels,
+    and a model that reads no tags (the baseline), give no warning."""
+    from dataclasses import replace
+
+    from hf_srcfeat import MODEL_CLASSES_BY_TYPE, RelevanceFeaturesConfig
+    from hf_srcfeat.pipeline_translation import UnknownLabelsWarning
+
+    from .end_to_end import tiny_method_config
+    from .helpers import random_model
+
+    config = tiny_method_config(RelevanceFeaturesConfig, feature_tokenizer, relevance_combine="concat",
+                                **feature_tokenizer.feature_vocabularies.sizes())
+    reader = pipeline("translation", model=random_model(MODEL_CLASSES_BY_TYPE[config.model_type], config),
+                      tokenizer=feature_tokenizer, num_beams=1, max_new_tokens=4)
+    parses = feature_tokenizer.annotate(test_sentences[:3])
+    retagged = replace(parses[1], words=[replace(word, upos="ZZZ") for word in parses[1].words])
+    relabelled = replace(parses[2], words=[replace(word, deprel="foo:bar") for word in parses[2].words])
+    words = len(retagged.words)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownLabelsWarning)
+        reader(parses)
+        reader(test_sentences[:2])
+        translator([retagged, relabelled])
+    with pytest.warns(UnknownLabelsWarning) as caught:
+        reader([parses[0], retagged, relabelled])
+    assert [str(warning.message) for warning in caught] == [
+        f"input 1 ({retagged.name}): {words} of the {words} words have POS tags the model never saw ('ZZZ'): "
+        "translated with them unknown (a parse of another tag set?); said once a call."]
+    with pytest.warns(UnknownLabelsWarning, match=r"^input 1 .* words have relations the model never saw "
+                                                  r"\('foo:bar'\)"):
+        reader(["", relabelled])

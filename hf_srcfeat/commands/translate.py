@@ -32,6 +32,7 @@ import math
 import os
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -51,7 +52,6 @@ from hf_srcfeat.commands import (
 )
 from hf_srcfeat.conllu import read_conllu
 from hf_srcfeat.decoding_options import add_decoding_arguments, check_decoding_options, given_decoding_options
-from hf_srcfeat.feature_vocabulary import UNK_ID
 from hf_srcfeat.integrations.ctranslate2 import is_export
 from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import code_version, weights_digests
@@ -284,25 +284,19 @@ class FileTranslator:
     def say_unknown_labels(self, items: list[SourceItem]) -> None:
         """Once a run, on stderr: a sentence most of whose POS tags or relations the model never saw (CoNLL-U of
         another tag set, or with `_` in those columns) is translated with those features unknown."""
-        vocabularies = self.vocabularies
-        if self.unknown_labels_said or vocabularies is None or not self.reads_parses:
+        from hf_srcfeat.pipeline_translation import UNKNOWN_LABELS_CONSEQUENCE, unknown_labels
+
+        if self.unknown_labels_said or self.vocabularies is None or not self.reads_parses:
             return
-        labels = {"pos_ids": ("POS tags", vocabularies.pos_tag, vocabularies.pos),
-                  "deprel_ids": ("relations", lambda word: word.deprel, vocabularies.deprel)}
         for item in items:
-            if item.sentence is None or item.unparsed or not item.sentence.words:
+            if item.sentence is None or item.unparsed:
                 continue
-            for feature, (what, label_of, vocabulary) in labels.items():
-                if self.features_read is not None and feature not in self.features_read:
-                    continue
-                unknown = [label_of(word) for word in item.sentence.words if vocabulary.id(label_of(word)) == UNK_ID]
-                if 2 * len(unknown) > len(item.sentence.words):
-                    print(f"hf-srcfeat-translate: line {item.line_number}: {len(unknown)} of the "
-                          f"{len(item.sentence.words)} words have {what} the model never saw "
-                          f"({', '.join(repr(label) for label in list(dict.fromkeys(unknown))[:5])}): translated "
-                          "with them unknown (a parse of another tag set?); said once.", file=sys.stderr)
-                    self.unknown_labels_said = True
-                    return
+            said = unknown_labels(item.sentence, self.vocabularies, self.features_read)
+            if said is not None:
+                print(f"hf-srcfeat-translate: line {item.line_number}: {said}: {UNKNOWN_LABELS_CONSEQUENCE}; said "
+                      "once.", file=sys.stderr)
+                self.unknown_labels_said = True
+                return
 
     def source(self, item: SourceItem):
         """What the translator reads: the parsed sentence, or the raw text for a model without source features (or
@@ -362,6 +356,8 @@ class FileTranslator:
                         item.error = failure
 
     def generate(self, items: list[SourceItem], parse: bool = True) -> list[list[dict]]:
+        from hf_srcfeat.pipeline_translation import UnknownLabelsWarning
+
         if not items:
             return []
         options = {"batch_size": self.batch_size, "num_return_sequences": self.num_return_sequences}
@@ -370,7 +366,10 @@ class FileTranslator:
         if self.num_return_sequences > 1:
             options["return_scores"] = True
         try:
-            return [as_list(output) for output in self.translator([self.source(item) for item in items], **options)]
+            with warnings.catch_warnings():  # said here once a run, with its line (`say_unknown_labels`)
+                warnings.simplefilter("ignore", UnknownLabelsWarning)
+                translations = self.translator([self.source(item) for item in items], **options)
+            return [as_list(output) for output in translations]
         except (ValueError, RuntimeError, IndexError) as error:
             if len(items) == 1:
                 items[0].error = f"the model failed: {type(error).__name__}: {error}"
