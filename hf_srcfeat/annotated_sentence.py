@@ -167,3 +167,14 @@ def multiword_spacing(words: list[AnnotatedWord], form: str, space_after: bool) 
     touching = "".join(word.text for word in words) == form
     return [replace(word, space_after=space_after if index == len(words) - 1 else not touching)
             for index, word in enumerate(words)]
+
+
+#: OpenNMT-py's separator of a token's factors (U+FFE8), in its factored text format `word￨value1￨value2`.
+FACTOR_SEPARATOR = "￨"
+
+
+def carries_inline_factors(source: str) -> bool:
+    """Whether a source is in OpenNMT-py's factored format: most of its tokens carry the factor separator (a text
+    may hold the character itself, U+FFE8, a halfwidth form, now and then)."""
+    tokens = source.split()
+    return 2 * sum(FACTOR_SEPARATOR in token.strip(FACTOR_SEPARATOR) for token in tokens) > len(tokens)

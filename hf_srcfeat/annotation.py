@@ -9,8 +9,8 @@ from .annotator_spacy import SpacyAnnotator
 from .annotator_stanza import STANZA_DIR_ENV, STANZA_PROCESSORS, StanzaAnnotator, import_stanza
 from .annotators import ANNOTATORS, annotator_from_settings, make_annotator
 from .conllu import MISC_FACTOR_PREFIX, conllu_lines, misc_column, misc_factors, read_conllu, write_conllu
+from .file_digests import file_digest
 from .metrics.parse_accuracy import annotation_scores
-from .provenance import file_digest
 
 __all__ = [
     "ANNOTATION_CACHE_ENV", "ANNOTATION_FORMAT", "ANNOTATORS", "MISC_FACTOR_PREFIX", "STANZA_DIR_ENV",

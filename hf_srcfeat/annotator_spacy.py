@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord
 from .annotator import DEFAULT_MAX_CHARACTERS, Annotator, join_sentence_roots
-from .provenance import folder_digest
+from .file_digests import folder_digest
 
 SENTENCE_MODES = ("join", "refuse")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .annotated_sentence import AnnotatedSentence, AnnotatedWord, multiword_spacing
 from .annotator import ANNOTATION_FORMAT, DEFAULT_MAX_CHARACTERS, Annotator
-from .provenance import file_digest
+from .file_digests import file_digest
 
 STANZA_DIR_ENV = "HF_SRCFEAT_STANZA_DIR"
 STANZA_PROCESSORS = "tokenize,mwt,pos,lemma,depparse"

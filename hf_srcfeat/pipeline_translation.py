@@ -20,8 +20,7 @@ from transformers import pipeline as transformers_pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.pt_utils import PipelineDataset, PipelineIterator
 
-from .annotated_sentence import AnnotatedSentence, check_text
-from .data.user_factors import carries_inline_factors
+from .annotated_sentence import AnnotatedSentence, carries_inline_factors, check_text
 from .decoding_options import check_decoding_options, transformers_generation_default
 from .feature_vocabulary import UNK_ID
 from .linear import prepared_inference_weights

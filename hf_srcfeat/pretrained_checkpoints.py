@@ -30,6 +30,7 @@ A composition (`srcfeat_composed` with `components=[...]`) takes each component'
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 
-from .configuration_srcfeat_transformer import SrcFeatTransformerConfig
+from .configuration_srcfeat_transformer import (
+    TOKENIZER_SIZE_ARGUMENTS,
+    SrcFeatTransformerConfig,
+    accepted_arguments,
+    zoo_config_classes,
+)
 from .damaged_files import named_weights_error
 from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
 
@@ -216,6 +222,10 @@ def grafted_config(backbone: PretrainedConfig, model_type: str, **method_argumen
     that cannot be grafted or a setting its config refuses (what `graft` would meet, known before any weights)."""
     from . import MODEL_CLASSES_BY_TYPE
 
+    if not isinstance(backbone, SrcFeatTransformerConfig):
+        family = f"a {backbone.model_type} model" if backbone.model_type in FAMILIES else type(backbone).__name__
+        raise ValueError(f"a graft starts from the zoo's backbone, not from {family}: convert the checkpoint first "
+                         "(convert_model(model) or convert_pretrained(name_or_path)).")
     methods = grafted_methods(model_type, method_arguments)
     unknown = [method for method in methods if method not in GRAFT_FORMS]
     if unknown or not methods:
@@ -230,10 +240,25 @@ def grafted_config(backbone: PretrainedConfig, model_type: str, **method_argumen
                     f"only {key}={form!r} does"
                 raise ValueError(f"{method} with {key}={value!r} cannot start as the pretrained model: {reason}.")
     check_checkpoint_settings(method_arguments, backbone.position_embedding_type)
+    config_class = MODEL_CLASSES_BY_TYPE[model_type].config_class
+    check_method_arguments(config_class, method_arguments)
     arguments = {key: value for method in methods for key, value in GRAFT_FORMS[method].items()}
     arguments.update(method_arguments)
     settings = {key: value for key, value in backbone.to_dict().items() if key not in CONFIG_BOOKKEEPING}
-    return MODEL_CLASSES_BY_TYPE[model_type].config_class(**{**settings, **arguments})
+    return config_class(**{**settings, **arguments})
+
+
+def check_method_arguments(config_class: type[SrcFeatTransformerConfig], method_arguments: dict[str, Any]) -> None:
+    """Refuse, naming it, a method argument `config_class` does not take (a misspelling would otherwise graft the
+    method with its default settings)."""
+    accepted = accepted_arguments(config_class) | TOKENIZER_SIZE_ARGUMENTS
+    if config_class.model_type == "srcfeat_composed":
+        accepted |= {name for cls in zoo_config_classes() for name in accepted_arguments(cls)}
+    for name in method_arguments:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.75)
+            hint = f"; did you mean {close[0]!r}?" if close else "."
+            raise ValueError(f"{config_class.__name__} has no argument {name!r}{hint}")
 
 
 def graft(model: PreTrainedModel, model_type: str,

@@ -513,9 +513,9 @@ print(json.dumps(generated))
 SHIPPED_WITH_EVERY_MODEL = [
     "annotated_sentence.py", "annotation_cache.py", "annotator.py", "annotator_spacy.py", "annotator_stanza.py",
     "annotators.py", "configuration_srcfeat_transformer.py", "damaged_files.py", "decoding_options.py",
-    "dependency_tree.py", "feature_dropout.py",
-    "feature_vocabulary.py", "parse_phrases.py", "pipeline_translation.py", "safe_writing.py", "source_features.py",
-    "subword_training.py", "tokenization_pretrained_source_features.py", "tokenization_source_features.py"]
+    "dependency_tree.py", "feature_dropout.py", "feature_vocabulary.py", "file_digests.py", "parse_phrases.py",
+    "pipeline_translation.py", "safe_writing.py", "sequence_scores.py", "source_features.py", "subword_training.py",
+    "tokenization_pretrained_source_features.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py", "generation_preparation.py",
             "label_smoothed_cross_entropy.py", "linear.py", "modeling_srcfeat_transformer.py",
             "single_row_products.py"]
@@ -573,3 +573,14 @@ def test_every_model_type_of_the_zoo_runs_from_its_published_folder_on_shipped_c
                                capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_a_card_names_the_checkpoint_a_run_started_from_without_the_trainers_paths(tmp_path):
+    from hf_srcfeat.commands.publish import checkpoint_name
+
+    assert checkpoint_name("Helsinki-NLP/opus-mt-en-de") == "`Helsinki-NLP/opus-mt-en-de`"
+    snapshot = "/home/me/.cache/huggingface/hub/models--facebook--nllb-200-distilled-600M/snapshots/abc123"
+    assert checkpoint_name(snapshot) == "`facebook/nllb-200-distilled-600M`"
+    (tmp_path / "checkpoints" / "opus").mkdir(parents=True)
+    assert checkpoint_name(str(tmp_path / "checkpoints" / "opus")) == "a local checkpoint (`opus`)"
+    assert str(tmp_path) not in checkpoint_name(str(tmp_path / "checkpoints" / "opus"))

@@ -223,3 +223,16 @@ def test_forms_that_cannot_start_as_the_pretrained_model_are_refused_with_the_re
 
     with pytest.raises(ValueError, match=message):
         graft(converted[2], model_type, **arguments)
+
+
+def test_a_graft_onto_an_unconverted_model_or_with_a_misspelt_setting_is_refused_naming_it(converted):
+    from hf_srcfeat.pretrained_checkpoints import graft
+
+    family, original, model, _ = converted
+    with pytest.raises(ValueError, match=f"not from a {original.config.model_type} model: convert the checkpoint "
+                                         r"first \(convert_model\(model\)"):
+        graft(original, "deps_san")
+    with pytest.raises(ValueError, match="DepsSanConfig has no argument 'deps_san_layer'; did you mean "
+                                         "'deps_san_layers'"):
+        graft(model, "deps_san", deps_san_layer=[0])
+    assert graft(model, "deps_san", deps_san_layers=[0]).config.scaled_layers == [0]

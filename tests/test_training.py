@@ -15,7 +15,8 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_srcfeat.commands import train
-from hf_srcfeat.provenance import code_version, file_digest
+from hf_srcfeat.file_digests import file_digest
+from hf_srcfeat.provenance import code_version
 
 from .helpers import REPO
 

@@ -16,7 +16,7 @@ import pytest
 from hf_srcfeat import SrcFeatTransformerForConditionalGeneration, pipeline
 from hf_srcfeat.commands.translate import main
 from hf_srcfeat.conllu import conllu_lines
-from hf_srcfeat.provenance import file_digest
+from hf_srcfeat.file_digests import file_digest
 
 from .helpers import REPO, annotator_fails_on
 

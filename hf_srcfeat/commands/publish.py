@@ -202,7 +202,7 @@ def this_model_section(facts: dict) -> str:
                      f"({'steps ' if all(isinstance(step, int) for step in steps) else ''}{named}; "
                      "hf-srcfeat-average-checkpoints)")
     if facts.get("init_from"):
-        lines.append(f"- **Started from:** `{facts['init_from']}`")
+        lines.append(f"- **Started from:** {checkpoint_name(facts['init_from'])}")
     for name, test in facts["tests"].items():
         setup, metrics = test.get("setup") or {}, test["metrics"]
         signature = setup.get("bleu_signature")
@@ -210,6 +210,19 @@ def this_model_section(facts: dict) -> str:
                      f"{decoding_settings(setup)}): sacreBLEU {metrics['test_bleu']:.2f}, chrF "
                      f"{metrics.get('test_chrf', float('nan')):.2f}" + (f" (`{signature}`)" if signature else ""))
     return "## This model\n\n" + "\n".join(lines) + "\n\n"
+
+
+def checkpoint_name(init_from: str) -> str:
+    """How a card names the checkpoint a run started from: a Hub id as it is (also when it was given as its folder in
+    the Hub cache, `models--org--name`); a folder of the trainer's machine by its name alone, whose full path would
+    mean nothing to the card's readers."""
+    for part in reversed(Path(init_from).parts):
+        if part.startswith("models--") and part.count("--") >= 2:
+            return f"`{part[len('models--'):].replace('--', '/', 1)}`"
+    if Path(init_from).exists() or Path(init_from).is_absolute() or init_from.startswith((".", "~")) \
+            or init_from.count("/") != 1:
+        return f"a local checkpoint (`{Path(init_from).name}`)"
+    return f"`{init_from}`"
 
 
 def card_metadata(template_metadata: dict, repo_id: str, facts: dict, results: dict | None) -> str:

@@ -45,7 +45,7 @@ from transformers import (
 )
 
 import hf_srcfeat
-from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotated_sentence import FACTOR_SEPARATOR, AnnotatedSentence, carries_inline_factors
 from hf_srcfeat.annotation_cache import check_cache_path, default_cache_path
 from hf_srcfeat.annotator import DEFAULT_MAX_CHARACTERS, AnnotatorLoadError
 from hf_srcfeat.annotator_stanza import STANZA_DIR_ENV
@@ -64,17 +64,13 @@ from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.errors import DataError
-from hf_srcfeat.data.user_factors import (
-    FACTOR_SEPARATOR,
-    attach_factors,
-    carries_inline_factors,
-    split_factored_line,
-)
+from hf_srcfeat.data.user_factors import attach_factors, split_factored_line
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
+from hf_srcfeat.file_digests import file_digest
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
 from hf_srcfeat.metrics.translation_scores import SCORE_NAMES
 from hf_srcfeat.process_memory import keep_freed_memory
-from hf_srcfeat.provenance import code_version, file_digest
+from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
 from hf_srcfeat.tokenization_pretrained_source_features import (
     SETTINGS_FILE,
@@ -136,6 +132,15 @@ RUN_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                SETTINGS_FILE, BASE_FOLDER)
 
 
+#: Options of a model from scratch that the weights of an `--init_from` checkpoint fix (its sizes, its LayerNorm
+#: placement, its vocabulary): refused with it, as `--config_overrides` of these settings are.
+CHECKPOINT_FIXED_OPTIONS = ("d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim", "vocab_size",
+                            "subword_model", "layernorm_position")
+#: Options of a model from scratch that a model started from `--init_from` takes too when given (not given: the
+#: checkpoint's dropout, the library's label smoothing): settings of its training, not of its weights.
+PRETRAINED_MODEL_OPTIONS = ("dropout", "label_smoothing")
+
+
 def check_pretrained_start(model_args: ModelArguments, factor_names: Sequence[str] = (),
                            factors_in_parses: bool = False) -> None:
     """Refuse, before any work, options of a pretrained start given without one, or with what replaces it, and
@@ -151,11 +156,10 @@ def check_pretrained_start(model_args: ModelArguments, factor_names: Sequence[st
     for name in ("model_name_or_path", "tokenizer_name_or_path"):
         if getattr(model_args, name):
             raise SystemExit(f"--init_from and --{name} both say where to start; give one.")
-    sizes = [name for name in ("d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim",
-                               "vocab_size", "subword_model") if name in getattr(model_args, "_given", ())]
-    if sizes:
-        raise SystemExit(f"--{', --'.join(sizes)}: a model started from --init_from has the checkpoint's sizes and "
-                         "vocabulary; leave them out.")
+    fixed = [name for name in CHECKPOINT_FIXED_OPTIONS if name in getattr(model_args, "_given", ())]
+    if fixed:
+        raise SystemExit(f"--{', --'.join(fixed)}: a model started from --init_from has the checkpoint's sizes, "
+                         "layout and vocabulary; leave them out (--dropout and --label_smoothing may change).")
     if model_args.model_type == "srcfeat_transformer" and (model_args.freeze_pretrained
                                                            or model_args.added_learning_rate is not None):
         raise SystemExit("--freeze_pretrained and --added_learning_rate concern what a method adds; --model_type "
@@ -218,17 +222,118 @@ def check_language_codes(config, model_args: ModelArguments) -> None:
         raise SystemExit(f"--{', --'.join(given)}: --init_from {model_args.init_from} is a {config.model_type} "
                          "checkpoint, which takes no language codes (a multi-target OPUS-MT model reads its target "
                          "language as a token at the start of each source, e.g. >>fra<<); leave them out.")
+    if not given:
+        return
+    try:
+        base = AutoTokenizer.from_pretrained(model_args.init_from)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"--init_from {model_args.init_from}: its tokenizer does not load "
+                         f"({error_summary(error)}).") from None
+    check_codes_known(base, model_args)
+
+
+def check_codes_known(base, model_args: ModelArguments) -> None:
+    """`--source_lang_code` and `--target_lang_code` are language codes of the checkpoint's tokenizer `base`."""
+    for option in ("source_lang_code", "target_lang_code"):
+        code = getattr(model_args, option)
+        if code and language_code_id(base, code) is None:
+            raise SystemExit(unknown_language_code(base, f"--{option}", code, str(model_args.init_from)))
+
+
+def language_code_ids(base) -> dict[str, int]:
+    """The language codes a checkpoint's tokenizer `base` takes as `src_lang` / `tgt_lang`, each with the token id it
+    puts into the encodings: M2M100's codes (`en`) stand for the tokens `__en__` (its `get_lang_id`); mBART's and
+    NLLB's codes are tokens themselves (`en_XX`, `eng_Latn`), listed in mBART's `lang_code_to_id` and among NLLB's
+    special tokens. Empty where the tokenizer lists none."""
+    listed = getattr(base, "lang_code_to_id", None)
+    if isinstance(listed, dict) and listed:
+        get_lang_id = getattr(base, "get_lang_id", None)
+        return {code: get_lang_id(code) if callable(get_lang_id) else token_id for code, token_id in listed.items()}
+    extra = getattr(base, "extra_special_tokens", None) or getattr(base, "additional_special_tokens", None) or ()
+    tokens = extra.values() if isinstance(extra, dict) else extra
+    named = {getattr(base, name, None) for name in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token",
+                                                    "cls_token", "sep_token")}
+    ids = {str(token): base.convert_tokens_to_ids(str(token)) for token in tokens if str(token) not in named}
+    return {code: token_id for code, token_id in ids.items() if token_id != base.unk_token_id}
+
+
+def language_code_id(base, code: str) -> int | None:
+    """The token id the checkpoint's tokenizer `base` puts into the encodings for language `code` (what it forces as
+    the first target token), as the tokenizer itself resolves the code; None: the tokenizer has no such code."""
+    known = language_code_ids(base)
+    if known:
+        return known.get(code)
+    token_id = base.convert_tokens_to_ids(code)  # a tokenizer listing no codes: the code is a token, or none
+    return None if token_id == base.unk_token_id else token_id
+
+
+def unknown_language_code(base, option: str, code: str, init_from: str) -> str:
+    """Why `code` is no language code of the tokenizer `base` of checkpoint `init_from`, with the codes like it."""
+    known = sorted(language_code_ids(base))
+    bare = code.strip("_")
+    spelling = ""
+    if callable(getattr(base, "get_lang_id", None)) and bare in known:  # M2M100: en, for the token __en__
+        spelling = f" (M2M100's codes are spelt without underscores: {bare}, whose token is {code})"
+    like = [known_code for known_code in known if known_code.lower().startswith(bare[:2].lower())]
+    like = like or difflib.get_close_matches(code, known, n=3, cutoff=0.5)
+    guess = f"; did you mean {' or '.join(like[:3])}?" if like and not spelling else "."
+    listing = f" Its {len(known)} codes include {', '.join(known[:5])}." if known else ""
+    return f"{option} {code}: the tokenizer of {init_from} has no such language code{spelling}{guess}{listing}"
 
 
 def check_start_settings(config, model_args: ModelArguments):
     """The config this run builds from the checkpoint, made before the parsing from the checkpoint's config alone,
     so that a setting the method refuses (`deps_san_layers` beyond the encoder's layers, a size the weights fix, ...)
     is named at once (after `check_model_type`, which names a misspelt setting as such). Returns it."""
+    check_grafted_lfe_settings(config, model_args)
     try:
         return started_config(config, model_args)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"--init_from {model_args.init_from} with --model_type {model_args.model_type}: "
                          f"{error}") from None
+
+
+def check_grafted_lfe_settings(config, model_args: ModelArguments) -> None:
+    """A latent feature encoder grafted onto a checkpoint (`latent_feedback`, alone or in a composition) starts as a
+    copy of the checkpoint's encoder, with its own embeddings, and trains with the model: the settings of a
+    pre-trained autoencoder's LFE (`lfe_pretrained_from`, `lfe_mode` frozen / fine_tuned), of an LFE of another depth
+    and of one shared with the NMT encoder cannot apply. Named before the parsing, as what a graft does instead (the
+    config's own messages speak of a model from scratch, whose advice would not work here)."""
+    from hf_srcfeat.pretrained_checkpoints import grafted_methods
+
+    overrides = given_config_overrides(model_args)
+    try:
+        methods = grafted_methods(model_args.model_type, overrides)
+    except TypeError:  # `components` no list: named by the config
+        return
+    if "latent_feedback" not in methods:
+        return
+    copy = "a graft's LFE starts as a copy of the checkpoint's encoder"
+    if overrides.get("lfe_pretrained_from"):
+        raise SystemExit(f"--config_overrides lfe_pretrained_from={overrides['lfe_pretrained_from']!r}: {copy}, which "
+                         "is its pre-training, and trains with the model (lfe_mode='joint'); no autoencoder is loaded "
+                         "into it. Leave lfe_pretrained_from (and lfe_mode) out.")
+    if overrides.get("lfe_mode", "joint") != "joint":
+        raise SystemExit(f"--config_overrides lfe_mode={overrides['lfe_mode']!r}: {copy} and trains with the model "
+                         "(lfe_mode='joint', the only mode a graft takes); leave lfe_mode out. --freeze_pretrained "
+                         "and --added_learning_rate set how what the method adds trains.")
+    if overrides.get("share_lfe_parameters"):
+        raise SystemExit(f"--config_overrides share_lfe_parameters=True: {copy} with its own embeddings, beside the "
+                         "NMT encoder, so it cannot share the NMT encoder's parameters; leave share_lfe_parameters "
+                         "out.")
+    layers = overrides.get("lfe_layers")
+    if layers is not None and layers != config.encoder_layers:
+        raise SystemExit(f"--config_overrides lfe_layers={layers!r}: {copy}, which has {config.encoder_layers} "
+                         f"layers; leave lfe_layers out (or give {config.encoder_layers}).")
+
+
+def pretrained_overrides(model_args: ModelArguments) -> dict:
+    """The config settings a run from `--init_from` gives its model: `--dropout` and `--label_smoothing` where given
+    (else the checkpoint's dropout and the library's label smoothing), then `--config_overrides`, which win (as from
+    scratch)."""
+    given = getattr(model_args, "_given", ())
+    options = {name: getattr(model_args, name) for name in PRETRAINED_MODEL_OPTIONS if name in given}
+    return {**options, **given_config_overrides(model_args)}
 
 
 def started_config(config, model_args: ModelArguments):
@@ -237,7 +342,7 @@ def started_config(config, model_args: ModelArguments):
     factors `source_factors` names get a stand-in size)."""
     from hf_srcfeat.pretrained_checkpoints import backbone_config, grafted_config
 
-    overrides = given_config_overrides(model_args)
+    overrides = pretrained_overrides(model_args)
     if model_args.model_type == "srcfeat_transformer":
         return backbone_config(config, **overrides)
     stand_ins = user_factor_stand_ins(overrides)
@@ -877,10 +982,9 @@ def pretrained_tokenizer(model_args: ModelArguments, data_args: DataArguments, t
             raise SystemExit(f"{training_args.output_dir} was started with other language codes: "
                              f"{', '.join(differing)}; resume with the run's own, or start a new run.")
         return saved
+    if languages:  # (checked before any work too) M2M100's and mBART-50's tokenizers fail on an unknown code
+        check_codes_known(AutoTokenizer.from_pretrained(model_args.init_from), model_args)
     base = AutoTokenizer.from_pretrained(model_args.init_from, **languages)
-    for code in languages.values():
-        if base.convert_tokens_to_ids(code) == base.unk_token_id:
-            raise SystemExit(f"the tokenizer of {model_args.init_from} has no language code {code!r}.")
     tokenizer = PretrainedSourceFeatureTokenizer.build(
         base, training_annotations(train_data, annotator), language=data_args.source_lang, annotator=annotator,
         pos_tagset=model_args.pos_tagset, lemma_min_frequency=model_args.lemma_min_frequency,
@@ -894,7 +998,7 @@ def pretrained_model(model_args: ModelArguments, tokenizer):
     from hf_srcfeat.pretrained_checkpoints import convert_pretrained, graft
 
     assert model_args.init_from  # only called with --init_from
-    overrides = given_config_overrides(model_args)
+    overrides = pretrained_overrides(model_args)
     grafts = model_args.model_type != "srcfeat_transformer"
     # The backbone's own settings (its dropouts) go to the conversion; a graft takes them with the method's.
     model: PreTrainedModel = convert_pretrained(model_args.init_from, **({} if grafts else overrides))
@@ -906,7 +1010,13 @@ def pretrained_model(model_args: ModelArguments, tokenizer):
         model = graft(model, model_args.model_type, **feature_vocabulary_arguments(config_class, tokenizer),
                       **overrides)
     if model_args.target_lang_code:
-        model.generation_config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(model_args.target_lang_code)
+        # As the tokenizer starts the labels: M2M100's code de stands for the token __de__ (de is also a subword).
+        base = getattr(tokenizer, "base", tokenizer)
+        target = language_code_id(base, model_args.target_lang_code)
+        if target is None:  # checked before any work (check_language_codes); a resumed run's tokenizer is its own
+            raise SystemExit(unknown_language_code(base, "--target_lang_code", model_args.target_lang_code,
+                                                   model_args.init_from))
+        model.generation_config.forced_bos_token_id = target
     model.config.tokenizer_fingerprint = tokenizer.fingerprint()
     return model
 
@@ -1118,10 +1228,42 @@ def build_model(model_args: ModelArguments, tokenizer, seed: int):
     return model
 
 
+def adapter_optimizer_class(training_args, model: PreTrainedModel | None) -> tuple[Any, dict]:
+    """The optimizer class `--optim` chooses and its arguments (`--learning_rate`, the Adam betas and epsilon,
+    `--optim_args`), as the Trainer's own optimizer gets them, for the parameter groups of the adapter options; an
+    optimizer that makes its own groups or optimizers (GaLore, APOLLO, LOMO, the layer-wise ones, an optimizer
+    factory) is refused."""
+    from transformers import Trainer
+    from transformers.trainer_optimizer import is_optimizer_factory
+
+    optim = str(getattr(training_args.optim, "value", training_args.optim))
+    refusal = (f"--optim {optim} makes its own parameter groups (or optimizers), and --freeze_pretrained / "
+               "--added_learning_rate give the pretrained and the added parameters groups of their own: choose an "
+               "optimizer that takes parameter groups (adamw_torch, adafactor, sgd, ...), or leave the adapter "
+               "options out.")
+    if any(name in optim for name in ("galore", "apollo", "lomo", "layerwise")):  # (they also need the model)
+        raise SystemExit(refusal)
+    try:
+        optimizer_class, arguments = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
+    except (ValueError, ImportError) as error:
+        raise SystemExit(f"--optim {optim}: {error_summary(error)}") from None
+    if is_optimizer_factory(optimizer_class) or {"params", "model", "optimizer_dict"} & set(arguments):
+        raise SystemExit(refusal)
+    return optimizer_class, dict(arguments)
+
+
+def check_adapter_optimizer(model_args: ModelArguments, training_args) -> None:
+    """`--optim` with the adapter options, checked before any work (without the model: the optimizers that take
+    parameter groups do not need it for their class and arguments)."""
+    if model_args.init_from and (model_args.freeze_pretrained or model_args.added_learning_rate):
+        adapter_optimizer_class(training_args, None)
+
+
 def adapter_optimizer(model, model_args: ModelArguments, training_args, callbacks: list) -> tuple:
-    """For a grafted model with --freeze_pretrained / --added_learning_rate: AdamW over the pretrained and the
-    added parameters at their own rates (the Trainer's schedule scales both), and the unfreezing callback; else
-    (None, None), the Trainer's own optimizer."""
+    """For a grafted model with --freeze_pretrained / --added_learning_rate: the optimizer `--optim` chooses (AdamW
+    by default), with its arguments as the Trainer gives them, over the pretrained and the added parameters at their
+    own rates (the Trainer's schedule scales both), and the unfreezing callback; else (None, None), the Trainer's own
+    optimizer."""
     if not (model_args.freeze_pretrained or model_args.added_learning_rate):
         return None, None
     from hf_srcfeat.graft_training import UnfreezeCallback, freeze_pretrained, parameter_groups
@@ -1134,10 +1276,8 @@ def adapter_optimizer(model, model_args: ModelArguments, training_args, callback
         callbacks.append(UnfreezeCallback(model, model_args.unfreeze_after_steps))
     groups = parameter_groups(model, training_args.learning_rate, model_args.added_learning_rate,
                               training_args.weight_decay)
-    optimizer = torch.optim.AdamW(groups, lr=training_args.learning_rate,
-                                  betas=(training_args.adam_beta1, training_args.adam_beta2),
-                                  eps=training_args.adam_epsilon)
-    return optimizer, None
+    optimizer_class, arguments = adapter_optimizer_class(training_args, model)
+    return optimizer_class(groups, **arguments), None  # each group's own rate wins over the arguments' lr
 
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
@@ -1371,6 +1511,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     factors_in_parses = bool(data_args.train_source_conllu or data_args.validation_source_conllu
                              or data_args.source_parse_column)
     check_pretrained_start(model_args, factor_names, factors_in_parses)
+    check_adapter_optimizer(model_args, training_args)
     if training_args.do_train and not (model_args.tokenizer_only or model_args.init_from or
                                        model_args.model_name_or_path):
         check_new_model_settings(model_args, factor_names, factors_in_parses)

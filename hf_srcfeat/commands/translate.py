@@ -242,7 +242,7 @@ class FileTranslator:
         import torch
 
         if not self.factor_names:
-            from hf_srcfeat.data.user_factors import carries_inline_factors
+            from hf_srcfeat.annotated_sentence import carries_inline_factors
 
             for item in items:  # the values would be translated as part of the words
                 if item.error is None and item.text and carries_inline_factors(item.text):

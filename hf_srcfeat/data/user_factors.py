@@ -17,18 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotated_sentence import FACTOR_SEPARATOR, AnnotatedSentence
 from hf_srcfeat.annotator import Annotator
-
-#: OpenNMT-py's separator of a token's factors (U+FFE8).
-FACTOR_SEPARATOR = "￨"
-
-
-def carries_inline_factors(source: str) -> bool:
-    """Whether a source is in OpenNMT-py's factored format: most of its tokens carry the factor separator (a text
-    may hold the character itself, U+FFE8, a halfwidth form, now and then)."""
-    tokens = source.split()
-    return 2 * sum(FACTOR_SEPARATOR in token.strip(FACTOR_SEPARATOR) for token in tokens) > len(tokens)
 
 
 def split_factored_line(line: str, names: Sequence[str], line_number: int | None = None

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hf_srcfeat.annotated_sentence import FACTOR_SEPARATOR  # CTranslate2 reads OpenNMT-py's factor format
 from hf_srcfeat.decoding_options import check_decoding_options, transformers_generation_default
 from hf_srcfeat.safe_writing import write_json_atomically
 
@@ -45,8 +46,6 @@ UNSUPPORTED = {
 }
 #: Our activations by CTranslate2's name for them.
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"}
-#: CTranslate2's separator of a token's factors (OpenNMT-py's).
-FACTOR_SEPARATOR = "￨"
 CONFIG_FILE = "hf_srcfeat_export.json"
 #: The model's generation settings an export keeps (and the translator applies unless given), as the PyTorch model
 #: applies its generation config.
