@@ -31,9 +31,9 @@ def freeze_pretrained(model: PreTrainedModel, frozen: bool = True) -> int:
 
 def parameter_groups(model: PreTrainedModel, learning_rate: float, added_learning_rate: float | None,
                      weight_decay: float) -> list[dict]:
-    """AdamW groups: pretrained and added parameters at their learning rates, without weight decay on biases and
-    LayerNorm weights (as the Trainer's own optimizer). Frozen parameters stay in their group: unfreezing them later
-    needs no new optimizer (AdamW skips parameters without gradients)."""
+    """Optimizer parameter groups: pretrained and added parameters at their learning rates, without weight decay on
+    biases and LayerNorm weights (as the Trainer's own optimizer). Frozen parameters stay in their group: unfreezing
+    them later needs no new optimizer (torch's optimizers skip parameters without gradients)."""
     added = grafted_parameter_names(model)
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, parameter in model.named_parameters():

@@ -63,11 +63,14 @@ class ModelArguments:
     decoder_layers: int = field(default=3, metadata={"help": "Decoder layers, from scratch."})
     attention_heads: int = field(default=4, metadata={"help": "Attention heads of every layer, from scratch."})
     ffn_dim: int = field(default=1024, metadata={"help": "Width of the feed-forward sublayers, from scratch."})
-    dropout: float = field(default=0.3, metadata={"help": "Dropout of the model's sublayers and embeddings."})
+    dropout: float = field(default=0.3, metadata={
+        "help": "Dropout of the model's sublayers and embeddings (with --init_from: given, it replaces the "
+                "checkpoint's)."})
     label_smoothing: float = field(default=0.1, metadata={
-        "help": "Label smoothing of the model's own loss (training and evaluation losses alike)."})
+        "help": "Label smoothing of the model's own loss (training and evaluation losses alike; with --init_from too)."})
     layernorm_position: str = field(default="pre", metadata={
-        "help": "pre (LayerNorm before each sublayer) or post (after the residual sum, as the original Transformer)."})
+        "help": "pre (LayerNorm before each sublayer) or post (after the residual sum, as the original Transformer); "
+                "with --init_from the checkpoint's, not an option."})
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of further config arguments, e.g. '{\"attention_dropout\": 0.1}'; beside a recipe, "
                 "added to the recipe's (its keys win)."})
