@@ -58,9 +58,14 @@ def check_feature_dropout_read(config) -> None:
 
 def dropped_words(word_ids: torch.Tensor, rate: float) -> torch.Tensor:
     """[B, S] True where the token's word is dropped (one draw per word, shared by its subwords)."""
-    words = int(word_ids.shape[1])  # a sentence has at most as many words as tokens
-    draws = torch.rand(word_ids.shape[0], words + 1, device=word_ids.device) < rate
-    return draws.gather(1, word_ids.clamp(min=-1) + 1) & (word_ids >= 0)
+    tokens = int(word_ids.shape[1])
+    is_word = word_ids >= 0
+    # Counted from each row's first kept word (a left-truncated sentence starts further in), its words number at most
+    # its tokens: one draw each.
+    first = torch.where(is_word, word_ids, torch.iinfo(word_ids.dtype).max).amin(dim=1, keepdim=True)
+    relative = torch.where(is_word, word_ids - first, -1)
+    draws = torch.rand(word_ids.shape[0], tokens + 1, device=word_ids.device) < rate
+    return draws.gather(1, relative + 1) & is_word
 
 
 def apply_feature_dropout(features: SourceFeatures, rates: dict[str, float]) -> SourceFeatures:

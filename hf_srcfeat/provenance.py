@@ -9,8 +9,6 @@ import re
 import subprocess
 from pathlib import Path
 
-from .file_digests import file_digest
-
 
 @functools.cache
 def code_version() -> str:
@@ -56,6 +54,8 @@ def weights_digests(model: str) -> dict[str, str]:
     """Digest of each weights file of `model`, a local folder or a Hub id (its copy in the local Hub cache), by
     file name: what a report records beside the model's name, which another folder or a retraining in place can
     reuse. Empty when the files cannot be found (a Hub id not in the cache)."""
+    from .file_digests import file_digest  # here: this module is also loaded alone, by its file
+
     folder = Path(model)
     if not folder.is_dir():
         from huggingface_hub import try_to_load_from_cache

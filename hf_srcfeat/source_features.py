@@ -97,12 +97,15 @@ class SourceFeatures:
                     f"`{name}` has shape {tuple(value.shape)} but the source tokens need {expected} "
                     "(features must be aligned to the subword tokens, padded like `input_ids`)."
                 )
-            # A word or phrase index is one of the sentence's (at most one a token) or -1 for none; beyond them,
-            # feature dropout and the phrase layout would index out of range inside torch.
-            if (name in POSITION_FEATURE_NAMES and value.numel() and not torch.compiler.is_compiling()
-                    and (value.min() < -1 or value.max() >= seq_len)):
-                raise ValueError(f"`{name}` holds indices from {int(value.min())} to {int(value.max())}, but a "
-                                 f"sentence of {seq_len} tokens has indices 0 to {seq_len - 1} (-1: none).")
+            # A word index is the word's in its whole sentence (a left-truncated one's kept words start further in),
+            # a phrase index one of the kept tokens' (at most one a token); -1 is none. Beyond them, the phrase
+            # layout would index out of range inside torch.
+            if name in POSITION_FEATURE_NAMES and value.numel() and not torch.compiler.is_compiling():
+                beyond = value.min() < -1 or (name == "phrase_ids" and value.max() >= seq_len)
+                if beyond:
+                    limit = f"0 to {seq_len - 1}" if name == "phrase_ids" else "0 or more"
+                    raise ValueError(f"`{name}` holds indices from {int(value.min())} to {int(value.max())}, but a "
+                                     f"sentence of {seq_len} tokens has indices {limit} (-1: none).")
 
     def require(self, name: str, method: str) -> torch.Tensor:
         """Return feature `name`. When it was not given: at inference (`defaults` set) its default, with a warning,
@@ -145,7 +148,9 @@ class MissingFeatureDefaults:
     """What a feature becomes when the source comes without it at inference (no parse: no annotator for the
     language, a parser that failed, or `source_features=False`), as OpenNMT-py's `src_feats_defaults`: every token's
     label is `<unk>` (padding stays `<pad>`), every dependency link unknown (`UNKNOWN_DISTANCE`), every token its
-    own word and phrase. A model trained with feature dropout has seen such inputs."""
+    own word and phrase. A model trained with feature dropout has seen such inputs at its words (feature dropout
+    leaves the end token's special label and links, which get these defaults here too: the published results
+    without a parse were measured so)."""
 
     batch_size: int
     seq_len: int

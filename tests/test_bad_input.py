@@ -99,14 +99,16 @@ def test_evaluating_a_finished_run_scores_its_model_and_keeps_its_training_resul
     from hf_srcfeat.commands import train
 
     run = tmp_path / "run"
-    trained = train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_eval"])
+    trained = train.main(TINY_RUN + ["--output_dir", str(run), "--do_train", "--do_eval", "--generation_num_beams",
+                                     "2"])
     saved = (run / "results.json").read_text()
     train.main(["--output_dir", str(run), "--do_eval", "--max_eval_samples", "20", "--report_to", "none",
-                "--use_cpu", "--disable_tqdm", "true"])
+                "--use_cpu", "--disable_tqdm", "true", "--do_predict", "--max_predict_samples", "3"])
     assert (run / "results.json").read_text() == saved, "the run's training results are kept"
     evaluations = json.loads((run / "eval_results.json").read_text())
     assert evaluations[0]["eval_metrics"]["eval_loss"] == trained["eval_metrics"]["eval_loss"], \
         "the trained model was evaluated, not a new one"
+    assert evaluations[0]["test_setup"]["num_beams"] == 2, "the run's beams, not one (translate decodes with them)"
     recorded = evaluations[0]["model_args"]
     assert (recorded["d_model"], recorded["encoder_layers"], recorded["ffn_dim"]) == (32, 1, 64), \
         "the evaluated model's sizes, not the options' defaults"
@@ -572,12 +574,32 @@ def test_word_and_phrase_indices_beyond_the_sentence_are_named(feature_tokenizer
     config = PhraseRepConfig(**{**tiny_config().to_diff_dict(), "phrase_segmentation": "parse"})
     model = random_model(PhraseRepForConditionalGeneration, config).eval()
     batch = dict(feature_tokenizer(test_sentences[:2], padding=True, return_tensors="pt"))
-    for name in ("phrase_ids", "word_ids"):
+    for name, value, found in (("phrase_ids", 1000, "-1 to 1000"), ("word_ids", -5, "-5 to")):
         beyond = batch[name].clone()
-        beyond[0, 0] = 1000
-        with pytest.raises(ValueError, match=rf"`{name}` holds indices from -1 to 1000, but a sentence of \d+ tokens"):
+        beyond[0, 0] = value
+        with pytest.raises(ValueError, match=rf"`{name}` holds indices from {found}.*, but a sentence of \d+ tokens"):
             model.get_encoder()(**{**batch, name: beyond})
     model.get_encoder()(**batch)
+
+
+def test_a_left_truncated_sentence_trains_with_feature_dropout(feature_tokenizer, tiny_config, test_sentences):
+    import torch
+
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+
+    from .helpers import random_model
+
+    long = " ".join(test_sentences[:6])
+    feature_tokenizer.truncation_side = "left"
+    try:
+        batch = feature_tokenizer([long], text_target=[test_sentences[0]], truncation=True, max_length=20,
+                                  return_tensors="pt")
+    finally:
+        feature_tokenizer.truncation_side = "right"
+    assert batch["word_ids"].max() >= 20, "the kept words keep their places in the whole sentence"
+    config = DepsSanConfig(**{**tiny_config().to_diff_dict(), "feature_dropout": {"dep_distance": 0.5}})
+    model = random_model(DepsSanForConditionalGeneration, config).train()
+    assert torch.isfinite(model(**batch).loss)
 
 
 def test_a_config_given_another_methods_argument_or_a_near_miss_says_so():

@@ -114,6 +114,8 @@ def test_the_train_command_grafts_a_method_onto_a_checkpoint_and_trains_it(graft
     model = AutoModelForSeq2SeqLM.from_pretrained(folder)
     tokenizer = PretrainedSourceFeatureTokenizer.from_pretrained(folder)
     assert tokenizer("A dog runs.")["input_ids"] == tokenizer.base("A dog runs.")["input_ids"]
+    assert tokenizer.model_max_length == results["data_args"]["max_source_length"], \
+        "translation cuts sources where training cut them"
     assert model.model.encoder.deps_san_gates.values.abs().sum() > 0
     predictions = list(folder.glob("test_*predictions*.txt"))
     assert predictions and len(predictions[0].read_text().splitlines()) == 8  # the test slice, translated

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat.commands import train
 from hf_srcfeat.file_digests import file_digest
@@ -34,7 +34,7 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
         "--per_device_train_batch_size", "16", "--learning_rate", "3e-3", "--warmup_steps", "10",
         "--logging_steps", "10", "--predict_with_generate", "--do_predict", "--generation_max_length", "40",
         "--no_repeat_ngram_size", "3", "--early_stopping", "--generation_num_beams", "2", "--data_dir",
-        str(multi30k_dir),
+        str(multi30k_dir), "--max_source_length", "100",
     ])
     saved = json.loads((output_dir / "results.json").read_text())
     losses = [entry["loss"] for entry in saved["log_history"] if "loss" in entry]
@@ -54,6 +54,8 @@ def test_train_script_lowers_the_loss_and_reports_bleu_and_chrf(multi30k_dir, tm
     assert set(saved["library_versions"]) >= {"torch", "transformers", "datasets", "sacrebleu"}
     assert all(Path(path).is_absolute() for path in saved["data_files"])
     assert saved["data_file_digests"] == {path: file_digest(Path(path)) for path in saved["data_files"]}
+    assert AutoTokenizer.from_pretrained(output_dir).model_max_length == 100, \
+        "translation cuts sources where training and the test predictions cut them"
     assert saved["resolved_paths"]["stanza_dir"] == os.environ["HF_SRCFEAT_STANZA_DIR"], "set by the environment"
 
 
@@ -603,3 +605,26 @@ def test_the_evaluation_generation_length_follows_the_longest_reference_unless_g
     assert fine_tuning.learning_rate == 5e-5, "a pretrained start keeps Transformers' fine-tuning defaults"
     assert default_data.max_tokens_per_batch == 1024, "from scratch, the recipes' token batches"
     assert fine_tuning_data.max_tokens_per_batch is None
+
+
+def test_a_conllu_file_parsed_again_into_the_same_name_is_read_again_not_served_from_the_cache(
+        stanza_annotator, tmp_path):
+    from dataclasses import replace
+
+    from datasets import Dataset
+
+    from hf_srcfeat.annotated_sentence import AnnotatedSentence
+    from hf_srcfeat.conllu import write_conllu
+
+    sources = ["Two dogs play in the snow.", "A man rides a bike."]
+    data = Dataset.from_dict({"source": sources, "target": ["Zwei Hunde.", "Ein Mann."]})
+    parses = stanza_annotator.annotate(sources, show_progress=False)
+    path = tmp_path / "train.en.conllu"
+    write_conllu(parses, path)
+    first = train.source_parses(str(path), "train", data, cut=False)
+    relabelled = [replace(sentence, words=[replace(word, upos="X") for word in sentence.words]) for sentence in parses]
+    write_conllu(relabelled, path)
+    again = train.source_parses(str(path), "train", data, cut=False)
+    tags = [{word.upos for word in AnnotatedSentence.from_json(row).words} for row in again[train.PARSE_COLUMN]]
+    assert tags == [{"X"}, {"X"}], "the file's new parses"
+    assert first[train.PARSE_COLUMN] != again[train.PARSE_COLUMN]

@@ -768,7 +768,10 @@ def source_parses(path: str, split_name: str, data, cut: bool):
     if count < len(data):
         raise DataError(f"{path} has {count} sentences but the {split_name} split has {len(data)} "
                          "sources; the parses must follow the sources one to one.")
-    parses = Dataset.from_generator(conllu_rows, gen_kwargs={"path": path, "limit": len(data)},
+    # The file's digest among the generator's arguments, which key the datasets cache: a file parsed again into the
+    # same name is read again, not served from the cache as its earlier content.
+    parses = Dataset.from_generator(conllu_rows, gen_kwargs={"path": path, "limit": len(data),
+                                                             "content": file_digest(Path(path))},
                                     features=Features({PARSE_COLUMN: Value("string")}))
     return concatenate_datasets([data, parses], axis=1)
 
@@ -814,7 +817,8 @@ def split_inline_factors(data, names: list[str], origin: str):
     return data.map(split, batched=True, with_indices=True, desc=f"inline factors of {origin}")
 
 
-def conllu_rows(path: str, limit: int):
+def conllu_rows(path: str, limit: int, content: str = ""):
+    """The first `limit` parses of CoNLL-U file `path` as rows (`content`, its digest, only keys the cache)."""
     for _, sentence in zip(range(limit), read_conllu(path), strict=False):
         yield {PARSE_COLUMN: sentence.to_json()}
 
@@ -949,8 +953,11 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
                 language=data_args.source_lang, source_annotations=training_annotations(train_data, annotator),
                 pos_tagset=model_args.pos_tagset, annotator=annotator, max_lemmas=model_args.max_lemmas or None,
-                lemma_min_frequency=model_args.lemma_min_frequency)
+                lemma_min_frequency=model_args.lemma_min_frequency, model_max_length=data_args.max_source_length)
             tokenizer.save_pretrained(training_args.output_dir)
+    # Translation (the pipeline, hf-srcfeat-translate) cuts a source at the tokenizer's model_max_length: where this
+    # run's training, evaluation and test predictions cut it, saved with the tokenizer.
+    getattr(tokenizer, "base", tokenizer).model_max_length = data_args.max_source_length
     if annotator is not None:
         tokenizer.annotator = annotator
     return tokenizer
@@ -1625,8 +1632,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     saved_length = model.generation_config.max_length if model_args.model_name_or_path else None
     if training_args.generation_max_length or not keeps_its_settings:
         model.generation_config.max_length = training_args.generation_max_length or data_args.max_target_length
+    # A model trained here keeps the beams its training run set too (evaluated again, or trained on).
+    saved_beams = model.generation_config.num_beams if model_args.model_name_or_path else None
     if training_args.generation_num_beams or not keeps_its_settings:
-        model.generation_config.num_beams = training_args.generation_num_beams or 1
+        model.generation_config.num_beams = training_args.generation_num_beams or saved_beams or 1
     for name, value in given_decoding_options(data_args).items():
         setattr(model.generation_config, name, value)
     check_beams_stop_early(data_args, model.generation_config.num_beams)

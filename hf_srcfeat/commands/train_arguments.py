@@ -116,7 +116,9 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N pairs of each test set."})
-    max_source_length: int = field(default=128, metadata={"help": "Sources are truncated to this many tokens."})
+    max_source_length: int = field(default=128, metadata={
+        "help": "Sources are truncated to this many tokens, in training, evaluation and test predictions; saved as "
+                "the tokenizer's model_max_length, where translation cuts them too."})
     max_target_length: int = field(default=128, metadata={"help": "Targets are truncated to this many tokens."})
     annotator: str = field(default="stanza", metadata={
         "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
