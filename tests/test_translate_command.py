@@ -340,6 +340,24 @@ def test_a_parser_that_cannot_load_stops_the_run_instead_of_translating_everythi
     assert not (tmp_path / "output.de").exists()
 
 
+def test_a_stanza_folder_without_the_models_language_is_named_by_translate_and_score(model_folder, test_sentences,
+                                                                                     tmp_path):
+    from hf_srcfeat.commands.score import main as score_main
+
+    (tmp_path / "stanza_fr_only" / "fr").mkdir(parents=True)
+    source = write_lines(tmp_path / "input.en", test_sentences[:2])
+    target = write_lines(tmp_path / "input.de", ["Zwei Hunde.", "Ein Mann."])
+    expected = r"the tokenizer's stanza annotator \(en\) cannot be made: No Stanza models for 'en' in .*stanza_fr_only"
+    with pytest.raises(SystemExit, match=expected + r".*Nothing can be parsed, so nothing is translated; give "
+                                                    r"Stanza's models \(--stanza_dir"):
+        main(["--model", str(model_folder), "--input", source, "--output", str(tmp_path / "output.de"), *SETTINGS,
+              "--quiet", "--stanza_dir", str(tmp_path / "stanza_fr_only")])
+    with pytest.raises(SystemExit, match=expected + r".*nothing is scored.*--source_format conllu"):
+        score_main(["--model", str(model_folder), "--source", source, "--target", target, "--quiet",
+                    "--stanza_dir", str(tmp_path / "stanza_fr_only")])
+    assert not (tmp_path / "output.de").exists()
+
+
 def test_decoding_options_reach_generate_and_sampling_with_a_seed_is_reproducible(model_folder, translator,
                                                                                  test_sentences, tmp_path):
     lines = test_sentences[:6]

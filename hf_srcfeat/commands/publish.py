@@ -168,6 +168,8 @@ def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets
     files = [Path(name).name for name in (data.get("train_file"),) if name]
     variant = {name: config[name] for name in ("relevance_combine", "diverse_variant", "phrase_segmentation",
                                                "components") if config.get(name) not in (None, [], "")}
+    parser = read_json(run_dir, "tokenizer_config.json").get("annotator_settings") or \
+        read_json(run_dir, "source_features_config.json").get("annotator_settings")
     tests = {name: entry for name, entry in (run.get("test_sets") or {}).items() if "test_bleu" in entry["metrics"]}
     if not tests and "test_bleu" in (run.get("test_metrics") or {}):
         tests = {"test": {"metrics": run["test_metrics"], "setup": run.get("test_setup") or {}}}
@@ -175,7 +177,7 @@ def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets
             "multi30k": multi30k, "model_type": config.get("model_type"), "variant": variant,
             "parameters": parameters or run.get("num_parameters"), "steps": run.get("global_step"),
             "train_examples": trained.get("train_examples"),
-            "init_from": (trained.get("model_args") or {}).get("init_from"), "tests": tests,
+            "init_from": (trained.get("model_args") or {}).get("init_from"), "tests": tests, "parser": parser,
             "averaged_steps": [path.name if step is None else step for path, step in
                                ((path, checkpoint_step(path)) for path in checkpoints)]}
 
@@ -203,6 +205,9 @@ def this_model_section(facts: dict) -> str:
                      "hf-srcfeat-average-checkpoints)")
     if facts.get("init_from"):
         lines.append(f"- **Started from:** {checkpoint_name(facts['init_from'])}")
+    parsing = parser_line(facts.get("parser"))
+    if parsing:
+        lines.append(parsing)
     for name, test in facts["tests"].items():
         setup, metrics = test.get("setup") or {}, test["metrics"]
         signature = setup.get("bleu_signature")
@@ -210,6 +215,23 @@ def this_model_section(facts: dict) -> str:
                      f"{decoding_settings(setup)}): sacreBLEU {metrics['test_bleu']:.2f}, chrF "
                      f"{metrics.get('test_chrf', float('nan')):.2f}" + (f" (`{signature}`)" if signature else ""))
     return "## This model\n\n" + "\n".join(lines) + "\n\n"
+
+
+def parser_line(settings: dict | None) -> str | None:
+    """The card's line on the parser of raw source text where it is not the examples' (the method descriptions show
+    English sentences parsed by Stanza): its backend, language and what to install."""
+    if not settings or (settings.get("backend", "stanza"), settings.get("language", "en")) == ("stanza", "en"):
+        return None
+    language = settings.get("language")
+    if settings.get("backend") == "spacy":
+        model = str(settings.get("model"))
+        install = f"`pip install {model}`" if "/" not in model and "\\" not in model else \
+            "a copy of the pipeline folder it was trained with"
+        parser = f"spaCy pipeline `{Path(model).name}` ({language}; install it: {install})"
+    else:
+        parser = f"{settings.get('backend', 'stanza')} ({language} models)"
+    return (f"- **Source parsing:** {parser}. The examples below show English sentences parsed by Stanza: give "
+            f"sentences in {language}, which this parser reads.")
 
 
 def checkpoint_name(init_from: str) -> str:

@@ -25,6 +25,7 @@ import zlib
 from pathlib import Path
 
 from hf_srcfeat.annotated_sentence import AnnotatedSentence
+from hf_srcfeat.annotator import AnnotatorLoadError
 from hf_srcfeat.commands import (
     check_counts,
     check_model_source,
@@ -33,6 +34,7 @@ from hf_srcfeat.commands import (
     used_cache_path,
 )
 from hf_srcfeat.commands.translate import (
+    PARSER_REMEDY,
     command_annotator,
     open_binary_input,
     read_conllu_sentences,
@@ -99,6 +101,14 @@ def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSente
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return score_files(argv)
+    except AnnotatorLoadError as error:
+        raise SystemExit(f"hf-srcfeat-score: {error}. Nothing can be parsed, so nothing is scored; {PARSER_REMEDY}, "
+                         "or give parsed sources (--source_format conllu).") from None
+
+
+def score_files(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_counts(parser, args, ("batch_size",))

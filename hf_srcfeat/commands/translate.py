@@ -392,13 +392,22 @@ def format_output(index: int, translations: list[dict], num_return_sequences: in
     return "".join(f"{index} ||| {one['translation_text']} ||| {one['score']:.6f}\n" for one in translations)
 
 
+#: What makes the tokenizer's annotator load, as the commands that parse say it.
+PARSER_REMEDY = ("give Stanza's models (--stanza_dir, or $HF_SRCFEAT_STANZA_DIR), or install the spaCy pipeline the "
+                 "tokenizer names")
+
+
 def command_annotator(tokenizer, args: argparse.Namespace, device: str):
     """The annotator the tokenizer was built with (Stanza, spaCy, ...), with the command's cache options."""
     settings = tokenizer.annotator_settings
     options = dict(cache_path=args.annotation_cache, use_cache=not args.no_annotation_cache)
     if settings.get("backend", "stanza") == "stanza":
         options.update(model_dir=args.stanza_dir, device=device)
-    return annotator_from_settings(settings, **options)
+    try:
+        return annotator_from_settings(settings, **options)
+    except (FileNotFoundError, ValueError) as error:  # no models for its language here, an unknown backend
+        raise AnnotatorLoadError(f"the tokenizer's {settings.get('backend', 'stanza')} annotator "
+                                 f"({settings.get('language')}) cannot be made: {error}") from None
 
 
 def features_read(translator) -> list[str] | None:
@@ -613,9 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return translate_files(argv)
     except AnnotatorLoadError as error:
-        raise SystemExit(f"hf-srcfeat-translate: {error}. Nothing can be parsed, so nothing is translated; fix the "
-                         "parser's models (--stanza_dir, --spacy_model), or give parsed input (--input_format "
-                         "conllu), or translate without source features (--no_parse).") from None
+        raise SystemExit(f"hf-srcfeat-translate: {error}. Nothing can be parsed, so nothing is translated; "
+                         f"{PARSER_REMEDY}, or give parsed input (--input_format conllu), or translate without source "
+                         "features (--no_parse).") from None
     except BrokenPipeError:
         # The reader went away (`| head -1`): stop quietly, and keep the interpreter's final flush from failing too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
