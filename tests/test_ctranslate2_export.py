@@ -17,7 +17,7 @@ pytest.importorskip("ctranslate2")
 from hf_srcfeat import DepsSanConfig, PhraseRepConfig
 from hf_srcfeat.commands.export_ct2 import main
 from hf_srcfeat.commands.translate import main as translate_main
-from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, check_exportable
+from hf_srcfeat.integrations.ctranslate2 import CTranslate2Translator, check_exportable, export
 
 from .helpers import annotator_fails_on
 
@@ -281,6 +281,36 @@ def test_force_replaces_an_earlier_exports_files_both_ways_and_keeps_the_users_o
                                                                           max_new_tokens=24)
 
 
+def test_an_export_interrupted_while_replacing_an_earlier_one_is_named_incomplete_and_exported_again_whole(
+        exported, feature_tokenizer, test_sentences, tmp_path, monkeypatch):
+    baseline_folder, baseline_export = exported
+    relevance_model_folder(feature_tokenizer, tmp_path / "factored")
+    output = tmp_path / "ct2"
+    shutil.copytree(baseline_export, output)
+    moved, real_move = [], shutil.move
+
+    def move_then_stop(source, target):
+        if len(moved) == 2:
+            raise KeyboardInterrupt  # Ctrl-C (or a kill) halfway through the files
+        moved.append(target)
+        return real_move(source, target)
+
+    monkeypatch.setattr(shutil, "move", move_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        export(str(tmp_path / "factored"), str(output), force=True)
+    monkeypatch.setattr(shutil, "move", real_move)
+    with pytest.raises(ValueError, match="holds an incomplete CTranslate2 export .*export again with "
+                                         "hf-srcfeat-export-ct2 --force"):
+        CTranslate2Translator(output, intra_threads=1)
+    assert main([str(baseline_folder), str(output), "--force"]) == 0
+    assert sorted(path.name for path in output.iterdir() if not path.name.startswith(".")) == \
+        sorted(path.name for path in baseline_export.iterdir())
+    assert CTranslate2Translator(output, intra_threads=1).translate(test_sentences[:2], num_beams=1,
+                                                                    max_new_tokens=12) == \
+        CTranslate2Translator(baseline_export, intra_threads=1).translate(test_sentences[:2], num_beams=1,
+                                                                          max_new_tokens=12)
+
+
 def test_an_output_in_a_folder_one_may_not_write_is_still_exported_whole(exported, tmp_path, monkeypatch):
     """The export is staged beside the output; where that folder is not writable (a mounted volume), inside it."""
     import tempfile
@@ -302,7 +332,6 @@ def test_an_output_in_a_folder_one_may_not_write_is_still_exported_whole(exporte
 
 def test_the_model_folder_or_a_folder_holding_it_is_refused_as_output_by_the_library_and_the_command(
         exported, tmp_path, capsys):
-    from hf_srcfeat.integrations.ctranslate2 import export
 
     model_folder, _ = exported
     config = (model_folder / "config.json").read_text()

@@ -438,3 +438,19 @@ def test_quantization_covers_the_linear_layers_but_leaves_tied_embeddings():
     assert model.get_output_embeddings().weight is embedding
     with pytest.raises(ValueError, match="float32 weights"):
         quantize_linear_layers(DepsSanForConditionalGeneration(config()).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("command", ["translate", "score", "export_ct2", "average_checkpoints"])
+def test_ctrl_c_ends_a_command_with_a_line_and_the_shells_status_not_a_traceback(command, monkeypatch, capsys):
+    import importlib
+
+    module = importlib.import_module(f"hf_srcfeat.commands.{command}")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module.argparse.ArgumentParser, "parse_args", interrupted)
+    with pytest.raises(SystemExit) as ended:
+        module.main(["--help"])
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.strip().endswith("interrupted.")

@@ -5,9 +5,11 @@ module's `main(argv)` is one command."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn, TypeVar, cast
 
 
 def run_as_script(main: Callable[[list[str] | None], object], on_interrupt: str = "") -> int:
@@ -22,10 +24,31 @@ def run_as_script(main: Callable[[list[str] | None], object], on_interrupt: str 
         main(sys.argv[1:])
     except (DataError, AnnotatorLoadError) as error:
         raise SystemExit(f"{Path(sys.argv[0]).name}: {error}") from None
-    except KeyboardInterrupt:  # Ctrl-C: said in a line (and what to do next), with the shell's status for it
-        print(f"{Path(sys.argv[0]).name}: interrupted.{' ' + on_interrupt if on_interrupt else ''}", file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt:
+        exit_interrupted(on_interrupt)
     return 0
+
+
+def exit_interrupted(what_next: str = "") -> NoReturn:
+    """Ctrl-C: said in a line (and what to do next), with the shell's exit status for it, not a traceback."""
+    print(f"{Path(sys.argv[0]).name}: interrupted.{' ' + what_next if what_next else ''}", file=sys.stderr)
+    raise SystemExit(130) from None
+
+
+CommandMain = TypeVar("CommandMain", bound=Callable[..., int])
+
+
+def interruptible(main: CommandMain) -> CommandMain:
+    """A command's `main` (exit status as its result) that ends on Ctrl-C with `exit_interrupted`."""
+
+    @functools.wraps(main)
+    def command(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            exit_interrupted()
+
+    return cast(CommandMain, command)
 
 
 def check_model_source(name: str, option: str = "--model") -> None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hf_srcfeat.commands import interruptible
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import output_path, write_json_atomically
 
@@ -179,6 +180,7 @@ def average_checkpoints(checkpoints: Sequence[Path], output: Path) -> Path:
     return output
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-srcfeat-average-checkpoints", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,10 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from hf_srcfeat.commands import check_model_source
+from hf_srcfeat.commands import check_model_source, interruptible
 from hf_srcfeat.integrations.ctranslate2 import export, overwritten_model
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-srcfeat-export-ct2", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -30,6 +30,7 @@ from hf_srcfeat.commands import (
     check_counts,
     check_model_source,
     error_summary,
+    interruptible,
     resolve_device,
     used_cache_path,
 )
@@ -100,6 +101,7 @@ def read_pairs(args: argparse.Namespace) -> list[tuple[int, str | AnnotatedSente
     return pairs
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     try:
         return score_files(argv)

@@ -47,6 +47,7 @@ from hf_srcfeat.commands import (
     check_counts,
     check_model_source,
     error_summary,
+    interruptible,
     resolve_device,
     used_cache_path,
 )
@@ -617,6 +618,7 @@ def count_lines(path: str, input_format: str) -> int | None:
         raise SystemExit(f"--input {path} is a truncated or damaged gzip file ({error}).") from None
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
     try:

@@ -320,9 +320,17 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
              # what a later export with --force replaces
              "files": sorted([path.name for path in staging.iterdir()] + [CONFIG_FILE])}, indent=1)
         output.mkdir(exist_ok=True)
-        for entry in earlier_export_files(output):
-            remove_entry(entry)
-        for entry in staging.iterdir():
+        earlier = earlier_export_files(output)
+        # While the files are swapped the folder says it holds an incomplete export, listing both exports' files: if
+        # the swap is interrupted, the translator names it, and a new export removes them all. The new settings
+        # file comes last.
+        write_json_atomically(output / CONFIG_FILE, {
+            "incomplete": True, "files": sorted({entry.name for entry in earlier} | {CONFIG_FILE}
+                                                | {entry.name for entry in staging.iterdir()})})
+        for entry in earlier:
+            if entry.name != CONFIG_FILE:
+                remove_entry(entry)
+        for entry in sorted(staging.iterdir(), key=lambda entry: entry.name == CONFIG_FILE):
             if os.path.lexists(output / entry.name):  # a user's file of an export file's name
                 remove_entry(output / entry.name)
             shutil.move(entry, output / entry.name)  # a rename, unless the output is a link to another disk
@@ -392,6 +400,9 @@ class CTranslate2Translator:
                              "hf-srcfeat-export-ct2.")
         self.tokenizer = load_tokenizer(folder)
         settings = json.loads((folder / CONFIG_FILE).read_text())
+        if settings.get("incomplete"):
+            raise ValueError(f"{folder} holds an incomplete CTranslate2 export (its export was interrupted); export "
+                             "again with hf-srcfeat-export-ct2 --force.")
         self.forced_bos_token = settings.get("forced_bos_token")
         self.forced_eos_at_max_length = settings.get("forced_eos_at_max_length", False)
         self.max_length = settings["max_position_embeddings"]
