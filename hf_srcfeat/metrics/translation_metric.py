@@ -20,14 +20,17 @@ _CITATION = """\
 """
 
 _DESCRIPTION = """\
-Corpus-level sacreBLEU (13a tokenization, cased), lowercased sacreBLEU, and chrF (character 6-grams,
-beta 2) of detokenized hypotheses against one reference per segment, with sacreBLEU signatures.
+Corpus-level sacreBLEU (cased; sacreBLEU's default tokenizer for the target language: 13a, or zh, ja-mecab,
+ko-mecab for Chinese, Japanese, Korean), lowercased sacreBLEU, and chrF (character 6-grams, beta 2) of detokenized
+hypotheses against one reference per segment, with sacreBLEU signatures.
 """
 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list[str]`): detokenized system outputs.
     references (`list[str]` or `list[list[str]]`): one reference (or a list with one reference) per output.
+    target_lang (`str`, optional): the references' language code; BLEU tokenizes as sacreBLEU does by default for
+        it (zh, ja and ko have tokenizers of their own), 13a without it.
 Returns:
     bleu, bleu_lowercase, chrf (`float`), and their sacreBLEU signatures (`str`).
 Examples:
@@ -54,6 +57,7 @@ class TranslationMetric(evaluate.Metric):
             reference_urls=["https://github.com/mjpost/sacrebleu"],
         )
 
-    def _compute(self, predictions, references):
+    def _compute(self, predictions, references, target_lang=None):
         # One reference per segment, given alone or as a one-element list.
-        return corpus_scores(predictions, [ref if isinstance(ref, str) else ref[0] for ref in references])
+        return corpus_scores(predictions, [ref if isinstance(ref, str) else ref[0] for ref in references],
+                             target_lang=target_lang)
