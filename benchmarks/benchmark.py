@@ -380,7 +380,9 @@ def finished_training(folder: Path, max_steps: int) -> dict | None:
     if not path.exists():
         return None
     recorded = json.loads(path.read_text())
-    return recorded if recorded.get("global_step") == max_steps and recorded.get("train_metrics") else None
+    # "finished": false is written before the final save: a run cut off in it has not finished.
+    return recorded if recorded.get("global_step") == max_steps and recorded.get("train_metrics") \
+        and recorded.get("finished", True) else None
 
 
 def decoding_device(args) -> str:

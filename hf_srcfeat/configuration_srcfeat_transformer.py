@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from transformers import PretrainedConfig
 
 from .feature_dropout import check_feature_dropout
+from .loading_saved import loading_saved, refuse_or_warn_when_loading
 from .source_features import PARSED_FEATURE_NAMES
 
 LAYERNORM_POSITIONS = ("post", "pre")
@@ -288,6 +289,12 @@ class SrcFeatTransformerConfig(PretrainedConfig):
                 if value >= self.vocab_size:
                     raise ValueError(f"`{name}` ({value}) must be smaller than `vocab_size` ({self.vocab_size}).")
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """`PretrainedConfig.from_dict` (what `from_pretrained` calls), loading as saved (`loading_saved`)."""
+        with loading_saved():
+            return super().from_dict(config_dict, **kwargs)
+
     def validate(self) -> None:
         """Transformers' checks, then this config's: `save_pretrained` runs them, so a setting changed after the
         config was made is refused before it is saved as a model that would not load."""
@@ -349,8 +356,10 @@ def check_arguments_of_other_configs(config_class: type, kwargs: Mapping[str, ob
             continue
         owners = [cls.__name__ for cls in zoo_config_classes() if name in accepted_arguments(cls)]
         if owners:
-            raise ValueError(f"`{name}` is an argument of {' and '.join(owners)}, not of {config_class.__name__}; "
-                             "several methods on one model are a SrcFeatComposedConfig.")
+            refuse_or_warn_when_loading(f"`{name}` is an argument of {' and '.join(owners)}, not of "
+                                        f"{config_class.__name__}; several methods on one model are a "
+                                        "SrcFeatComposedConfig.")
+            continue
         close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.85)
         if close:
             warnings.warn(f"{config_class.__name__} has no argument `{name}`: kept as an attribute that nothing "

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .feature_vocabulary import SPECIAL_ID, UNK_ID
+from .loading_saved import refuse_or_warn_when_loading
 from .source_features import (
     POSITION_FEATURE_NAMES,
     SOURCE_FEATURE_NAMES,
@@ -52,8 +53,9 @@ def check_feature_dropout_read(config) -> None:
     unread = sorted(set(config.feature_dropout) - set(config.source_features_read))
     if unread:
         read = ", ".join(config.source_features_read) or "no source feature"
-        raise ValueError(f"`feature_dropout` names {', '.join(unread)}, which the model of a {type(config).__name__} "
-                         f"does not read (it reads {read}): nothing would be dropped.")
+        refuse_or_warn_when_loading(f"`feature_dropout` names {', '.join(unread)}, which the model of a "
+                                    f"{type(config).__name__} does not read (it reads {read}): nothing would be "
+                                    "dropped.")
 
 
 def dropped_words(word_ids: torch.Tensor, rate: float) -> torch.Tensor:

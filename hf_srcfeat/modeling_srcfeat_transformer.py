@@ -51,6 +51,7 @@ from .feature_dropout import apply_feature_dropout, check_feature_dropout_read
 from .generation_preparation import matching_preparation, record_loop, recording
 from .label_smoothed_cross_entropy import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from .linear import Linear, onednn_applies, runs_more_than_forward
+from .loading_saved import loading_saved
 from .source_features import (
     SOURCE_FEATURE_NAMES,
     MissingFeatureDefaults,
@@ -468,7 +469,8 @@ class SrcFeatTransformerPreTrainedModel(PreTrainedModel, ForwardSignatureKept):
         from safetensors import SafetensorError
 
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            with loading_saved():
+                return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         except SafetensorError as error:
             raise named_weights_error(pretrained_model_name_or_path, error) from None
 

@@ -188,7 +188,8 @@ def checkpoint_problem(folder: str | Path) -> str | None:
     if not any(folder.glob("*.safetensors")):
         missing.insert(0, "model.safetensors")
     if missing:
-        return f"{folder} lacks {', '.join(missing)} (its save was interrupted?)"
+        return (f"{folder} lacks {', '.join(missing)} (its save was interrupted, or it was saved with "
+                "--save_only_model, which keeps no training state to resume)")
     try:
         check_json_files(folder)
         check_weights_files(folder)

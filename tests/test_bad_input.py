@@ -627,3 +627,27 @@ def test_feature_dropout_of_a_feature_the_model_does_not_read_is_refused_where_t
     with pytest.raises(ValueError, match="which the model of a SrcFeatTransformerConfig does not read"):
         SrcFeatTransformerForConditionalGeneration(tiny_config(feature_dropout={"pos_ids": 0.1}))
     DepsSanForConditionalGeneration(DepsSanConfig(**tiny_config(feature_dropout={"dep_distance": 0.1}).to_diff_dict()))
+
+
+def test_a_saved_model_with_a_setting_now_refused_still_loads_with_a_warning(tiny_config, tmp_path):
+    """Accepted when it was saved (through the Python API): refused for a new config or model, warned about when
+    the saved one loads."""
+    import json
+
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_srcfeat import DepsSanConfig, DepsSanForConditionalGeneration
+
+    model = DepsSanForConditionalGeneration(DepsSanConfig(**tiny_config().to_diff_dict()))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "relevance_combine": "concat",
+                                                      "feature_dropout": {"pos_ids": 0.1}}))
+    with pytest.warns(UserWarning) as warned:
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    messages = " ".join(str(warning.message) for warning in warned)
+    assert "`relevance_combine` is an argument of RelevanceFeaturesConfig" in messages and "(loaded as saved)" in messages
+    assert "`feature_dropout` names pos_ids" in messages
+    assert isinstance(loaded, DepsSanForConditionalGeneration)
+    with pytest.raises(ValueError, match="relevance_combine"):
+        DepsSanConfig(**{**tiny_config().to_diff_dict(), "relevance_combine": "concat"})

@@ -188,8 +188,10 @@ def test_the_export_decodes_with_the_models_saved_generation_settings_as_pytorch
 
 def test_a_source_longer_than_the_export_takes_is_cut_with_a_warning(exported, test_sentences):
     translator = CTranslate2Translator(exported[1], intra_threads=1)
+    assert translator.max_length == translator.tokenizer.model_max_length < 1024, \
+        "where the PyTorch pipeline cuts: the tokenizer's limit, below the model's positions"
     translator.max_length = 16
-    with pytest.warns(UserWarning, match=r"has \d+ tokens; only its first 16 \(the model's max_position_embeddings"):
+    with pytest.warns(UserWarning, match=r"has \d+ tokens; only its first 16 \(the tokenizer's model_max_length"):
         assert translator.translate([" ".join(test_sentences[:3])], num_beams=1, max_new_tokens=8)[0]
 
 

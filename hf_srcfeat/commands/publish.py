@@ -222,10 +222,10 @@ def parser_line(settings: dict | None) -> str | None:
     English sentences parsed by Stanza): its backend, language and what to install."""
     if not settings or (settings.get("backend", "stanza"), settings.get("language", "en")) == ("stanza", "en"):
         return None
-    language = settings.get("language")
+    language = settings.get("language") or "the source language"
     if settings.get("backend") == "spacy":
         model = str(settings.get("model"))
-        install = f"`pip install {model}`" if "/" not in model and "\\" not in model else \
+        install = f"`python -m spacy download {model}`" if "/" not in model and "\\" not in model else \
             "a copy of the pipeline folder it was trained with"
         parser = f"spaCy pipeline `{Path(model).name}` ({language}; install it: {install})"
     else:

@@ -1075,12 +1075,22 @@ def check_existing_tokenizer(model_args: ModelArguments, data_args: DataArgument
                         "--spacy_model %s", name, model)
         return
     asked = data_args.spacy_model if data_args.annotator == "spacy" else None
-    if backend != data_args.annotator or (data_args.annotator == "spacy" and model != asked):
+    if backend != data_args.annotator or (data_args.annotator == "spacy" and not same_pipeline(model, asked)):
         recorded_options = f"--annotator {backend}" + (f" --spacy_model {model}" if model else "")
         raise SystemExit(f"--annotator {data_args.annotator}" + (f" --spacy_model {asked}" if asked else "")
                          + f": the tokenizer of {option} {name} was built with another annotator ({recorded_options}), "
                          "whose tags and trees its feature vocabularies and the model expect; give its options, or "
                          "another tokenizer.")
+
+
+def same_pipeline(recorded: str | None, asked: str | None) -> bool:
+    """Whether two spaCy pipeline names or folders are the same: a package by name, a folder by its resolved path
+    (`./pipe` and its absolute path alike), or by its name where the recorded folder is not on this machine."""
+    if recorded is None or asked is None:
+        return recorded == asked
+    if Path(recorded).exists() and Path(asked).exists():
+        return Path(recorded).resolve() == Path(asked).resolve()
+    return Path(recorded.rstrip("/")).name == Path(asked.rstrip("/")).name
 
 
 def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, train_data,
@@ -1093,13 +1103,13 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
     # Stanza is made only when some sources come without parses, so that fully pre-parsed data needs no Stanza
     # models (a tokenizer records it without them); another annotator is made to record its settings (a spaCy
     # pipeline's version), which loads it.
-    records_other = data_args.annotator != DEFAULT_ANNOTATOR
-    annotator = make_annotator(data_args, unparsed_names) if unparsed else make_annotator(
-        data_args, purpose=f"the tokenizer records the annotator (--annotator {data_args.annotator}) that parses "
-                           "raw text at translation") if records_other else None
     saved = Path(training_args.output_dir) / "tokenizer.json"
     loads = bool(model_args.tokenizer_name_or_path or model_args.model_name_or_path or saved.exists()) \
         if not model_args.init_from else (Path(training_args.output_dir) / SETTINGS_FILE).exists()
+    records_other = data_args.annotator != DEFAULT_ANNOTATOR and not loads  # a loaded tokenizer records its own
+    annotator = make_annotator(data_args, unparsed_names) if unparsed else make_annotator(
+        data_args, purpose=f"the tokenizer records the annotator (--annotator {data_args.annotator}) that parses "
+                           "raw text at translation") if records_other else None
     if not unparsed and not loads and not annotator_given(data_args):
         logger.warning("every source comes parsed and no --annotator is given: the new tokenizer records the default "
                        "annotator, Stanza for %r, which will parse raw text at translation (hf-srcfeat-translate, the "
@@ -1129,7 +1139,7 @@ def build_tokenizer(model_args: ModelArguments, data_args: DataArguments, traini
                 vocab_size=model_args.vocab_size, subword_model=model_args.subword_model,
                 language=data_args.source_lang, source_annotations=training_annotations(train_data, annotator),
                 pos_tagset=model_args.pos_tagset, annotator=annotator, max_lemmas=model_args.max_lemmas or None,
-                lemma_min_frequency=model_args.lemma_min_frequency, model_max_length=data_args.max_source_length)
+                lemma_min_frequency=model_args.lemma_min_frequency)
             tokenizer.save_pretrained(training_args.output_dir)
     # Translation (the pipeline, hf-srcfeat-translate) cuts a source at the tokenizer's model_max_length: where this
     # run's training, evaluation and test predictions cut it, saved with the tokenizer.
@@ -1684,8 +1694,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_model_type(model_args)
     if model_args.model_name_or_path:
         check_model_source(model_args.model_name_or_path, "--model_name_or_path")
-    # A pretrained checkpoint keeps its own beams (its generation config's), a model from scratch has one.
-    beams = training_args.generation_num_beams or (checkpoint_beams(model_args.init_from) if model_args.init_from
+    # A pretrained checkpoint and a trained model keep their own beams (their generation config's), a model from
+    # scratch has one.
+    kept_from = model_args.init_from or model_args.model_name_or_path
+    beams = training_args.generation_num_beams or (checkpoint_beams(kept_from) if kept_from
                                                    and data_args.early_stopping else 1)
     if beams is not None:
         check_beams_stop_early(data_args, beams)
@@ -1701,6 +1713,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     check_tokenizer_source(model_args)
     check_annotator_options(data_args)
     check_bleu_target_language(data_args, training_args)
+    if training_args.dataloader_drop_last and (training_args.predict_with_generate or training_args.do_predict):
+        # The Trainer drops evaluation's last batch too: its sentences would have no translation to score.
+        raise SystemExit("--dataloader_drop_last leaves the last batch of the validation and test sets untranslated "
+                         "(the Trainer drops it there too): leave it out when translations are scored "
+                         "(--predict_with_generate, --do_predict).")
     if isinstance(data_args.test_source_conllu, str):  # one file, as a recipe written for one test set gives it
         data_args.test_source_conllu = [data_args.test_source_conllu]
     for option in ("train_source_conllu", "validation_source_conllu", "test_source_conllu"):
@@ -1894,7 +1911,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
         # Files by absolute path (where the command ran is not recorded); a dataset's splits by name.
         "data_files": data_files,
         # and by content: a file edited or replaced under the same name gives another digest
-        "data_file_digests": {name: file_digest(Path(name)) for name in data_files if Path(name).is_file()},
+        "data_file_digests": {name: file_digest(Path(name)) for name in data_files if Path(name).is_file()}
+        if training_args.process_index == 0 else {},  # read whole: once, by the process that writes the results
         "seed": training_args.seed,
         "training_args": json.loads(training_args.to_json_string()),
         "resumed_from": str(Path(resumed_from).resolve()) if resumed_from else None,
@@ -1917,7 +1935,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
                         training_args.max_steps)
             trainer._load_from_checkpoint(resumed_from)  # as Trainer.train loads a checkpoint it resumes from
             trainer.state = TrainerState.load_from_json(str(Path(resumed_from, TRAINER_STATE_NAME)))
-            train_result = TrainOutput(trainer.state.global_step, 0.0, {})
+            trainer.state.is_local_process_zero = trainer.is_local_process_zero()
+            trainer.state.is_world_process_zero = trainer.is_world_process_zero()
+            if training_args.load_best_model_at_end and trainer.state.best_model_checkpoint:
+                trainer._load_best_model()  # as Trainer.train ends
+            losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+            train_result = TrainOutput(trainer.state.global_step, losses[-1] if losses else float("nan"),
+                                       {"train_runtime": 0.0, "train_loss": losses[-1] if losses else float("nan")})
         else:
             train_result = trainer.train(resume_from_checkpoint=resumed_from)
         results["train_seconds_this_run"] = time.monotonic() - start
@@ -1938,7 +1962,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
             # the new weights. The evaluations are added at the end.
             Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)
             remove_stale_predictions(Path(training_args.output_dir), set())
-            write_json_atomically(Path(training_args.output_dir, "results.json"), results, default=str)
+            write_json_atomically(Path(training_args.output_dir, "results.json"), {**results, "finished": False},
+                                  default=str)
         trainer.save_model()
         if trainer.is_world_process_zero():
             # Trainer pickles its arguments (training_args.bin); keep a JSON copy instead in the model folder.

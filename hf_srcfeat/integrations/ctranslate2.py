@@ -331,6 +331,9 @@ def export(model_path: str, output_dir: str, quantization: str | None = None, fo
             if entry.name != CONFIG_FILE:
                 remove_entry(entry)
         for entry in sorted(staging.iterdir(), key=lambda entry: entry.name == CONFIG_FILE):
+            if entry.name == CONFIG_FILE:  # over the marker in one step: the folder is never without one
+                write_json_atomically(output / CONFIG_FILE, json.loads(entry.read_text()), indent=1)
+                continue
             if os.path.lexists(output / entry.name):  # a user's file of an export file's name
                 remove_entry(output / entry.name)
             shutil.move(entry, output / entry.name)  # a rename, unless the output is a link to another disk
@@ -398,14 +401,21 @@ class CTranslate2Translator:
         if not (folder / CONFIG_FILE).exists():
             raise ValueError(f"{folder} is not an hf_srcfeat CTranslate2 export (no {CONFIG_FILE}); write one with "
                              "hf-srcfeat-export-ct2.")
-        self.tokenizer = load_tokenizer(folder)
         settings = json.loads((folder / CONFIG_FILE).read_text())
-        if settings.get("incomplete"):
+        if settings.get("incomplete"):  # before its files are read: any of them may be missing or another export's
             raise ValueError(f"{folder} holds an incomplete CTranslate2 export (its export was interrupted); export "
                              "again with hf-srcfeat-export-ct2 --force.")
+        self.tokenizer = load_tokenizer(folder)
         self.forced_bos_token = settings.get("forced_bos_token")
         self.forced_eos_at_max_length = settings.get("forced_eos_at_max_length", False)
-        self.max_length = settings["max_position_embeddings"]
+        # Cut where the PyTorch pipeline cuts: the tokenizer's model_max_length (where training cut), at most the
+        # model's positions.
+        limits = [limit for limit in (getattr(self.tokenizer, "model_max_length", None),
+                                      settings["max_position_embeddings"]) if isinstance(limit, int)]
+        self.max_length = min(limits)
+        self.limit_reason = "the model's max_position_embeddings" if self.max_length == \
+            settings["max_position_embeddings"] else "the tokenizer's model_max_length"
+
         self.factors = settings.get("source_factors", [])
         # Sources are read as the PyTorch pipeline reads them: a model without factors gets the annotator's words
         # (the words it was trained on; raw text split by the subword model alone differs, e.g. at "don't"), a
@@ -482,8 +492,8 @@ class CTranslate2Translator:
             length = len(encode(source)["input_ids"])
             if length > self.max_length:
                 name = source.name if isinstance(source, AnnotatedSentence) else repr(source[:60])
-                warnings.warn(f"sentence {name} has {length} tokens; only its first {self.max_length} (the model's "
-                              "max_position_embeddings) are translated. Split it.", stacklevel=3)
+                warnings.warn(f"sentence {name} has {length} tokens; only its first {self.max_length} "
+                              f"({self.limit_reason}) are translated. Split it.", stacklevel=3)
 
     def translate(self, texts: Sequence, num_beams: int = 4, max_new_tokens: int = 256, batch_size: int = 32,
                   num_return_sequences: int = 1, return_scores: bool = False, parse: bool = True) -> list:
