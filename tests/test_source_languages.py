@@ -56,14 +56,19 @@ def recorded_annotator(folder) -> dict:
 # ---------------------------------------------------------------- the annotator a tokenizer built here records
 
 
+def build_from_parses(parses, multi30k_dir, output_dir, *options: str) -> None:
+    """A tokenizer built from the parses alone (no Stanza models for French here: none is needed)."""
+    train.main(TOKENIZER_RUN + parsed_options(parses) + [*options, "--data_dir", str(multi30k_dir), "--stanza_dir",
+                                                         str(output_dir.parent / "no_stanza_here"),
+                                                         "--output_dir", str(output_dir)])
+
+
 @needs_french_pipeline
 def test_a_run_from_pre_parsed_sources_records_the_annotator_its_options_name(
         french_parses, multi30k_dir, tmp_path, caplog):
     output_dir = tmp_path / "spacy"
     with caplog.at_level(logging.WARNING, logger="hf_srcfeat.train"):
-        train.main(TOKENIZER_RUN + parsed_options(french_parses) + [
-            "--annotator", "spacy", "--spacy_model", FRENCH, "--data_dir", str(multi30k_dir),
-            "--stanza_dir", str(tmp_path / "no_stanza_here"), "--output_dir", str(output_dir)])
+        build_from_parses(french_parses, multi30k_dir, output_dir, "--annotator", "spacy", "--spacy_model", FRENCH)
     settings = recorded_annotator(output_dir)
     assert settings["backend"] == "spacy" and settings["model"] == FRENCH and settings["language"] == "fr", \
         "raw French text is parsed at translation by the pipeline that parsed the training sources"
@@ -75,9 +80,7 @@ def test_a_run_from_pre_parsed_sources_without_annotator_options_warns_which_par
         french_parses, multi30k_dir, tmp_path, caplog):
     output_dir = tmp_path / "default"
     with caplog.at_level(logging.WARNING, logger="hf_srcfeat.train"):
-        train.main(TOKENIZER_RUN + parsed_options(french_parses) + [
-            "--data_dir", str(multi30k_dir), "--stanza_dir", str(tmp_path / "no_stanza_here"),
-            "--output_dir", str(output_dir)])
+        build_from_parses(french_parses, multi30k_dir, output_dir)
     assert recorded_annotator(output_dir) == {"backend": "stanza", "language": "fr"}
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING
                 and "every source comes parsed" in record.getMessage()]
