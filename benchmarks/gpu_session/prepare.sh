@@ -32,11 +32,11 @@ tokenizer.save_pretrained(".gpurun/tokenizer")
 PY
 fi
 # The versions this checkout is tested with; the device brings torch (with CUDA) and its dependencies.
-versions=$(.venv/bin/pip freeze | grep -i -E '^(transformers|datasets|evaluate|dill|multiprocess|tokenizers|safetensors|huggingface.hub|accelerate)==')
+versions=$(.venv/bin/pip freeze | grep -i -E '^(transformers|datasets|evaluate|dill|tokenizers|safetensors|huggingface.hub|accelerate)==')
 .venv/bin/pip download --quiet --no-deps --dest .whl $versions
-for python in 3.10 3.11 3.12 3.13; do  # regex is compiled per Python version; the device's is not known here
+# Built per Python version (the device's is not known here): regex (the newest built for each) and multiprocess.
+for python in 3.10 3.11 3.12 3.13; do
   .venv/bin/pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
-    --python-version "$python" --dest .whl "$(.venv/bin/pip freeze | grep -i '^regex==')"
+    --python-version "$python" --dest .whl regex "$(.venv/bin/pip freeze | grep -i '^multiprocess==')"
 done
-cp benchmarks/gpu_session/throughput.sh .gpurun/
 echo "prepared: $(du -sh .gpurun | cut -f1) in .gpurun, $(ls .whl | wc -l) wheels in .whl"

@@ -3,11 +3,13 @@
 # throughput of the baseline and each method at Transformer-base size, token batches of 32,768, layers compiled
 # (FlexAttention for the score modifications), interleaved rounds; the result JSON and the log go to $OUT.
 #
-#   bash benchmarks/gpu_session/throughput.sh [extra gpu_throughput options, e.g. --systems baseline]
+#   HF_SRCFEAT_CODE_VERSION=<commit> bash benchmarks/gpu_session/throughput.sh [more gpu_throughput options]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/site
-python3 -m pip install --quiet --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -3
+# The wheels that fit this machine's Python (.whl holds regex and multiprocess for several).
+python3 -m pip install --quiet --no-index --find-links .whl --no-deps --target /tmp/site transformers datasets \
+  evaluate dill multiprocess regex tokenizers safetensors huggingface_hub accelerate 2>&1 | tail -3
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export HF_SRCFEAT_CODE_VERSION=${HF_SRCFEAT_CODE_VERSION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
