@@ -597,7 +597,7 @@ def check_output_dir(training_args: Seq2SeqTrainingArguments, data_args: DataArg
         )
 
 
-def checkpoint_step(folder: str | Path) -> int:
+def trained_steps(folder: str | Path) -> int:
     """The training step a (complete) checkpoint was saved at, from its trainer state."""
     return int(json.loads(Path(folder, TRAINER_STATE_NAME).read_text()).get("global_step", 0))
 
@@ -1928,7 +1928,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Seq
     }
     if training_args.do_train:
         start = time.monotonic()
-        if resumed_from and 0 < training_args.max_steps <= checkpoint_step(resumed_from):
+        if resumed_from and 0 < training_args.max_steps <= trained_steps(resumed_from):
             # The run had reached --max_steps (interrupted before its final save): finished from the checkpoint,
             # without the one more step the Trainer would take.
             logger.info("%s is at --max_steps %d: no more training; the run is finished from it.", resumed_from,
