@@ -112,7 +112,9 @@ def test_the_autoencoder_command_trains_on_token_batches_and_refuses_bad_setting
                "--swaps must be 0 or more, got -1": ["--swaps", "-1"],
                "--batch_size_multiple 4 rounds token batches": ["--batch_size_multiple", "4"],
                # without training, a new untrained model's results would replace a trained autoencoder's
-               "hf-srcfeat-pretrain-dae trains a denoising autoencoder: add --do_train": ["--do_train", "false"]}
+               "hf-srcfeat-pretrain-dae trains a denoising autoencoder: add --do_train": ["--do_train", "false"],
+               "--source_lang de, but the tokenizer of --tokenizer_name_or_path .* was built for 'en' sources":
+                   ["--source_lang", "de"]}
     for message, bad in refused.items():
         with pytest.raises(SystemExit, match=message):
             pretrain_dae.main([*arguments, "--output_dir", str(tmp_path / "refused"), *bad])

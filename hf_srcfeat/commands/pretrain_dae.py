@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
             logger.warning("--overwrite_output_dir: removed the previous run's %s from %s", removed, output_dir)
     data_args = train.DataArguments(source_lang=args.source_lang, stanza_dir=args.stanza_dir,
                                     annotation_cache=args.annotation_cache)
+    train.check_existing_tokenizer(model_args, data_args, training_args, trains=True)  # its language, before parsing
     if args.tokenizer_name_or_path:
         tokenizer = train.build_tokenizer(model_args, data_args, training_args, Dataset.from_dict({"source": []}), [])
     else:  # the joint Multi30k tokenizer train.py would build; only it needs the parses (feature vocabularies)
