@@ -1175,8 +1175,8 @@ def pretrained_tokenizer(model_args: ModelArguments, data_args: DataArguments, t
             raise SystemExit(f"{training_args.output_dir} was started with other language codes: "
                              f"{', '.join(differing)}; resume with the run's own, or start a new run.")
         return saved
-    if languages:  # (checked before any work too) M2M100's and mBART-50's tokenizers fail on an unknown code
-        check_codes_known(AutoTokenizer.from_pretrained(model_args.init_from), model_args)
+    # The codes were checked before any work (check_language_codes): M2M100's and mBART-50's tokenizers would fail
+    # on an unknown one here.
     base = AutoTokenizer.from_pretrained(model_args.init_from, **languages)
     tokenizer = PretrainedSourceFeatureTokenizer.build(
         base, training_annotations(train_data, annotator), language=data_args.source_lang, annotator=annotator,
