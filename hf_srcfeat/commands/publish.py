@@ -158,8 +158,10 @@ def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets
     trained = run or (read_json(checkpoints[-1].parent, "results.json") if checkpoints else {})
     data = trained.get("data_args") or {}
     pair = languages or [language for language in (data.get("source_lang"), data.get("target_lang")) if language]
-    source_language = None if pair else read_json(run_dir, "tokenizer_config.json").get("language") or \
-        read_json(run_dir, "source_features_config.json").get("language")
+    # The tokenizer's settings: its own file, or a wrapped checkpoint tokenizer's (source_features_config.json).
+    tokenizer_settings = [read_json(run_dir, "tokenizer_config.json"), read_json(run_dir, "source_features_config.json")]
+    source_language = None if pair else next((found["language"] for found in tokenizer_settings
+                                              if found.get("language")), None)
     # hf-srcfeat-train reads Multi30k when given no file and no other dataset.
     multi30k = datasets is None and bool(data) and not data.get("train_file") and \
         data.get("dataset_name") in (None, "multi30k")
@@ -168,8 +170,8 @@ def run_facts(run_dir: Path | None, languages: list[str] | None = None, datasets
     files = [Path(name).name for name in (data.get("train_file"),) if name]
     variant = {name: config[name] for name in ("relevance_combine", "diverse_variant", "phrase_segmentation",
                                                "components") if config.get(name) not in (None, [], "")}
-    parser = read_json(run_dir, "tokenizer_config.json").get("annotator_settings") or \
-        read_json(run_dir, "source_features_config.json").get("annotator_settings")
+    parser = next((found["annotator_settings"] for found in tokenizer_settings if found.get("annotator_settings")),
+                  None)
     tests = {name: entry for name, entry in (run.get("test_sets") or {}).items() if "test_bleu" in entry["metrics"]}
     if not tests and "test_bleu" in (run.get("test_metrics") or {}):
         tests = {"test": {"metrics": run["test_metrics"], "setup": run.get("test_setup") or {}}}
